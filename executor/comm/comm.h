@@ -1,0 +1,38 @@
+// The narrow communicator interface the runtime talks to (after c10d): point
+// to point messages, all-reduce, barrier and abort. Implementations are the
+// only files that include mpi.h / nccl.h. Payloads are raw bytes, so this
+// library stays free of LibTorch.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace rannc::comm {
+
+enum class ReduceOp { Sum, Max };
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Starts sending `payload` to `dst`; returns at once. Messages between one
+  /// pair of ranks with one tag arrive in the order they were sent.
+  virtual void send(std::shared_ptr<const std::string> payload, int dst, int tag) = 0;
+  /// Receives the next message from `src` with `tag`, whatever its size.
+  virtual std::string recv(int src, int tag) = 0;
+  /// Waits until every send started so far has completed.
+  virtual void waitSends() = 0;
+  /// In-place all-reduce over all ranks.
+  virtual void allReduce(double *data, int count, ReduceOp op) = 0;
+  virtual void allReduce(float *data, int64_t count, ReduceOp op) = 0;
+  virtual void barrier() = 0;
+  /// Stops every rank of the job at once (used after an error on one rank).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+/// Initializes MPI (once per process) and wraps MPI_COMM_WORLD. MPI is
+/// finalized when the communicator is destroyed.
+std::unique_ptr<Communicator> createMpiCommunicator(int *argc, char ***argv);
+
+} // namespace rannc::comm

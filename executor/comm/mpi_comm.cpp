@@ -1,0 +1,103 @@
+#include <mpi.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include "executor/comm/comm.h"
+
+namespace rannc::comm {
+namespace {
+
+void check(int rc, const char *what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw std::runtime_error(std::string(what) + " failed: " + std::string(msg, len));
+  }
+}
+
+MPI_Op toMpi(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+
+class MpiCommunicator final : public Communicator {
+public:
+  MpiCommunicator(int *argc, char ***argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init(argc, argv);
+    // Errors come back as codes so they surface as exceptions with a message.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void send(std::shared_ptr<const std::string> payload, int dst, int tag) override {
+    if (payload->size() > static_cast<size_t>(INT32_MAX))
+      throw std::runtime_error("message of " + std::to_string(payload->size()) + " bytes exceeds MPI's 2 GiB limit");
+    pending_.push_back({MPI_REQUEST_NULL, payload});
+    check(MPI_Isend(payload->data(), static_cast<int>(payload->size()), MPI_BYTE, dst, tag, MPI_COMM_WORLD,
+                    &pending_.back().request),
+          "MPI_Isend");
+  }
+
+  std::string recv(int src, int tag) override {
+    MPI_Status status;
+    check(MPI_Probe(src, tag, MPI_COMM_WORLD, &status), "MPI_Probe");
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::string buf(static_cast<size_t>(count), '\0');
+    check(MPI_Recv(buf.data(), count, MPI_BYTE, src, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+    return buf;
+  }
+
+  void waitSends() override {
+    for (auto &p : pending_) check(MPI_Wait(&p.request, MPI_STATUS_IGNORE), "MPI_Wait");
+    pending_.clear();
+  }
+
+  void allReduce(double *data, int count, ReduceOp op) override {
+    check(MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_DOUBLE, toMpi(op), MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+
+  void allReduce(float *data, int64_t count, ReduceOp op) override {
+    // MPI counts are ints: reduce in chunks below 2^31 elements.
+    constexpr int64_t kChunk = int64_t{1} << 30;
+    for (int64_t off = 0; off < count; off += kChunk)
+      check(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
+                          toMpi(op), MPI_COMM_WORLD),
+            "MPI_Allreduce");
+  }
+
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code); // MPI_Abort does not return; this satisfies [[noreturn]]
+  }
+
+private:
+  struct Pending {
+    MPI_Request request;
+    std::shared_ptr<const std::string> payload; // keeps the buffer alive
+  };
+  int rank_ = 0, size_ = 1;
+  std::vector<Pending> pending_;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> createMpiCommunicator(int *argc, char ***argv) {
+  return std::make_unique<MpiCommunicator>(argc, argv);
+}
+
+} // namespace rannc::comm

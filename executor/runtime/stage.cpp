@@ -1,0 +1,138 @@
+#include "executor/runtime/stage.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "executor/runtime/ops.h"
+
+namespace rannc::runtime {
+
+StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
+                         std::map<ir::ValueId, torch::Tensor> params, std::map<ir::ValueId, torch::Tensor> constants)
+    : g_(g), program_(std::move(program)), params_(std::move(params)), constants_(std::move(constants)),
+      loss_(g.loss) {
+  for (ir::ValueId p : program_.parameters)
+    if (!params_.count(p)) throw std::runtime_error("parameter '" + g.values[p].name + "' was not loaded");
+  for (ir::ValueId c : program_.constants)
+    if (!constants_.count(c)) throw std::runtime_error("constant '" + g.values[c].name + "' was not loaded");
+}
+
+std::vector<torch::Tensor> StageRunner::parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto &[id, t] : params_) out.push_back(t);
+  return out;
+}
+
+void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor> feeds) {
+  auto &env = envs_[mb];
+  env = std::move(feeds);
+  for (const auto &r : program_.recvs) {
+    auto it = env.find(r.value);
+    if (it == env.end()) throw std::runtime_error("value '" + g_.values[r.value].name + "' was not received");
+    if (it->second.is_floating_point()) it->second.requires_grad_(true);
+  }
+  std::vector<torch::Tensor> inputs;
+  for (ir::NodeId n : program_.nodes) {
+    const ir::Node &node = g_.nodes[n];
+    inputs.clear();
+    for (ir::ValueId in : node.inputs) {
+      if (in == ir::kNoValue) {
+        inputs.emplace_back();
+        continue;
+      }
+      switch (g_.values[in].kind) {
+      case ir::ValueKind::Parameter: inputs.push_back(params_.at(in)); break;
+      case ir::ValueKind::Constant: inputs.push_back(constants_.at(in)); break;
+      default: {
+        auto it = env.find(in);
+        if (it == env.end())
+          throw std::runtime_error("node '" + node.name + "': input '" + g_.values[in].name + "' is not available");
+        inputs.push_back(it->second);
+      }
+      }
+    }
+    std::vector<torch::Tensor> outs = runOp(node, inputs, g_.opset);
+    for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
+      if (node.outputs[i] != ir::kNoValue) env[node.outputs[i]] = std::move(outs[i]);
+  }
+}
+
+const torch::Tensor &StageRunner::value(int mb, ir::ValueId v) const {
+  auto e = envs_.find(mb);
+  if (e == envs_.end()) throw std::runtime_error("micro-batch " + std::to_string(mb) + " has not run forward");
+  auto it = e->second.find(v);
+  if (it == e->second.end())
+    throw std::runtime_error("value '" + g_.values[v].name + "' was not computed in micro-batch " + std::to_string(mb));
+  return it->second;
+}
+
+void StageRunner::backward(int mb, const std::vector<torch::Tensor> &send_grads, double loss_weight) {
+  // The same value may go to several consumers: sum their gradients first.
+  std::map<ir::ValueId, torch::Tensor> grads;
+  for (size_t i = 0; i < program_.sends.size() && i < send_grads.size(); ++i) {
+    if (!send_grads[i].defined()) continue;
+    auto &acc = grads[program_.sends[i].value];
+    acc = acc.defined() ? acc + send_grads[i] : send_grads[i];
+  }
+  std::vector<torch::Tensor> roots, root_grads;
+  for (const auto &[v, grad] : grads) {
+    const torch::Tensor &t = value(mb, v);
+    if (!t.requires_grad()) continue;
+    roots.push_back(t);
+    root_grads.push_back(grad);
+  }
+  if (program_.computes_loss) {
+    const torch::Tensor &l = loss(mb);
+    if (l.requires_grad()) {
+      roots.push_back(l);
+      root_grads.push_back(torch::full_like(l, loss_weight));
+    }
+  }
+  if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+}
+
+torch::Tensor StageRunner::inputGrad(int mb, ir::ValueId v) const {
+  const torch::Tensor &t = value(mb, v);
+  if (!t.is_floating_point()) return {};
+  torch::Tensor g = t.grad();
+  return g.defined() ? g : torch::zeros_like(t);
+}
+
+namespace {
+constexpr uint32_t kTensorMagic = 0x524e4e54; // "RNNT"
+}
+
+std::string packTensor(const torch::Tensor &t) {
+  torch::Tensor c = t.detach().contiguous();
+  int32_t dtype = static_cast<int32_t>(fromScalarType(c.scalar_type()));
+  int32_t ndim = static_cast<int32_t>(c.dim());
+  size_t data_bytes = static_cast<size_t>(c.numel()) * c.element_size();
+  std::string out;
+  out.reserve(12 + 8 * ndim + data_bytes);
+  out.append(reinterpret_cast<const char *>(&kTensorMagic), 4);
+  out.append(reinterpret_cast<const char *>(&dtype), 4);
+  out.append(reinterpret_cast<const char *>(&ndim), 4);
+  for (int64_t d : c.sizes()) out.append(reinterpret_cast<const char *>(&d), 8);
+  out.append(static_cast<const char *>(c.data_ptr()), data_bytes);
+  return out;
+}
+
+torch::Tensor unpackTensor(const std::string &bytes) {
+  auto fail = [] { return std::runtime_error("received a malformed tensor message"); };
+  if (bytes.size() < 12) throw fail();
+  uint32_t magic;
+  int32_t dtype, ndim;
+  std::memcpy(&magic, bytes.data(), 4);
+  std::memcpy(&dtype, bytes.data() + 4, 4);
+  std::memcpy(&ndim, bytes.data() + 8, 4);
+  if (magic != kTensorMagic || ndim < 0 || bytes.size() < 12 + 8 * size_t(ndim)) throw fail();
+  std::vector<int64_t> dims(ndim);
+  std::memcpy(dims.data(), bytes.data() + 12, 8 * size_t(ndim));
+  torch::Tensor t = torch::empty(dims, torch::TensorOptions().dtype(toScalarType(static_cast<ir::DType>(dtype))));
+  size_t data_bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (bytes.size() != 12 + 8 * size_t(ndim) + data_bytes) throw fail();
+  std::memcpy(t.data_ptr(), bytes.data() + 12 + 8 * ndim, data_bytes);
+  return t;
+}
+
+} // namespace rannc::runtime

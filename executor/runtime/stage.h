@@ -1,0 +1,63 @@
+// One pipeline stage on LibTorch: runs its ops for a micro-batch with
+// autograd recording, then back-propagates the gradients that later stages
+// return. Communication and scheduling live elsewhere; this class only
+// computes.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "executor/schedule/schedule.h"
+#include "planner/ir/ir.h"
+
+namespace rannc::runtime {
+
+class StageRunner {
+public:
+  /// `params` must hold every parameter of the program (leaf tensors that
+  /// require grad); `constants` every constant it reads.
+  StageRunner(const ir::Graph &g, schedule::StageProgram program, std::map<ir::ValueId, torch::Tensor> params,
+              std::map<ir::ValueId, torch::Tensor> constants);
+
+  const schedule::StageProgram &program() const { return program_; }
+  /// The stage's trainable tensors, in value-id order.
+  std::vector<torch::Tensor> parameters() const;
+
+  /// Runs the stage's ops for micro-batch `mb`. `feeds` holds the data inputs
+  /// and the received values; received floating-point values become leaves
+  /// whose gradients backward() computes.
+  void forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor> feeds);
+  /// A value computed (or received) for micro-batch `mb`.
+  const torch::Tensor &value(int mb, ir::ValueId v) const;
+  /// The loss of micro-batch `mb` (only on the stage that computes it).
+  const torch::Tensor &loss(int mb) const { return value(mb, loss_); }
+
+  /// Back-propagates micro-batch `mb`: `send_grads[i]` is the gradient of
+  /// program().sends[i] returned by its consumer (undefined: no gradient), and
+  /// the loss, if computed here, is scaled by `loss_weight`. Parameter
+  /// gradients accumulate across micro-batches.
+  void backward(int mb, const std::vector<torch::Tensor> &send_grads, double loss_weight);
+  /// The gradient of received value `v` after backward (zeros when the value
+  /// does not influence the loss; undefined for non-floating values).
+  torch::Tensor inputGrad(int mb, ir::ValueId v) const;
+  /// Drops the micro-batch's saved values.
+  void release(int mb) { envs_.erase(mb); }
+
+private:
+  const ir::Graph &g_;
+  schedule::StageProgram program_;
+  std::map<ir::ValueId, torch::Tensor> params_;
+  std::map<ir::ValueId, torch::Tensor> constants_;
+  ir::ValueId loss_;
+  std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> envs_;
+};
+
+/// Serializes a tensor (dtype, shape, contiguous bytes) for a message, and back.
+std::string packTensor(const torch::Tensor &t);
+torch::Tensor unpackTensor(const std::string &bytes);
+
+} // namespace rannc::runtime

@@ -1,0 +1,136 @@
+// The graph IR: a torch-free, front-end-neutral description of a training graph.
+//
+// Note [symbolic batch]
+// Every dimension is an affine function of the global (or micro-) batch size B:
+// size = batch_coeff * B + offset. A plain fixed dimension has batch_coeff == 0.
+// Shapes are recorded this way at import so one graph (and one plan) describes
+// the model at any micro-batch or shard size; the executor never relies on them
+// for correctness (LibTorch computes real shapes), only the planner's cost and
+// memory estimates and the receive-buffer checks do.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace rannc::ir {
+
+/// Element types, named as ONNX names them.
+enum class DType : uint8_t { Undefined, F32, F64, F16, BF16, I64, I32, I16, I8, U8, Bool };
+
+/// Short lowercase name ("f32", "i64", "bool", ...).
+std::string_view dtypeName(DType t);
+/// Inverse of dtypeName; nullopt for an unknown name.
+std::optional<DType> parseDType(std::string_view name);
+/// Bytes per element (Bool counts as 1).
+int64_t dtypeSize(DType t);
+/// True for the floating-point types (the ones that carry gradients).
+bool isFloating(DType t);
+
+/// One dimension, affine in the batch size (see Note [symbolic batch]).
+struct Dim {
+  int64_t batch_coeff = 0;
+  int64_t offset = 0;
+  bool known = true;
+
+  static Dim fixed(int64_t n) { return Dim{0, n, true}; }
+  static Dim batch(int64_t coeff = 1, int64_t offset = 0) { return Dim{coeff, offset, true}; }
+  static Dim unknown() { return Dim{0, 0, false}; }
+  bool isFixed() const { return known && batch_coeff == 0; }
+  /// The concrete size at batch size b (0 when unknown).
+  int64_t at(int64_t b) const { return known ? batch_coeff * b + offset : 0; }
+  bool operator==(const Dim &o) const {
+    return known == o.known && batch_coeff == o.batch_coeff && offset == o.offset;
+  }
+};
+using Shape = std::vector<Dim>;
+
+/// Number of elements of a shape at batch size b (0 if any dim is unknown).
+int64_t numelAt(const Shape &s, int64_t b);
+/// "[B,128,4*B+1,?]"
+std::string shapeString(const Shape &s);
+
+/// A dense tensor with raw little-endian contents (constants and weights).
+struct Tensor {
+  DType dtype = DType::Undefined;
+  std::vector<int64_t> dims;
+  std::string data; ///< raw bytes, numel() * dtypeSize(dtype) of them
+
+  int64_t numel() const;
+};
+
+/// An operator attribute, as ONNX defines them.
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>,
+                               std::vector<double>, std::vector<std::string>, Tensor>;
+/// Attributes by name; std::map so printing order is deterministic.
+using AttrMap = std::map<std::string, AttrValue>;
+
+/// Where a value comes from.
+enum class ValueKind : uint8_t {
+  Input,        ///< batch data fed per step (first dimension = samples)
+  Parameter,    ///< trainable weight, loaded from the model file
+  Constant,     ///< non-trainable tensor known before training
+  Intermediate, ///< produced by a node
+};
+std::string_view valueKindName(ValueKind k);
+
+using ValueId = int32_t;
+using NodeId = int32_t;
+constexpr ValueId kNoValue = -1;
+
+struct Value {
+  std::string name;
+  DType dtype = DType::Undefined;
+  Shape shape;
+  bool shape_known = false; ///< false when even the rank is unknown
+  ValueKind kind = ValueKind::Intermediate;
+  NodeId producer = -1;     ///< the node that writes it (Intermediate only)
+};
+
+struct Node {
+  std::string name;
+  std::string op_type;      ///< e.g. "MatMul"
+  std::string domain;       ///< "" for the default ONNX domain
+  std::vector<ValueId> inputs;  ///< kNoValue marks an omitted optional input
+  std::vector<ValueId> outputs; ///< kNoValue marks an omitted optional output
+  AttrMap attrs;
+};
+
+/// A training graph: nodes in topological order, the loss as its only output.
+class Graph {
+public:
+  std::vector<Value> values;
+  std::vector<Node> nodes;   ///< topological order
+  std::vector<ValueId> inputs;     ///< batch data, in model order
+  std::vector<ValueId> parameters; ///< trainable weights, in model order
+  std::vector<ValueId> constants;  ///< initializers that are not trained
+  ValueId loss = kNoValue;         ///< the scalar training loss
+  int64_t opset = 0;               ///< default-domain opset version
+  std::string name;
+  /// Inline contents of Constant values (weights stay in the model file).
+  std::map<ValueId, Tensor> constant_data;
+
+  /// Adds a value and returns its id.
+  ValueId addValue(Value v);
+  /// Adds a node (after all its inputs' producers), sets producer of outputs.
+  NodeId addNode(Node n);
+  /// Id of the value with this name, or kNoValue.
+  ValueId findValue(std::string_view name) const;
+  /// For each value, the nodes that read it, in node order.
+  std::vector<std::vector<NodeId>> users() const;
+  /// Checks the invariants (ids in range, topological order, one producer per
+  /// value, loss set); returns an empty string when valid, else the problem.
+  std::string verify() const;
+  /// Text dump, one line per value declaration and per node.
+  void print(std::ostream &os) const;
+
+private:
+  std::map<std::string, ValueId, std::less<>> by_name_;
+};
+
+} // namespace rannc::ir

@@ -1,0 +1,385 @@
+#include "planner/plan/plan.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <set>
+
+#include "planner/support/files.h"
+
+namespace rannc::plan {
+namespace {
+
+void tensorToProto(const ir::Tensor &t, proto::Tensor *p) {
+  p->set_dtype(std::string(ir::dtypeName(t.dtype)));
+  for (int64_t d : t.dims) p->add_dims(d);
+  p->set_raw(t.data);
+}
+
+Expected<ir::Tensor> tensorFromProto(const proto::Tensor &p, const std::string &where) {
+  ir::Tensor t;
+  auto dt = ir::parseDType(p.dtype());
+  if (!dt) return Error{where + ": unknown dtype '" + p.dtype() + "'"};
+  t.dtype = *dt;
+  t.dims.assign(p.dims().begin(), p.dims().end());
+  t.data = p.raw();
+  if (static_cast<int64_t>(t.data.size()) != t.numel() * ir::dtypeSize(t.dtype))
+    return Error{where + ": tensor data size does not match its dims"};
+  return t;
+}
+
+std::string shapeText(const ir::Value &v) { return v.shape_known ? ir::shapeString(v.shape) : "[*]"; }
+
+Expected<ir::Dim> parseDim(const std::string &s) {
+  if (s == "?") return ir::Dim::unknown();
+  // Forms: N | B | K*B | B+N | B-N | K*B+N | K*B-N
+  auto bpos = s.find('B');
+  try {
+    if (bpos == std::string::npos) {
+      size_t used = 0;
+      int64_t n = std::stoll(s, &used);
+      if (used != s.size()) throw std::invalid_argument(s);
+      return ir::Dim::fixed(n);
+    }
+    int64_t coeff = 1, offset = 0;
+    if (bpos > 0) {
+      if (s[bpos - 1] != '*') throw std::invalid_argument(s);
+      coeff = std::stoll(s.substr(0, bpos - 1));
+    }
+    std::string rest = s.substr(bpos + 1);
+    if (!rest.empty()) {
+      size_t used = 0;
+      offset = std::stoll(rest, &used);
+      if (used != rest.size() || (rest[0] != '+' && rest[0] != '-')) throw std::invalid_argument(s);
+    }
+    return ir::Dim::batch(coeff, offset);
+  } catch (const std::exception &) {
+    return Error{"bad dimension '" + s + "' (expected N, B, K*B, K*B+N or ?)"};
+  }
+}
+
+} // namespace
+
+Expected<ir::Shape> parseShape(const std::string &text, bool &rank_known) {
+  rank_known = true;
+  if (text == "[*]") {
+    rank_known = false;
+    return ir::Shape{};
+  }
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']')
+    return Error{"bad shape '" + text + "' (expected e.g. [B,16,64])"};
+  ir::Shape shape;
+  std::string body = text.substr(1, text.size() - 2);
+  if (body.empty()) return shape;
+  size_t start = 0;
+  while (true) {
+    size_t comma = body.find(',', start);
+    auto d = parseDim(body.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (!d) return Error{"shape '" + text + "': " + d.error().message};
+    shape.push_back(*d);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return shape;
+}
+
+proto::Graph graphToProto(const ir::Graph &g) {
+  proto::Graph p;
+  p.set_name(g.name);
+  p.set_opset(g.opset);
+  auto addDecl = [&](ir::ValueId id) {
+    const ir::Value &v = g.values[id];
+    proto::Value *pv = p.add_values();
+    pv->set_name(v.name);
+    pv->set_kind(std::string(ir::valueKindName(v.kind)));
+    pv->set_dtype(std::string(ir::dtypeName(v.dtype)));
+    pv->set_shape(shapeText(v));
+    if (auto it = g.constant_data.find(id); it != g.constant_data.end())
+      tensorToProto(it->second, pv->mutable_data());
+  };
+  for (ir::ValueId v : g.inputs) addDecl(v);
+  for (ir::ValueId v : g.parameters) addDecl(v);
+  for (ir::ValueId v : g.constants) addDecl(v);
+  for (const ir::Node &n : g.nodes) {
+    proto::Op *op = p.add_ops();
+    op->set_name(n.name);
+    op->set_type(n.op_type);
+    op->set_domain(n.domain);
+    for (ir::ValueId in : n.inputs) op->add_inputs(in == ir::kNoValue ? "" : g.values[in].name);
+    for (ir::ValueId out : n.outputs) {
+      proto::OpOutput *o = op->add_outputs();
+      if (out == ir::kNoValue) continue;
+      const ir::Value &v = g.values[out];
+      o->set_name(v.name);
+      o->set_dtype(std::string(ir::dtypeName(v.dtype)));
+      o->set_shape(shapeText(v));
+    }
+    for (const auto &[name, value] : n.attrs) {
+      proto::Attribute *a = op->add_attrs();
+      a->set_name(name);
+      struct Setter {
+        proto::Attribute *a;
+        void operator()(int64_t v) { a->set_i(v); }
+        void operator()(double v) { a->set_f(v); }
+        void operator()(const std::string &v) { a->set_s(v); }
+        void operator()(const std::vector<int64_t> &v) { *a->mutable_ints()->mutable_v() = {v.begin(), v.end()}; }
+        void operator()(const std::vector<double> &v) { *a->mutable_floats()->mutable_v() = {v.begin(), v.end()}; }
+        void operator()(const std::vector<std::string> &v) {
+          for (const auto &s : v) a->mutable_strings()->add_v(s);
+        }
+        void operator()(const ir::Tensor &t) { tensorToProto(t, a->mutable_t()); }
+      };
+      std::visit(Setter{a}, value);
+    }
+  }
+  p.set_loss(g.loss == ir::kNoValue ? "" : g.values[g.loss].name);
+  return p;
+}
+
+Expected<ir::Graph> graphFromProto(const proto::Graph &p) {
+  ir::Graph g;
+  g.name = p.name();
+  g.opset = p.opset();
+  auto setTypeAndShape = [](ir::Value &v, const std::string &dtype, const std::string &shape,
+                            const std::string &where) -> Status {
+    auto dt = ir::parseDType(dtype);
+    if (!dt) return Error{where + ": unknown dtype '" + dtype + "'"};
+    v.dtype = *dt;
+    bool rank_known = true;
+    auto s = parseShape(shape.empty() ? "[*]" : shape, rank_known);
+    if (!s) return Error{where + ": " + s.error().message};
+    v.shape = std::move(*s);
+    v.shape_known = rank_known;
+    return Status::success();
+  };
+  for (int i = 0; i < p.values_size(); ++i) {
+    const proto::Value &pv = p.values(i);
+    std::string where = "graph.values[" + std::to_string(i) + "] '" + pv.name() + "'";
+    if (g.findValue(pv.name()) != ir::kNoValue) return Error{where + ": declared twice"};
+    ir::Value v;
+    v.name = pv.name();
+    if (Status st = setTypeAndShape(v, pv.dtype(), pv.shape(), where); !st) return Error{st.message()};
+    if (pv.kind() == "input") v.kind = ir::ValueKind::Input;
+    else if (pv.kind() == "param") v.kind = ir::ValueKind::Parameter;
+    else if (pv.kind() == "const") v.kind = ir::ValueKind::Constant;
+    else return Error{where + ": kind must be input, param or const (got '" + pv.kind() + "')"};
+    ir::ValueKind kind = v.kind;
+    ir::ValueId id = g.addValue(std::move(v));
+    if (kind == ir::ValueKind::Input) g.inputs.push_back(id);
+    if (kind == ir::ValueKind::Parameter) g.parameters.push_back(id);
+    if (kind == ir::ValueKind::Constant) {
+      g.constants.push_back(id);
+      if (!pv.has_data()) return Error{where + ": constant without data"};
+      auto t = tensorFromProto(pv.data(), where);
+      if (!t) return t.error();
+      g.constant_data.emplace(id, std::move(*t));
+    }
+  }
+  for (int i = 0; i < p.ops_size(); ++i) {
+    const proto::Op &op = p.ops(i);
+    std::string where = "graph.ops[" + std::to_string(i) + "] '" + op.name() + "'";
+    ir::Node n;
+    n.name = op.name();
+    n.op_type = op.type();
+    n.domain = op.domain();
+    for (const auto &in : op.inputs()) {
+      if (in.empty()) {
+        n.inputs.push_back(ir::kNoValue);
+        continue;
+      }
+      ir::ValueId id = g.findValue(in);
+      if (id == ir::kNoValue) return Error{where + ": input '" + in + "' is not defined before this op"};
+      n.inputs.push_back(id);
+    }
+    for (const auto &out : op.outputs()) {
+      if (out.name().empty()) {
+        n.outputs.push_back(ir::kNoValue);
+        continue;
+      }
+      if (g.findValue(out.name()) != ir::kNoValue)
+        return Error{where + ": output '" + out.name() + "' is defined twice"};
+      ir::Value v;
+      v.name = out.name();
+      if (Status st = setTypeAndShape(v, out.dtype(), out.shape(), where); !st) return Error{st.message()};
+      n.outputs.push_back(g.addValue(std::move(v)));
+    }
+    for (const auto &a : op.attrs()) {
+      ir::AttrValue v;
+      switch (a.value_case()) {
+      case proto::Attribute::kI: v = a.i(); break;
+      case proto::Attribute::kF: v = a.f(); break;
+      case proto::Attribute::kS: v = a.s(); break;
+      case proto::Attribute::kInts: v = std::vector<int64_t>(a.ints().v().begin(), a.ints().v().end()); break;
+      case proto::Attribute::kFloats: v = std::vector<double>(a.floats().v().begin(), a.floats().v().end()); break;
+      case proto::Attribute::kStrings:
+        v = std::vector<std::string>(a.strings().v().begin(), a.strings().v().end());
+        break;
+      case proto::Attribute::kT: {
+        auto t = tensorFromProto(a.t(), where + " attribute '" + a.name() + "'");
+        if (!t) return t.error();
+        v = std::move(*t);
+        break;
+      }
+      default: return Error{where + ": attribute '" + a.name() + "' has no value"};
+      }
+      n.attrs.emplace(a.name(), std::move(v));
+    }
+    g.addNode(std::move(n));
+  }
+  g.loss = g.findValue(p.loss());
+  if (g.loss == ir::kNoValue) return Error{"graph.loss: '" + p.loss() + "' is not a value of the graph"};
+  std::string problem = g.verify();
+  if (!problem.empty()) return Error{"graph: " + problem};
+  return g;
+}
+
+proto::Cluster clusterToProto(const cluster::ClusterSpec &c) {
+  proto::Cluster p;
+  p.set_num_nodes(c.num_nodes);
+  p.set_devices_per_node(c.devices_per_node);
+  auto *d = p.mutable_device();
+  d->set_type(c.device.type);
+  d->set_name(c.device.name);
+  d->set_memory_bytes(c.device.memory_bytes);
+  d->set_peak_flops(c.device.peak_flops);
+  d->set_memory_bandwidth(c.device.memory_bandwidth);
+  p.mutable_intra_node()->set_bandwidth(c.intra_node.bandwidth);
+  p.mutable_intra_node()->set_latency_s(c.intra_node.latency_s);
+  p.mutable_inter_node()->set_bandwidth(c.inter_node.bandwidth);
+  p.mutable_inter_node()->set_latency_s(c.inter_node.latency_s);
+  return p;
+}
+
+cluster::ClusterSpec clusterFromProto(const proto::Cluster &p) {
+  cluster::ClusterSpec c;
+  c.num_nodes = p.num_nodes();
+  c.devices_per_node = p.devices_per_node();
+  c.device = {p.device().type(), p.device().name(), p.device().memory_bytes(), p.device().peak_flops(),
+              p.device().memory_bandwidth()};
+  c.intra_node = {p.intra_node().bandwidth(), p.intra_node().latency_s()};
+  c.inter_node = {p.inter_node().bandwidth(), p.inter_node().latency_s()};
+  return c;
+}
+
+Expected<std::string> encodePlan(const proto::Plan &plan, const std::string &ext) {
+  std::string out;
+  if (ext == ".pb") {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    if (!plan.SerializeToCodedStream(&coded)) return Error{"plan serialization failed"};
+  } else if (ext == ".pbtxt") {
+    if (!google::protobuf::TextFormat::PrintToString(plan, &out)) return Error{"plan text printing failed"};
+  } else if (ext == ".json") {
+    google::protobuf::util::JsonPrintOptions opts;
+    opts.add_whitespace = true;
+    opts.preserve_proto_field_names = true;
+    auto st = google::protobuf::util::MessageToJsonString(plan, &out, opts);
+    if (!st.ok()) return Error{"plan JSON printing failed: " + st.ToString()};
+  } else {
+    return Error{"unknown plan extension '" + ext + "' (use .pb, .pbtxt or .json)"};
+  }
+  return out;
+}
+
+Status writePlan(const proto::Plan &plan, const std::string &path) {
+  auto bytes = encodePlan(plan, extensionOf(path));
+  if (!bytes) return Error{path + ": " + bytes.error().message};
+  return writeFileAtomic(path, *bytes);
+}
+
+namespace {
+/// Collects text-format parse errors with their line numbers.
+class TextErrors : public google::protobuf::io::ErrorCollector {
+public:
+  void AddError(int line, int column, const std::string &message) override {
+    if (first.empty()) first = "line " + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message;
+  }
+  std::string first;
+};
+} // namespace
+
+Expected<proto::Plan> readPlan(const std::string &path) {
+  auto bytes = readFile(path);
+  if (!bytes) return bytes.error();
+  std::string ext = extensionOf(path);
+  proto::Plan plan;
+  if (ext == ".pb") {
+    if (!plan.ParseFromString(*bytes)) return Error{path + ": not a valid binary plan (protobuf parse failed)"};
+  } else if (ext == ".pbtxt") {
+    google::protobuf::TextFormat::Parser parser;
+    TextErrors errors;
+    parser.RecordErrorsTo(&errors);
+    if (!parser.ParseFromString(*bytes, &plan)) return Error{path + ":" + errors.first};
+  } else if (ext == ".json") {
+    auto st = google::protobuf::util::JsonStringToMessage(*bytes, &plan);
+    if (!st.ok()) return Error{path + ": not a valid JSON plan: " + st.ToString()};
+  } else {
+    return Error{path + ": unknown plan extension '" + ext + "' (use .pb, .pbtxt or .json)"};
+  }
+  if (plan.format_version() > kFormatVersion)
+    return Error{path + ": plan format version " + std::to_string(plan.format_version()) +
+                 " is newer than this rannc understands (" + std::to_string(kFormatVersion) +
+                 "); upgrade rannc or re-plan"};
+  return plan;
+}
+
+int worldSize(const proto::Plan &plan) {
+  int n = 0;
+  for (const auto &s : plan.stages()) n += s.ranks_size();
+  return n;
+}
+
+std::vector<std::string> structuralProblems(const proto::Plan &plan) {
+  std::vector<std::string> problems;
+  if (plan.format_version() == 0 || plan.format_version() > kFormatVersion)
+    problems.push_back("format_version: " + std::to_string(plan.format_version()) + " is not a version this rannc reads (1.." +
+                       std::to_string(kFormatVersion) + ")");
+  const int num_ops = plan.graph().ops_size();
+  if (plan.stages_size() == 0) problems.push_back("stages: the plan has no stages");
+  int expected_begin = 0;
+  for (int i = 0; i < plan.stages_size(); ++i) {
+    const auto &s = plan.stages(i);
+    std::string where = "stages[" + std::to_string(i) + "]";
+    if (s.id() != i) problems.push_back(where + ".id: is " + std::to_string(s.id()) + ", expected " + std::to_string(i));
+    if (s.op_begin() != expected_begin)
+      problems.push_back(where + ".op_begin: is " + std::to_string(s.op_begin()) + ", expected " +
+                         std::to_string(expected_begin) +
+                         (s.op_begin() > expected_begin ? " (ops in no stage)" : " (ops in two stages)"));
+    if (s.op_end() <= s.op_begin())
+      problems.push_back(where + ": op range [" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) +
+                         ") is empty");
+    if (s.ranks_size() == 0) problems.push_back(where + ".ranks: the stage has no ranks");
+    expected_begin = s.op_end();
+  }
+  if (plan.stages_size() > 0 && expected_begin != num_ops)
+    problems.push_back("stages[" + std::to_string(plan.stages_size() - 1) + "].op_end: is " +
+                       std::to_string(expected_begin) + ", the graph has " + std::to_string(num_ops) + " ops");
+  std::set<int> seen;
+  const int world = worldSize(plan);
+  for (int i = 0; i < plan.stages_size(); ++i)
+    for (int r : plan.stages(i).ranks()) {
+      std::string where = "stages[" + std::to_string(i) + "].ranks";
+      if (r < 0 || r >= world)
+        problems.push_back(where + ": rank " + std::to_string(r) + " is outside 0.." + std::to_string(world - 1));
+      else if (!seen.insert(r).second)
+        problems.push_back(where + ": rank " + std::to_string(r) + " is used by more than one stage");
+    }
+  for (int i = 0; i < plan.stages_size(); ++i)
+    if (plan.stages(i).ranks_size() > 1)
+      problems.push_back("stages[" + std::to_string(i) +
+                         "].ranks: replicated stages (data parallelism) are not supported by this rannc-exec yet");
+  if (plan.global_batch_size() < 1) problems.push_back("global_batch_size: must be at least 1");
+  if (plan.microbatches() < 1) problems.push_back("microbatches: must be at least 1");
+  else if (plan.global_batch_size() % plan.microbatches() != 0)
+    problems.push_back("microbatches: " + std::to_string(plan.microbatches()) + " does not divide global_batch_size " +
+                       std::to_string(plan.global_batch_size()));
+  if (plan.schedule() != proto::GPIPE) problems.push_back("schedule: only GPIPE is supported by this rannc-exec yet");
+  if (plan.model().sha256().size() != 64) problems.push_back("model.sha256: not a SHA-256 hex digest");
+  return problems;
+}
+
+} // namespace rannc::plan

@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""Plans a model from models/ for N ranks, trains it with mpirun rannc-exec and
+compares every logged loss with the losses PyTorch itself got (reference_*.json
+written by models/make_model.py). With --errors, checks that start-up problems
+stop every rank with one clear message instead."""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+REL_TOL = 1e-4
+
+
+def run(cmd, **kw):
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, text=True, capture_output=True, timeout=kw.pop("timeout", 300), **kw)
+
+
+def mpirun(args, ranks):
+    return [args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
+
+
+def plan(args, model_dir, ranks, microbatches, batch, out):
+    p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type", "cpu",
+             "--batch-size", str(batch), "--microbatches", str(microbatches), "-o", out])
+    if p.returncode != 0:
+        sys.exit(f"rannc-plan failed:\n{p.stderr}")
+    return out
+
+
+def check_training(args):
+    model_dir = os.path.join(args.models, args.model)
+    ref = json.load(open(os.path.join(model_dir, f"reference_{args.optimizer}.json")))
+    work = os.path.join(args.work, f"{args.model}-{args.ranks}-{args.optimizer}-{args.microbatches}")
+    os.makedirs(work, exist_ok=True)
+    plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"], os.path.join(work, "plan.pb"))
+    log = os.path.join(work, "log.jsonl")
+    p = run(mpirun(args, args.ranks) + [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"),
+                                        "--shuffle", "off", "--steps", str(ref["steps"]), "--optimizer",
+                                        args.optimizer, "--lr", repr(ref["lr"]), "--log", log])
+    print(p.stderr[-3000:])
+    if p.returncode != 0:
+        sys.exit(f"rannc-exec failed with exit code {p.returncode}")
+    steps = [json.loads(line) for line in open(log)]
+    if len(steps) != ref["steps"]:
+        sys.exit(f"log has {len(steps)} steps, expected {ref['steps']}")
+    worst = 0.0
+    for rec, want in zip(steps, ref["losses"]):
+        for key in ("step", "loss", "samples_per_s", "step_time_s", "peak_memory_bytes", "peak_memory_bytes_per_rank"):
+            if key not in rec:
+                sys.exit(f"log line lacks '{key}': {rec}")
+        if len(rec["peak_memory_bytes_per_rank"]) != args.ranks:
+            sys.exit(f"peak_memory_bytes_per_rank has {len(rec['peak_memory_bytes_per_rank'])} entries")
+        rel = abs(rec["loss"] - want) / abs(want)
+        worst = max(worst, rel)
+        print(f"step {rec['step']}: rannc {rec['loss']:.7f}  pytorch {want:.7f}  rel {rel:.2e}")
+    print(f"max relative loss difference {worst:.3e} (tolerance {REL_TOL})")
+    if worst > REL_TOL:
+        sys.exit("losses differ from PyTorch's")
+
+
+def expect_failure(p, needle, what):
+    out = p.stdout + p.stderr
+    if p.returncode == 0:
+        sys.exit(f"{what}: expected a non-zero exit, got 0")
+    if needle not in out:
+        sys.exit(f"{what}: expected a message containing '{needle}', got:\n{out}")
+    if "Segmentation fault" in out or "core dumped" in out:
+        sys.exit(f"{what}: crashed:\n{out}")
+    print(f"ok: {what}")
+
+
+def check_errors(args):
+    model_dir = os.path.join(args.models, args.model)
+    work = os.path.join(args.work, f"{args.model}-errors")
+    os.makedirs(work, exist_ok=True)
+    model_copy = os.path.join(work, "model.onnx")
+    shutil.copyfile(os.path.join(model_dir, "model.onnx"), model_copy)
+    plan_path = os.path.join(work, "plan.pb")
+    p = run([args.plan_tool, model_copy, "--gpus", "2", "--batch-size", "8", "-o", plan_path])
+    if p.returncode != 0:
+        sys.exit(p.stderr)
+    data = ["--data", os.path.join(model_dir, "data"), "--steps", "1"]
+
+    p = run(mpirun(args, 3) + [args.exec_tool, plan_path] + data, timeout=120)
+    expect_failure(p, "the plan is for 2 ranks, but this job has 3", "world size differs from the plan")
+
+    with open(model_copy, "ab") as f:
+        f.write(b"\0")
+    p = run(mpirun(args, 2) + [args.exec_tool, plan_path] + data, timeout=120)
+    expect_failure(p, "the model file changed since planning", "model changed since planning")
+
+    truncated = os.path.join(work, "truncated.onnx")
+    with open(os.path.join(model_dir, "model.onnx"), "rb") as f:
+        blob = f.read()
+    with open(truncated, "wb") as f:
+        f.write(blob[: len(blob) // 3])
+    p = run([args.plan_tool, truncated, "--gpus", "2", "-o", os.path.join(work, "never.pb")])
+    expect_failure(p, "truncated.onnx", "truncated ONNX file")
+    if os.path.exists(os.path.join(work, "never.pb")):
+        sys.exit("a failed plan left a file behind")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--plan-tool", required=True)
+    ap.add_argument("--exec-tool", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--models", required=True, help="folder with one subfolder per generated model")
+    ap.add_argument("--work", required=True, help="scratch folder")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    ap.add_argument("--microbatches", type=int, default=1)
+    ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
+    args = ap.parse_args()
+    if args.errors:
+        check_errors(args)
+    else:
+        check_training(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "planner/driver/planner.h"
+#include "planner/import/onnx_import.h"
+#include "planner/plan/plan.h"
+#include "planner/plan/show.h"
+
+namespace rannc::plan {
+namespace {
+
+std::string gptPath() {
+  const char *dir = std::getenv("RANNC_TEST_MODELS");
+  return std::string(dir ? dir : "models") + "/gpt/model.onnx";
+}
+
+proto::Plan gptPlan(int gpus, int microbatches = 2) {
+  planner::PlanOptions o;
+  o.model = gptPath();
+  o.gpus = gpus;
+  o.batch_size = 8;
+  o.microbatches = microbatches;
+  std::ostringstream log;
+  auto p = planner::makePlan(o, log);
+  EXPECT_TRUE(p.ok()) << p.error().message;
+  return p.ok() ? *p : proto::Plan();
+}
+
+TEST(Shape, ParseInvertsShapeString) {
+  ir::Shape s{ir::Dim::batch(), ir::Dim::fixed(16), ir::Dim::batch(16, 0), ir::Dim::batch(2, -1), ir::Dim::unknown()};
+  bool rank_known = false;
+  auto back = parseShape(ir::shapeString(s), rank_known);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(rank_known);
+  EXPECT_EQ(*back, s);
+  ASSERT_TRUE(parseShape("[*]", rank_known).ok());
+  EXPECT_FALSE(rank_known);
+  EXPECT_FALSE(parseShape("[B,x]", rank_known).ok());
+}
+
+TEST(Plan, GraphSurvivesTheProto) {
+  auto g = import::importModel(gptPath());
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto back = graphFromProto(graphToProto(*g));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  std::ostringstream a, b;
+  g->print(a);
+  back->print(b);
+  EXPECT_EQ(a.str(), b.str());
+}
+
+TEST(Plan, EncodingsRoundTripToIdenticalBytes) {
+  proto::Plan p = gptPlan(3);
+  auto pb = encodePlan(p, ".pb");
+  ASSERT_TRUE(pb.ok());
+  std::string dir = ::testing::TempDir();
+  for (const char *ext : {".pbtxt", ".json"}) {
+    ASSERT_TRUE(writePlan(p, dir + "plan" + ext).ok());
+    auto read = readPlan(dir + "plan" + ext);
+    ASSERT_TRUE(read.ok()) << read.error().message;
+    EXPECT_EQ(*encodePlan(*read, ".pb"), *pb) << ext;
+  }
+  // Planning twice gives the same bytes.
+  EXPECT_EQ(*encodePlan(gptPlan(3), ".pb"), *pb);
+}
+
+TEST(Plan, StagesCoverEveryOpOnce) {
+  proto::Plan p = gptPlan(4);
+  EXPECT_TRUE(structuralProblems(p).empty());
+  ASSERT_EQ(p.stages_size(), 4);
+  EXPECT_EQ(p.stages(0).op_begin(), 0);
+  EXPECT_EQ(p.stages(3).op_end(), p.graph().ops_size());
+  for (int s = 1; s < 4; ++s) EXPECT_EQ(p.stages(s).op_begin(), p.stages(s - 1).op_end());
+}
+
+TEST(Plan, StructuralProblemsNameTheField) {
+  proto::Plan p = gptPlan(2);
+  p.mutable_stages(1)->set_op_begin(p.stages(0).op_end() + 1); // one op in no stage
+  p.mutable_stages(1)->clear_ranks();
+  p.mutable_stages(1)->add_ranks(0); // rank 0 twice
+  p.set_microbatches(3);             // does not divide 8
+  auto problems = structuralProblems(p);
+  std::string all;
+  for (const auto &s : problems) all += s + "\n";
+  EXPECT_NE(all.find("stages[1].op_begin"), std::string::npos) << all;
+  EXPECT_NE(all.find("ops in no stage"), std::string::npos) << all;
+  EXPECT_NE(all.find("rank 0 is used by more than one stage"), std::string::npos) << all;
+  EXPECT_NE(all.find("microbatches: 3 does not divide global_batch_size 8"), std::string::npos) << all;
+}
+
+TEST(Plan, NewerFormatIsRefused) {
+  proto::Plan p = gptPlan(1);
+  p.set_format_version(kFormatVersion + 1);
+  std::string path = ::testing::TempDir() + "future.pb";
+  ASSERT_TRUE(writePlan(p, path).ok());
+  auto r = readPlan(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("newer than this rannc understands"), std::string::npos);
+}
+
+TEST(Show, JsonHasTheKeysScriptsUse) {
+  proto::Plan p = gptPlan(2);
+  std::ostringstream os;
+  printPlanJson(p, os);
+  auto j = nlohmann::json::parse(os.str());
+  for (const char *k : {"world_size", "num_stages", "global_batch_size", "microbatches", "schedule",
+                        "predicted_step_time_s", "stages"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["schedule"], "gpipe");
+  for (const auto &s : j["stages"])
+    for (const char *k : {"id", "ranks", "num_ops", "param_bytes", "peak_memory_bytes", "memory_capacity_bytes",
+                          "fwd_time_s", "bwd_time_s"})
+      EXPECT_TRUE(s.contains(k)) << k;
+  // Every parameter is counted in exactly one stage here (no sharing).
+  int64_t params = 0;
+  for (const auto &s : j["stages"]) params += s["num_params"].get<int64_t>();
+  EXPECT_EQ(params, 114020);
+}
+
+} // namespace
+} // namespace rannc::plan
