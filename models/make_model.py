@@ -5,6 +5,7 @@ Usage:
   /usr/bin/python3 models/make_model.py --model {mlp,bert,gpt} --out DIR
       [--batch-size 8] [--samples 64] [--steps 10] [--lr-sgd 0.1]
       [--lr-adam 0.001] [--opset 17] [--seed 0]
+      [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt)
 
 Writes:
   DIR/model.onnx             graph whose single output "loss" is the scalar loss
@@ -140,7 +141,19 @@ def parse_args(argv):
     p.add_argument("--lr-adam", type=float, default=0.001)
     p.add_argument("--opset", type=int, default=17)
     p.add_argument("--seed", type=int, default=0)
+    sizes = p.add_argument_group("transformer sizes (bert, gpt; defaults are the models' own)")
+    for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
+        sizes.add_argument(flag, type=int)
     a = p.parse_args(argv)
+    a.sizes = {k: v for k, v in (("layers", a.layers), ("hidden", a.hidden), ("heads", a.heads),
+                                 ("seq_len", a.seq_len), ("vocab", a.vocab)) if v is not None}
+    if a.sizes and a.model == "mlp":
+        p.error("transformer size flags apply to bert and gpt only")
+    for k, v in a.sizes.items():
+        if v < 1:
+            p.error(f"--{k.replace('_', '-')} must be >= 1, got {v}")
+    if a.hidden is not None and a.hidden % (a.heads or 4) != 0:
+        p.error(f"--hidden {a.hidden} must be divisible by the number of heads ({a.heads or 4})")
     for flag, v in (("--batch-size", a.batch_size), ("--samples", a.samples)):
         if v < 1:
             p.error(f"{flag} must be >= 1, got {v}")
@@ -162,7 +175,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 
-    model = zoo.build(a.model, seed=a.seed)
+    model = zoo.build(a.model, seed=a.seed, **a.sizes)
     names = list(model.input_names)
     data = make_data(a.model, model, a.samples, a.seed)
 

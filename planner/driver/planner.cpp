@@ -76,10 +76,24 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cluster::ClusterSpec &
   const int num_stages = cluster.worldSize();
   const int64_t micro_batch = opts.batch_size / opts.microbatches;
   auto costs = cost::estimateOpCosts(g, cluster.device, micro_batch);
+  // Cut only where it pays: an op computed from weights alone stays glued to
+  // the op after it (its consumer, after sinkParameterOps), so no stage ever
+  // ships a transposed weight to the next. The splitter sees the glued runs.
+  const std::vector<bool> glued = ir::parameterOnlyNodes(g);
   std::vector<double> weights;
-  for (const auto &c : costs) weights.push_back(c.fwd_time_s + c.bwd_time_s);
-  auto bounds = partition::balancedSplit(weights, num_stages);
-  if (!bounds) return Error{"cannot split the model into " + std::to_string(num_stages) + " stages: " + bounds.error().message};
+  std::vector<int> run_start;
+  for (size_t i = 0; i < costs.size(); ++i) {
+    if (i == 0 || !glued[i - 1]) {
+      run_start.push_back(static_cast<int>(i));
+      weights.push_back(0);
+    }
+    weights.back() += costs[i].fwd_time_s + costs[i].bwd_time_s;
+  }
+  auto run_bounds = partition::balancedSplit(weights, num_stages);
+  if (!run_bounds)
+    return Error{"cannot split the model into " + std::to_string(num_stages) + " stages: " + run_bounds.error().message};
+  std::vector<int> bounds;
+  for (int b : *run_bounds) bounds.push_back(b < static_cast<int>(run_start.size()) ? run_start[b] : static_cast<int>(costs.size()));
 
   proto::Plan plan;
   plan.set_format_version(plan::kFormatVersion);
@@ -96,8 +110,8 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cluster::ClusterSpec &
     proto::Stage *st = plan.add_stages();
     st->set_id(s);
     st->add_ranks(s);
-    st->set_op_begin((*bounds)[s]);
-    st->set_op_end((*bounds)[s + 1]);
+    st->set_op_begin(bounds[s]);
+    st->set_op_end(bounds[s + 1]);
     estimateStage(g, costs, st->op_begin(), st->op_end(), opts, cluster, micro_batch, st->mutable_estimates());
     double t = st->estimates().fwd_time_s() + st->estimates().bwd_time_s();
     bottleneck = std::max(bottleneck, t);
@@ -118,6 +132,7 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   if (!graph) return graph.error();
   auto sha = fileSha256(opts.model);
   if (!sha) return sha.error();
+  ir::sinkParameterOps(*graph);
   log << "rannc-plan: " << opts.model << ": " << graph->nodes.size() << " ops, " << graph->parameters.size()
       << " parameters, opset " << graph->opset << "\n";
   auto plan = planGraph(*graph, *cluster, opts, *sha);

@@ -216,3 +216,72 @@ void Graph::print(std::ostream &os) const {
 }
 
 } // namespace rannc::ir
+
+namespace rannc::ir {
+
+std::vector<bool> parameterOnlyNodes(const Graph &g) {
+  const auto n = static_cast<NodeId>(g.nodes.size());
+  std::vector<bool> param_side(n, false);
+  for (NodeId i = 0; i < n; ++i) {
+    bool only_weights = true;
+    for (ValueId in : g.nodes[i].inputs) {
+      if (in == kNoValue) continue;
+      const Value &v = g.values[in];
+      bool weight = v.kind == ValueKind::Parameter || v.kind == ValueKind::Constant ||
+                    (v.kind == ValueKind::Intermediate && param_side[v.producer]);
+      only_weights = only_weights && weight;
+    }
+    param_side[i] = only_weights;
+  }
+  return param_side;
+}
+
+void sinkParameterOps(Graph &g) {
+  const auto n = static_cast<NodeId>(g.nodes.size());
+  const std::vector<bool> param_side = parameterOnlyNodes(g);
+  std::vector<NodeId> order;
+  std::vector<bool> emitted(n, false);
+  // Emits the not yet emitted parameter-side producers of node i, inputs first.
+  std::vector<std::pair<NodeId, size_t>> stack;
+  auto emitProducers = [&](NodeId root) {
+    stack.push_back({root, 0});
+    while (!stack.empty()) {
+      auto &[node, next] = stack.back();
+      const auto &inputs = g.nodes[node].inputs;
+      if (next < inputs.size()) {
+        ValueId in = inputs[next++];
+        if (in != kNoValue && g.values[in].kind == ValueKind::Intermediate) {
+          NodeId p = g.values[in].producer;
+          if (param_side[p] && !emitted[p]) {
+            emitted[p] = true; // claimed now, placed after its own producers
+            stack.push_back({p, 0});
+          }
+        }
+        continue;
+      }
+      if (node != root) order.push_back(node);
+      stack.pop_back();
+    }
+  };
+  for (NodeId i = 0; i < n; ++i) {
+    if (param_side[i]) continue;
+    emitProducers(i);
+    order.push_back(i);
+    emitted[i] = true;
+  }
+  for (NodeId i = 0; i < n; ++i) // parameter-side ops nobody reads
+    if (!emitted[i]) {
+      emitProducers(i);
+      order.push_back(i);
+      emitted[i] = true;
+    }
+  std::vector<Node> nodes;
+  nodes.reserve(n);
+  for (NodeId i : order) nodes.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(nodes);
+  for (NodeId i = 0; i < n; ++i)
+    for (ValueId out : g.nodes[i].outputs)
+      if (out != kNoValue) g.values[out].producer = i;
+}
+
+} // namespace rannc::ir

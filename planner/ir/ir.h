@@ -134,3 +134,19 @@ private:
 };
 
 } // namespace rannc::ir
+
+namespace rannc::ir {
+
+/// For each node: true when it reads only parameters, constants and the
+/// outputs of other such nodes (a weight's Transpose, a Constant).
+std::vector<bool> parameterOnlyNodes(const Graph &g);
+
+/// Reorders nodes (keeping a topological order) so that every op computed
+/// from parameters and constants alone — a weight's Transpose, a Constant —
+/// comes right before its first consumer. Exporters tend to emit such ops
+/// early; left there, a contiguous stage split would put a weight's
+/// transpose in one stage and its MatMul in the next, shipping the weight and
+/// its gradient between stages every micro-batch.
+void sinkParameterOps(Graph &g);
+
+} // namespace rannc::ir

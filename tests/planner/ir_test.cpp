@@ -76,5 +76,29 @@ TEST(Graph, PrintIsReadableAndDeterministic) {
                       "loss %loss\n");
 }
 
+TEST(Graph, SinkParameterOpsMovesWeightOpsToTheirConsumer) {
+  // wt = Transpose(w) is exported first but only the second MatMul reads it.
+  Graph g;
+  ValueId x = g.addValue({"x", DType::F32, {Dim::batch(), Dim::fixed(2)}, true, ValueKind::Input});
+  ValueId w = g.addValue({"w", DType::F32, {Dim::fixed(2), Dim::fixed(2)}, true, ValueKind::Parameter});
+  g.inputs = {x};
+  g.parameters = {w};
+  ValueId wt = g.addValue({"wt", DType::F32, {}, false});
+  ValueId h = g.addValue({"h", DType::F32, {}, false});
+  ValueId y = g.addValue({"y", DType::F32, {}, false});
+  ValueId l = g.addValue({"loss", DType::F32, {}, false});
+  g.addNode({"t", "Transpose", "", {w}, {wt}, {}});
+  g.addNode({"relu", "Relu", "", {x}, {h}, {}});
+  g.addNode({"mm", "MatMul", "", {h, wt}, {y}, {}});
+  g.addNode({"mean", "ReduceMean", "", {y}, {l}, {}});
+  g.loss = l;
+  sinkParameterOps(g);
+  std::vector<std::string> names;
+  for (const Node &n : g.nodes) names.push_back(n.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"relu", "t", "mm", "mean"}));
+  EXPECT_EQ(g.values[wt].producer, 1);
+  EXPECT_EQ(g.verify(), "");
+}
+
 } // namespace
 } // namespace rannc::ir
