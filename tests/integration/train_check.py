@@ -57,6 +57,14 @@ def check_training(args):
         worst = max(worst, rel)
         print(f"step {rec['step']}: rannc {rec['loss']:.7f}  pytorch {want:.7f}  rel {rel:.2e}")
     print(f"max relative loss difference {worst:.3e} (tolerance {REL_TOL})")
+    if args.summary:
+        times = sorted(r["step_time_s"] for r in steps[1:]) or [steps[0]["step_time_s"]]
+        with open(args.summary, "w") as f:
+            json.dump({"model": args.model, "ranks": args.ranks, "optimizer": args.optimizer,
+                       "microbatches": args.microbatches, "batch_size": ref["batch_size"],
+                       "median_step_time_s": times[len(times) // 2],
+                       "peak_memory_bytes": max(r["peak_memory_bytes"] for r in steps),
+                       "max_rel_loss_diff": worst}, f)
     if worst > REL_TOL:
         sys.exit("losses differ from PyTorch's")
 
@@ -115,6 +123,7 @@ def main():
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     ap.add_argument("--microbatches", type=int, default=1)
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
+    ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
     args = ap.parse_args()
     if args.errors:
         check_errors(args)
