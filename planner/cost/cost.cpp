@@ -51,7 +51,7 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
     if (n.op_type == "MatMul" || n.op_type == "Gemm") {
       bool trans_a = false;
       if (auto it = n.attrs.find("transA"); it != n.attrs.end())
-        trans_a = std::get<int64_t>(it->second) != 0;
+        if (const auto *v = std::get_if<int64_t>(&it->second)) trans_a = *v != 0;
       // Each output element is a K-long dot product: 2K FLOPs; backward computes
       // the two input gradients, each as costly as the forward.
       c.fwd_flops = 2.0 * double(out_numel) * double(contractedDim(g, n, micro_batch, trans_a));

@@ -100,6 +100,17 @@ def check_errors(args):
     p = run(mpirun(args, 2) + [args.exec_tool, plan_path] + data, timeout=120)
     expect_failure(p, "the model file changed since planning", "model changed since planning")
 
+    # A data file whose per-sample shape does not fit its graph input.
+    import numpy as np
+    bad_data = os.path.join(work, "bad_data")
+    shutil.copytree(os.path.join(model_dir, "data"), bad_data, dirs_exist_ok=True)
+    labels = np.load(os.path.join(bad_data, "labels.npy"))
+    np.save(os.path.join(bad_data, "labels.npy"), labels[:, :-1])
+    p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", "2", "--batch-size", "8",
+             "-o", plan_path])
+    p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--data", bad_data, "--steps", "1"], timeout=120)
+    expect_failure(p, "labels.npy: dimension 1 is 15, graph input 'labels' [B,16] needs 16", "mis-shaped .npy file")
+
     truncated = os.path.join(work, "truncated.onnx")
     with open(os.path.join(model_dir, "model.onnx"), "rb") as f:
         blob = f.read()
