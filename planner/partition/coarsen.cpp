@@ -1,0 +1,113 @@
+#include "planner/partition/coarsen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace rannc::partition {
+
+Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
+  const int n = units.numBlocks();
+  if (opts.max_blocks < 1) return Error{"coarsen: at most " + std::to_string(opts.max_blocks) + " blocks asked"};
+  if (!(opts.imbalance >= 1)) return Error{"coarsen: imbalance must be >= 1"};
+  if (!(opts.samples > 0)) return Error{"coarsen: samples must be positive"};
+  // Validate with the forbidden cuts (infinite bytes) blanked out.
+  Problem check = units;
+  std::vector<bool> allowed(n + 1, true);
+  for (int i = 1; i < n && i < static_cast<int>(check.cut_bytes_per_sample.size()); ++i)
+    if (std::isinf(check.cut_bytes_per_sample[i]) && check.cut_bytes_per_sample[i] > 0) {
+      allowed[i] = false;
+      check.cut_bytes_per_sample[i] = 0;
+    }
+  if (Status st = validate(check); !st) return Error{"coarsen: " + st.message()};
+
+  // Unit costs: share of time plus share of parameters.
+  double total_time = 0, total_params = 0;
+  for (const Block &u : units.blocks) {
+    total_time += u.fwd.at(opts.samples) + u.bwd.at(opts.samples);
+    total_params += u.param_bytes;
+  }
+  std::vector<double> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) {
+    const Block &u = units.blocks[i];
+    double cost = 0;
+    if (total_time > 0) cost += (u.fwd.at(opts.samples) + u.bwd.at(opts.samples)) / total_time;
+    if (total_params > 0) cost += u.param_bytes / total_params;
+    prefix[i + 1] = prefix[i] + cost;
+  }
+  std::vector<int> positions; // allowed cut positions, 0 and n included
+  for (int i = 0; i <= n; ++i)
+    if (allowed[i]) positions.push_back(i);
+  const int pieces = static_cast<int>(positions.size()) - 1;
+  const int K = std::min(opts.max_blocks, pieces);
+  double largest_piece = 0, max_cut = 0;
+  for (int j = 0; j + 1 < static_cast<int>(positions.size()); ++j)
+    largest_piece = std::max(largest_piece, prefix[positions[j + 1]] - prefix[positions[j]]);
+  for (int j = 1; j + 1 < static_cast<int>(positions.size()); ++j)
+    max_cut = std::max(max_cut, units.cut_bytes_per_sample[positions[j]]);
+  const double avg = prefix[n] / K;
+
+  // best[j][q]: the smallest objective splitting units [0, positions[q]) into j blocks.
+  const int P = static_cast<int>(positions.size());
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<int> chosen;
+  for (double cap = std::max(opts.imbalance * avg, largest_piece);; cap *= 2) {
+    std::vector<std::vector<double>> best(K + 1, std::vector<double>(P, inf));
+    std::vector<std::vector<int>> from(K + 1, std::vector<int>(P, -1));
+    best[0][0] = 0;
+    for (int j = 1; j <= K; ++j)
+      for (int q = j; q < P; ++q) {
+        const double cut_term = q + 1 < P && max_cut > 0 ? units.cut_bytes_per_sample[positions[q]] / max_cut : 0;
+        for (int h = q - 1; h >= j - 1; --h) {
+          const double cost = prefix[positions[q]] - prefix[positions[h]];
+          if (cost > cap * (1 + 1e-12)) break; // earlier starts only cost more
+          if (best[j - 1][h] == inf) continue;
+          const double dev = avg > 0 ? cost / avg - 1 : 0;
+          const double v = best[j - 1][h] + dev * dev + cut_term;
+          if (v < best[j][q]) best[j][q] = v, from[j][q] = h;
+        }
+      }
+    if (best[K][P - 1] == inf) continue;
+    for (int j = K, q = P - 1; j > 0; --j) {
+      chosen.push_back(positions[q]);
+      q = from[j][q];
+    }
+    chosen.push_back(0);
+    std::reverse(chosen.begin(), chosen.end());
+    break;
+  }
+
+  Coarsening out;
+  out.unit_begin = chosen;
+  out.problem = units;
+  out.problem.blocks.clear();
+  out.problem.cut_bytes_per_sample.clear();
+  for (int b = 0; b < K; ++b) {
+    Block blk;
+    for (int i = chosen[b]; i < chosen[b + 1]; ++i) {
+      const Block &u = units.blocks[i];
+      blk.fwd.fixed_s += u.fwd.fixed_s;
+      blk.fwd.per_sample_s += u.fwd.per_sample_s;
+      blk.bwd.fixed_s += u.bwd.fixed_s;
+      blk.bwd.per_sample_s += u.bwd.per_sample_s;
+      blk.param_bytes += u.param_bytes;
+      blk.activation_bytes_per_sample += u.activation_bytes_per_sample;
+      blk.working_bytes_per_sample = std::max(blk.working_bytes_per_sample, u.working_bytes_per_sample);
+    }
+    out.problem.blocks.push_back(blk);
+    out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[chosen[b]]);
+  }
+  out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[n]);
+  return out;
+}
+
+Solution expandToUnits(const Coarsening &c, const Solution &blocks) {
+  Solution out = blocks;
+  for (Stage &s : out.stages) {
+    s.block_begin = c.unit_begin[s.block_begin];
+    s.block_end = c.unit_begin[s.block_end];
+  }
+  return out;
+}
+
+} // namespace rannc::partition

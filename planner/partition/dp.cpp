@@ -1,0 +1,480 @@
+// The exact stage DP. See Note [exact stage DP] below and docs/partitioner.md.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "planner/partition/evaluate.h"
+#include "planner/partition/solve.h"
+#include "planner/partition/solver_common.h"
+
+namespace rannc::partition {
+namespace {
+
+// Note [exact stage DP]
+// For one micro-batch count M and schedule, the step time of a plan is
+//   T = V + Psi,  V = A + w . C
+//     A   = sum_s (F_s + G_s)                        (additive over stages)
+//     C   = 1F1B: (max (F+G)),        w = (M-1)
+//           GPipe: (max F, max G),    w = (M-1, M-1)
+//     Psi = max_s AR_s                               (all-reduce after the drain)
+// (Note [partition cost model]). Every per-stage number depends only on the
+// stage's own blocks, replicas, recomputation, first rank (link placement)
+// and number of stages after it (1F1B memory), so the state
+//   (k = stages still to place, a = blocks placed, d = devices used)
+// holds everything a later stage needs. Because V mixes a sum with maxima it
+// is not a shortest path; each state keeps the Pareto front of its partial
+// plans over (A, C). A partial plan dominated in every coordinate can be
+// swapped for its dominator in any completion without increasing V (V is
+// monotone in A and every C), so the fronts lose nothing.
+//
+// Psi is handled by thresholds instead, because keeping it on the fronts
+// multiplies their size (replica counts trade all-reduce time against compute
+// everywhere): run the DP with every stage's AR < tau, starting at tau = inf;
+// take the plan X with the least V (ties: least Psi); every plan with Psi in
+// [Psi_X, tau) has V >= V_X and so T >= V_X + Psi_X; record X and continue
+// with tau = Psi_X. Plans are only dropped when they cannot beat the best T
+// found (below), so the loop is exact over the search space (contiguous
+// ranges, replica counts from replicaCandidates, recomputation per stage,
+// every stage count and micro-batch count) and stops when no plan is left.
+//
+// Exact reductions that keep it fast:
+// - A backward pass computes, per state, lower bounds on what any completion
+//   adds: LB_A (min sum), LB_C (min of each maximum), LB_Psi. A partial
+//   plan's maxima are clamped up to LB_C of its state (the final maximum is at
+//   least that anyway), merging plans that differ only below the unavoidable
+//   bottleneck; a partial plan with A + LB_A + w . max(C, LB_C) + LB_Psi >= the
+//   best T found is dropped (every plan it stands for is at least as bad).
+// - Recomputation is tried for a stage only when the stage does not fit
+//   without it (it only adds time), and GPipe only when pinned: for the same
+//   stages and M, 1F1B's closed form is never slower (max(F+G) <= max F +
+//   max G) and it keeps no more micro-batches in flight.
+// - The best baseline plan (inside the search space up to recomputation it
+//   does not need, which only makes it slower) seeds the best T; micro-batch
+//   counts are visited in order of their lower bound and skipped whole when
+//   that bound cannot beat the best T.
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// About 60 bytes a state (bounds and an empty front): 2^25 states ~ 2 GB.
+constexpr int64_t kMaxStates = int64_t{1} << 25;
+
+struct Point {
+  double a;
+  double c[2];
+  double psi; // the partial plan's largest all-reduce (not a front coordinate)
+  int32_t prev_state;
+  int32_t prev_point;
+  bool recompute;
+};
+
+/// Per-stage numbers of one candidate stage (placement included).
+struct StageVals {
+  double a;    // F + G
+  double c[2]; // the maxima's arguments, see Note [exact stage DP]
+  double ar;
+  bool recompute;
+};
+
+class MicrobatchDP {
+public:
+  MicrobatchDP(const Problem &p, int microbatches, Schedule schedule, const std::vector<int> &stage_counts)
+      : p_(p), n_(p.numBlocks()), D_(p.devices.count), M_(microbatches), sched_(schedule),
+        R_(replicaCandidates(p, microbatches)), cap_(p.devices.capacity()) {
+    nc_ = sched_ == Schedule::GPipe ? 2 : 1;
+    w_[0] = w_[1] = M_ - 1;
+    if (p.constraints.replicas.size() > 1) per_stage_ = &p.constraints.replicas;
+    // Note [stage count classes]: k counts the stages still to place only as
+    // far as a stage's cost depends on it. 1F1B keeps min(M, k) micro-batches
+    // in flight, GPipe M, so unless the stage count is pinned the states with
+    // k >= M (1F1B) or k >= 1 (GPipe) behave alike and share one open class
+    // "at least kmax_ left", which may stay in itself; pinned counts stay exact.
+    int smax = 0;
+    for (int s : stage_counts) smax = std::max(smax, s);
+    const bool exact = per_stage_ || p.constraints.stages > 0;
+    kmax_ = exact ? smax : std::min(smax, sched_ == Schedule::GPipe ? 1 : M_);
+    top_open_ = kmax_ < smax;
+    source_.assign(kmax_ + 1, false);
+    for (int s : stage_counts) source_[std::min(s, kmax_)] = true;
+    per_microbatch_ = (p.batch_size + M_ - 1) / M_;
+    for (int r : R_) samples_.push_back(static_cast<double>(replicaSamples(p.batch_size, M_, r)));
+
+    f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = act_ = f0_;
+    for (int i = 0; i < n_; ++i) {
+      const Block &b = p.blocks[i];
+      f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
+      f1_[i + 1] = f1_[i] + b.fwd.per_sample_s;
+      g0_[i + 1] = g0_[i] + b.bwd.fixed_s;
+      g1_[i + 1] = g1_[i] + b.bwd.per_sample_s;
+      params_[i + 1] = params_[i] + b.param_bytes;
+      act_[i + 1] = act_[i] + b.activation_bytes_per_sample;
+    }
+    // Sparse table for the largest working bytes of any block range.
+    work_.push_back({});
+    for (const Block &b : p.blocks) work_[0].push_back(b.working_bytes_per_sample);
+    for (int len = 2; len <= n_; len *= 2) {
+      const std::vector<double> &prev = work_.back();
+      std::vector<double> next(n_ - len + 1);
+      for (int i = 0; i + len <= n_; ++i) next[i] = std::max(prev[i], prev[i + len / 2]);
+      work_.push_back(std::move(next));
+    }
+    num_states_ = static_cast<int64_t>(kmax_ + 1) * (n_ + 1) * (D_ + 1);
+  }
+
+  /// States of the DP (each holds bounds and a front).
+  int64_t numStates() const { return num_states_; }
+
+  /// Only stages whose all-reduce takes less than `tau` are allowed from now on.
+  void setAllReduceLimit(double tau) { ar_limit_ = tau; }
+
+  /// Backward pass: lower bounds for every state; returns the bound on T.
+  double lowerBound() {
+    lb_a_.assign(num_states_, kInf);
+    lb_psi_.assign(num_states_, kInf);
+    for (int i = 0; i < nc_; ++i) lb_c_[i].assign(num_states_, kInf);
+    for (int d = 0; d <= D_; ++d) {
+      const int64_t t = sid(0, n_, d);
+      lb_a_[t] = lb_psi_[t] = 0;
+      for (int i = 0; i < nc_; ++i) lb_c_[i][t] = 0;
+    }
+    // Same transitions as forEachStage, looped so that the innermost loop runs
+    // over devices used: source and target states are then contiguous, and a
+    // stage's numbers depend on d only through three same-node tests, so
+    // they are computed once per combination.
+    for (int a = n_ - 1; a >= 0; --a)
+      for (int e = a + 1; e <= n_; ++e) {
+        if (!paramsFit(a, e)) break;
+        for (size_t ri = 0; ri < R_.size(); ++ri) {
+          const int r = R_[ri];
+          if (r > per_microbatch_) break;
+          StageVals cache[2][8];
+          bool cached[2][8] = {};
+          for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
+            if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
+            const int rec = recomputeChoice(a, e, ri, inflightFor(k));
+            if (rec < 0) continue;
+            int next[2];
+            const int num_next = nextClasses(k, e, next);
+            for (int j = 0; j < num_next; ++j) {
+              const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, r);
+              for (int d = 0; d + r <= D_ - (k - 1); ++d) {
+                const int64_t s = s0 + d, t = t0 + d;
+                if (lb_a_[t] == kInf) continue;
+                const int flags = placement(a, e, r, d);
+                if (!cached[rec][flags]) cache[rec][flags] = values(a, e, ri, rec, flags), cached[rec][flags] = true;
+                const StageVals &v = cache[rec][flags];
+                if (!(v.ar < ar_limit_)) continue;
+                lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
+                lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
+                for (int i = 0; i < nc_; ++i) lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
+              }
+            }
+          }
+        }
+      }
+    double best = kInf;
+    for (int k = 1; k <= kmax_; ++k)
+      if (source_[k]) best = std::min(best, boundAt(sid(k, 0, 0), 0, nullptr));
+    return best;
+  }
+
+  /// Forward pass (after lowerBound). Every complete plan it meets that beats
+  /// `incumbent` lowers it and is stored in `best`. Returns the largest
+  /// all-reduce of the plan with the least V (ties: least all-reduce), the
+  /// next threshold; or -1 when no plan is left under the current one.
+  double solve(double &incumbent, Solution &best, SolveStats &stats) {
+    fronts_.assign(num_states_, {});
+    for (int k = 1; k <= kmax_; ++k) {
+      const int64_t s = sid(k, 0, 0);
+      if (!source_[k] || lb_a_[s] == kInf) continue;
+      Point root{0, {0, 0}, 0, -1, -1, false};
+      for (int i = 0; i < nc_; ++i) root.c[i] = lb_c_[i][s];
+      fronts_[s].push_back(root);
+    }
+    for (int a = 0; a < n_; ++a)
+      for (int k = 1; k <= std::min(kmax_, n_ - a); ++k)
+        for (int d = 0; d + k <= D_; ++d) {
+          const int64_t s = sid(k, a, d);
+          if (fronts_[s].empty()) continue;
+          ++stats.states;
+          forEachStage(k, a, d, [&](int64_t t, const StageVals &v) {
+            ++stats.transitions;
+            const std::vector<Point> &from = fronts_[s];
+            for (size_t pi = 0; pi < from.size(); ++pi) {
+              const Point &pt = from[pi];
+              Point q{pt.a + v.a, {0, 0}, std::max(pt.psi, v.ar), static_cast<int32_t>(s), static_cast<int32_t>(pi),
+                      v.recompute};
+              for (int i = 0; i < nc_; ++i) q.c[i] = std::max(std::max(pt.c[i], v.c[i]), lb_c_[i][t]);
+              if (boundAt(t, q.a, q.c) >= incumbent) continue;
+              if (insert(fronts_[t], q)) ++stats.points;
+            }
+          });
+        }
+    // Complete plans sit in the sink states (no stage left, all blocks placed).
+    int64_t least_v_state = -1, best_state = -1;
+    int best_point = -1;
+    double least_v = kInf, least_v_psi = kInf;
+    for (int d = 0; d <= D_; ++d) {
+      const int64_t t = sid(0, n_, d);
+      for (size_t pi = 0; pi < fronts_[t].size(); ++pi) {
+        const Point &q = fronts_[t][pi];
+        const double v = valueOf(q);
+        if (v < least_v || (v == least_v && q.psi < least_v_psi))
+          least_v = v, least_v_psi = q.psi, least_v_state = t;
+        if (v + q.psi < incumbent) incumbent = v + q.psi, best_state = t, best_point = static_cast<int>(pi);
+      }
+    }
+    if (best_state >= 0) best = reconstruct(best_state, best_point);
+    return least_v_state >= 0 ? least_v_psi : -1;
+  }
+
+private:
+  int64_t sid(int k, int a, int d) const { return (static_cast<int64_t>(k) * (n_ + 1) + a) * (D_ + 1) + d; }
+  int aOf(int64_t s) const { return static_cast<int>((s / (D_ + 1)) % (n_ + 1)); }
+  int dOf(int64_t s) const { return static_cast<int>(s % (D_ + 1)); }
+  int node(int rank) const { return rank / p_.devices.per_node; }
+  const Link &link(bool intra) const { return intra ? p_.devices.intra_node : p_.devices.inter_node; }
+
+  double valueOf(const Point &q) const {
+    double v = q.a;
+    for (int i = 0; i < nc_; ++i) v += w_[i] * q.c[i];
+    return v;
+  }
+
+  /// Lower bound on T for a partial plan (A, C) at state t (C == nullptr: none yet).
+  double boundAt(int64_t t, double a, const double *c) const {
+    double bound = a + lb_a_[t] + lb_psi_[t];
+    for (int i = 0; i < nc_; ++i) bound += w_[i] * std::max(c ? c[i] : 0.0, lb_c_[i][t]);
+    return bound;
+  }
+
+  Solution reconstruct(int64_t t, int64_t pi) const {
+    Solution sol;
+    sol.microbatches = M_;
+    sol.schedule = sched_;
+    while (fronts_[t][pi].prev_state >= 0) {
+      const Point &q = fronts_[t][pi];
+      const int64_t s = q.prev_state;
+      sol.stages.push_back(Stage{aOf(s), aOf(t), dOf(t) - dOf(s), q.recompute});
+      pi = q.prev_point;
+      t = s;
+    }
+    std::reverse(sol.stages.begin(), sol.stages.end());
+    return sol;
+  }
+
+  /// The classes a state of class k moves to after placing a stage ending at
+  /// block e (Note [stage count classes]); returns how many.
+  int nextClasses(int k, int e, int next[2]) const {
+    next[0] = k - 1;
+    if (k == kmax_ && top_open_ && e < n_) {
+      next[1] = k;
+      return 2;
+    }
+    return 1;
+  }
+
+  /// The largest working_bytes_per_sample of blocks [a, e).
+  double maxWork(int a, int e) const {
+    int level = 0;
+    while ((2 << level) <= e - a) ++level;
+    return std::max(work_[level][a], work_[level][e - (1 << level)]);
+  }
+
+  int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
+
+  /// Parameters, gradients and optimizer state of blocks [a, e) fit at all
+  /// (false for every longer range too).
+  bool paramsFit(int a, int e) const {
+    const double params = params_[e] - params_[a];
+    return params + params + p_.optimizer_bytes_per_param_byte * params <= cap_;
+  }
+
+  /// 0: blocks [a, e) on R_[ri] replicas fit with `inflight` micro-batches in
+  /// flight; 1: only when recomputing (and that is allowed); -1: not at all.
+  /// The same sum, in the same order, as evaluateStage's memory.total().
+  int recomputeChoice(int a, int e, size_t ri, int inflight) const {
+    const double params = params_[e] - params_[a];
+    const double cut_in = p_.cut_bytes_per_sample[a], cut_out = p_.cut_bytes_per_sample[e];
+    const double act = act_[e] - act_[a], b = samples_[ri], k = inflight;
+    const double fixed_mem = params + params + p_.optimizer_bytes_per_param_byte * params;
+    const double working = b * maxWork(a, e), buffers = 2 * b * (cut_in + cut_out);
+    if (fixed_mem + k * b * (cut_in + act) + working + buffers <= cap_) return 0;
+    if (p_.allow_recompute && fixed_mem + (k * b * cut_in + b * act) + working + buffers <= cap_) return 1;
+    return -1;
+  }
+
+  /// Which links a stage [a, e) on ranks d .. d+r-1 uses: bit 0 its inputs
+  /// arrive inside a node, bit 1 its output gradients do, bit 2 its all-reduce
+  /// stays inside a node (Note [partition cost model]).
+  int placement(int a, int e, int r, int d) const {
+    int flags = 0;
+    if (a > 0 && node(d - 1) == node(d + r - 1)) flags |= 1;
+    if (e < n_ && node(d) == node(d + r)) flags |= 2;
+    if (node(d) == node(d + r - 1)) flags |= 4;
+    return flags;
+  }
+
+  /// The stage's numbers (see StageVals) for a placement from placement().
+  StageVals values(int a, int e, size_t ri, int rec, int flags) const {
+    const int r = R_[ri];
+    const double b = samples_[ri], params = params_[e] - params_[a];
+    const double fwd = (f0_[e] - f0_[a]) + (f1_[e] - f1_[a]) * b, bwd = (g0_[e] - g0_[a]) + (g1_[e] - g1_[a]) * b;
+    double recv_act = 0, recv_grad = 0, ar = 0;
+    if (a > 0) {
+      const Link &l = link(flags & 1);
+      recv_act = l.latency_s + p_.cut_bytes_per_sample[a] * b / l.bandwidth;
+    }
+    if (e < n_) {
+      const Link &l = link(flags & 2);
+      recv_grad = l.latency_s + p_.cut_bytes_per_sample[e] * b / l.bandwidth;
+    }
+    if (r > 1) {
+      const Link &l = link(flags & 4);
+      ar = 2.0 * (r - 1) / r * params / l.bandwidth + 2.0 * (r - 1) * l.latency_s;
+    }
+    const double f = recv_act + fwd, g = recv_grad + (rec ? fwd : 0) + bwd;
+    StageVals v{f + g, {0, 0}, ar, rec == 1};
+    if (sched_ == Schedule::GPipe) {
+      v.c[0] = f, v.c[1] = g;
+    } else {
+      v.c[0] = f + g;
+    }
+    return v;
+  }
+
+  /// Calls fn(target state, stage numbers) for every stage that can follow state (k, a, d).
+  template <typename Fn> void forEachStage(int k, int a, int d, Fn &&fn) const {
+    const int inflight = inflightFor(k);
+    const int stage_index = per_stage_ ? static_cast<int>(per_stage_->size()) - k : -1;
+    for (int e = a + 1; e <= n_ - (k - 1); ++e) {
+      if (!paramsFit(a, e)) break; // more blocks only add parameters
+      for (size_t ri = 0; ri < R_.size(); ++ri) {
+        const int r = R_[ri];
+        if (d + r > D_ - (k - 1)) break; // the later stages need a device each
+        if (r > per_microbatch_) break;  // a replica without samples (only pinned counts get here)
+        if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
+        const int rec = recomputeChoice(a, e, ri, inflight);
+        if (rec < 0) continue;
+        const StageVals v = values(a, e, ri, rec, placement(a, e, r, d));
+        if (!(v.ar < ar_limit_)) continue;
+        int next[2];
+        const int num_next = nextClasses(k, e, next);
+        for (int j = 0; j < num_next; ++j) {
+          const int64_t t = sid(next[j], e, d + r);
+          if (lb_a_[t] != kInf) fn(t, v);
+        }
+      }
+    }
+  }
+
+  /// Adds q to a Pareto front over (A, C) unless a kept point is at least as
+  /// good everywhere (on a tie in all of them, the smaller all-reduce stays).
+  bool insert(std::vector<Point> &front, const Point &q) const {
+    auto covers = [&](const Point &x, const Point &y) { // x at least as good as y
+      bool le = x.a <= y.a, eq = x.a == y.a;
+      for (int i = 0; i < nc_ && le; ++i) le = x.c[i] <= y.c[i], eq = eq && x.c[i] == y.c[i];
+      return le && (!eq || x.psi <= y.psi);
+    };
+    for (const Point &o : front)
+      if (covers(o, q)) return false;
+    front.erase(std::remove_if(front.begin(), front.end(), [&](const Point &o) { return covers(q, o); }),
+                front.end());
+    front.push_back(q);
+    return true;
+  }
+
+  const Problem &p_;
+  const int n_, D_, M_;
+  const Schedule sched_;
+  const std::vector<int> R_;
+  const double cap_;
+  int nc_ = 1;
+  double w_[2] = {0, 0};
+  double ar_limit_ = kInf;
+  int kmax_ = 0;         // stage-count classes 1..kmax_ (Note [stage count classes])
+  bool top_open_ = false; // class kmax_ means "at least kmax_ stages left"
+  std::vector<bool> source_;
+  const std::vector<int> *per_stage_ = nullptr;
+  int64_t per_microbatch_ = 0;
+  std::vector<double> samples_;
+  std::vector<double> f0_, f1_, g0_, g1_, params_, act_;
+  std::vector<std::vector<double>> work_; // work_[j][i] = max over blocks [i, i + 2^j)
+  int64_t num_states_ = 0;
+  std::vector<double> lb_a_, lb_psi_, lb_c_[2];
+  std::vector<std::vector<Point>> fronts_;
+};
+
+} // namespace
+
+Expected<SolveResult> solveDP(const Problem &p) {
+  const auto start = std::chrono::steady_clock::now();
+  if (Status st = validate(p); !st) return Error{st.message()};
+  const std::vector<int> stage_counts = detail::stageCountsToSearch(p);
+  // With the schedule searched only 1F1B can win (Note [exact stage DP]).
+  const Schedule schedule = p.constraints.schedule.value_or(Schedule::OneFOneB);
+
+  SolveResult result;
+  SolveStats &stats = result.stats;
+  // Seed: the best baseline, a little above its step time so that the DP still
+  // produces a plan of its own (one at least as good lies in its space).
+  double incumbent = kInf;
+  std::optional<SolveResult> seed;
+  for (Strategy s : {Strategy::Uniform, Strategy::Parameters, Strategy::Time})
+    if (auto base = solveBaseline(p, s); base.ok() && base->solution.schedule == schedule)
+      if (!seed || base->step_time_s < seed->step_time_s) seed = *base;
+  if (seed) incumbent = seed->step_time_s * (1 + 1e-9);
+
+  struct Candidate {
+    double bound;
+    int microbatches;
+  };
+  std::vector<Candidate> order;
+  auto timed = [&](MicrobatchDP &dp) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double bound = dp.lowerBound();
+    stats.bound_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return bound;
+  };
+  for (int m : microbatchCandidates(p)) {
+    MicrobatchDP dp(p, m, schedule, stage_counts);
+    if (dp.numStates() > kMaxStates)
+      return Error{"the stage DP would need " + std::to_string(dp.numStates()) + " states for " +
+                   std::to_string(p.numBlocks()) + " blocks on " + std::to_string(p.devices.count) +
+                   " devices; coarsen the problem to fewer blocks first (coarsen())"};
+    order.push_back({timed(dp), m});
+  }
+  stats.microbatch_counts = static_cast<int>(order.size());
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Candidate &x, const Candidate &y) { return x.bound < y.bound; });
+  bool found = false;
+  for (const Candidate &c : order) {
+    if (!(c.bound < incumbent)) {
+      ++stats.microbatch_counts_pruned;
+      continue;
+    }
+    MicrobatchDP dp(p, c.microbatches, schedule, stage_counts);
+    for (double tau = kInf; tau > 0;) {
+      dp.setAllReduceLimit(tau);
+      if (!(timed(dp) < incumbent)) break;
+      const double before = incumbent;
+      tau = dp.solve(incumbent, result.solution, stats);
+      found = found || incumbent < before;
+      ++stats.allreduce_thresholds;
+    }
+  }
+  if (!found && seed) {
+    // Unreachable while the baselines stay inside the search space; a valid
+    // plan is still the better answer than none.
+    result.solution = seed->solution;
+    incumbent = seed->step_time_s;
+    found = true;
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!found) return detail::noFeasiblePlan(p);
+  result.step_time_s = incumbent;
+  return result;
+}
+
+} // namespace rannc::partition

@@ -1,0 +1,217 @@
+#include "planner/partition/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+namespace rannc::partition {
+
+// Note [partition cost model]
+// One device of stage s (blocks [a, e), r replicas, first rank o, M
+// micro-batches) processes b = ceil(B / (M r)) samples per micro-batch.
+//
+// Time per micro-batch:
+//   fwd = sum fwd_i(b); bwd = sum bwd_i(b); recompute adds one more fwd.
+//   Receiving is charged to the receiver, which blocks on it (rendezvous: a
+//   large message moves only once the receive is posted; sends are
+//   non-blocking and cost the sender nothing):
+//     recv_act  = lat + cut[a] * b / bw   (s > 0)  over the link between ranks o-1 .. o+r-1
+//     recv_grad = lat + cut[e] * b / bw   (s < S-1) over the link between ranks o .. o+r
+//   a link being intra-node when all those ranks sit in one node. Each device
+//   moves its own share at the full per-device bandwidth (a sender feeding
+//   several receivers is assumed not to be the bottleneck).
+//   Forward slot F_s = recv_act + fwd; backward slot G_s = recv_grad + recompute + bwd.
+//
+// Step time (M micro-batches):
+//   GPipe: every device runs all forwards, then all backwards. Each phase is a
+//     flow shop of identical jobs, whose makespan is exactly
+//     sum(slot) + (M-1) * max(slot):
+//       T = sum F + (M-1) max F + sum G + (M-1) max G.
+//   1F1B: the classic closed form  T = sum (F+G) + (M-1) max (F+G).
+//     It never exceeds the GPipe form, so with the schedule searched 1F1B
+//     always wins (it also holds fewer activations). An event-by-event replay
+//     (simulate.h) gives exactly the GPipe form, and for 1F1B the same value
+//     when stages are uniform or M = 1; otherwise the replay is usually a little
+//     faster, because strict alternation overlaps part of the fill and drain
+//     (docs/partitioner.md gives measured gaps).
+//   Then every replica group all-reduces its gradients, after the pipeline has
+//   drained (a synchronous optimizer step):
+//     AR_s = 2 (r-1)/r * param_bytes / bw + 2 (r-1) lat, bw intra-node when the
+//     group's ranks share a node; the step pays max_s AR_s.
+//
+// Memory of one device:
+//   params P, grads P, optimizer state opt * P;
+//   in flight k = M (GPipe) or min(M, S - s) (1F1B);
+//   activations = k b (cut[a] + sum act)       without recomputation
+//               = k b cut[a] + b sum act       with (stage inputs only, plus one
+//                                               micro-batch rebuilt in backward);
+//   working = b max work_i; buffers = 2 b (cut[a] + cut[e]) (one micro-batch's
+//   activations and gradients staged on both cuts).
+//   Feasible when the total <= memory * (1 - margin).
+
+namespace {
+
+int nodeOf(const Problem &p, int rank) { return rank / p.devices.per_node; }
+
+bool sameNode(const Problem &p, int first, int last) { return nodeOf(p, first) == nodeOf(p, last); }
+
+const Link &linkFor(const Problem &p, bool intra) { return intra ? p.devices.intra_node : p.devices.inter_node; }
+
+std::string stageName(int s) { return "stage " + std::to_string(s); }
+
+} // namespace
+
+StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num_stages, int first_rank,
+                        int microbatches, Schedule schedule) {
+  StageCost c;
+  c.block_begin = stage.block_begin;
+  c.block_end = stage.block_end;
+  c.first_rank = first_rank;
+  c.replicas = stage.replicas;
+  c.recompute = stage.recompute;
+  c.samples = replicaSamples(p.batch_size, microbatches, stage.replicas);
+  const double b = static_cast<double>(c.samples);
+
+  double act = 0, work = 0;
+  for (int i = stage.block_begin; i < stage.block_end; ++i) {
+    const Block &blk = p.blocks[i];
+    c.fwd_s += blk.fwd.at(b);
+    c.bwd_s += blk.bwd.at(b);
+    c.param_bytes += blk.param_bytes;
+    act += blk.activation_bytes_per_sample;
+    work = std::max(work, blk.working_bytes_per_sample);
+  }
+  if (stage.recompute) c.recompute_s = c.fwd_s;
+
+  const double cut_in = p.cut_bytes_per_sample[stage.block_begin];
+  const double cut_out = p.cut_bytes_per_sample[stage.block_end];
+  const int last_rank = first_rank + stage.replicas - 1;
+  if (index > 0) {
+    c.recv_intra_node = sameNode(p, first_rank - 1, last_rank);
+    const Link &l = linkFor(p, c.recv_intra_node);
+    c.recv_activations_s = l.latency_s + cut_in * b / l.bandwidth;
+  }
+  if (index < num_stages - 1) {
+    c.send_intra_node = sameNode(p, first_rank, last_rank + 1);
+    const Link &l = linkFor(p, c.send_intra_node);
+    c.recv_gradients_s = l.latency_s + cut_out * b / l.bandwidth;
+  }
+  c.allreduce_intra_node = sameNode(p, first_rank, last_rank);
+  if (stage.replicas > 1) {
+    const Link &l = linkFor(p, c.allreduce_intra_node);
+    const double r = stage.replicas;
+    c.allreduce_s = 2 * (r - 1) / r * c.param_bytes / l.bandwidth + 2 * (r - 1) * l.latency_s;
+  }
+
+  c.inflight = schedule == Schedule::GPipe ? microbatches : std::min(microbatches, num_stages - index);
+  const double k = c.inflight;
+  c.memory.params = c.param_bytes;
+  c.memory.grads = c.param_bytes;
+  c.memory.optimizer = p.optimizer_bytes_per_param_byte * c.param_bytes;
+  c.memory.activations = stage.recompute ? k * b * cut_in + b * act : k * b * (cut_in + act);
+  c.memory.working = b * work;
+  c.memory.buffers = 2 * b * (cut_in + cut_out);
+  return c;
+}
+
+Evaluation evaluate(const Problem &p, const Solution &sol) {
+  Evaluation ev;
+  ev.capacity_bytes = p.devices.capacity();
+  auto malformed = [&](std::string why) {
+    ev.well_formed = false;
+    ev.violations.push_back(std::move(why));
+  };
+  const int n = p.numBlocks();
+  const int S = sol.numStages();
+  if (p.cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
+    malformed("problem: cut_bytes_per_sample needs blocks+1 entries");
+  if (S == 0) malformed("no stages");
+  if (sol.microbatches < 1 || sol.microbatches > p.batch_size)
+    malformed("micro-batches " + std::to_string(sol.microbatches) + " not in [1, batch size " +
+              std::to_string(p.batch_size) + "]");
+  int expect_begin = 0;
+  for (int s = 0; s < S; ++s) {
+    const Stage &st = sol.stages[s];
+    if (st.block_begin != expect_begin)
+      malformed(stageName(s) + " starts at block " + std::to_string(st.block_begin) + ", expected " +
+                std::to_string(expect_begin));
+    if (st.block_end <= st.block_begin || st.block_end > n)
+      malformed(stageName(s) + " has block range [" + std::to_string(st.block_begin) + ", " +
+                std::to_string(st.block_end) + ") outside [0, " + std::to_string(n) + ") or empty");
+    if (st.replicas < 1) malformed(stageName(s) + " has " + std::to_string(st.replicas) + " replicas");
+    expect_begin = st.block_end;
+  }
+  if (S > 0 && expect_begin != n)
+    malformed("stages end at block " + std::to_string(expect_begin) + ", expected " + std::to_string(n));
+  if (sol.devicesUsed() > p.devices.count)
+    malformed("plan uses " + std::to_string(sol.devicesUsed()) + " devices, the cluster has " +
+              std::to_string(p.devices.count));
+  if (!ev.well_formed) {
+    ev.step_time_s = std::numeric_limits<double>::infinity();
+    return ev;
+  }
+
+  const int64_t per_microbatch = (p.batch_size + sol.microbatches - 1) / sol.microbatches;
+  double sum_f = 0, sum_g = 0, max_f = 0, max_g = 0, max_fg = -1;
+  for (int s = 0; s < S; ++s) {
+    const Stage &st = sol.stages[s];
+    StageCost c = evaluateStage(p, st, s, S, sol.firstRank(s), sol.microbatches, sol.schedule);
+    if (st.replicas > per_microbatch)
+      ev.violations.push_back(stageName(s) + " has " + std::to_string(st.replicas) +
+                              " replicas but a micro-batch has only " + std::to_string(per_microbatch) + " samples");
+    if (st.recompute && !p.allow_recompute)
+      ev.violations.push_back(stageName(s) + " recomputes but recomputation is not allowed");
+    const double mem = c.memory.total();
+    if (mem > ev.capacity_bytes)
+      ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (params " +
+                              formatBytes(c.memory.params) + ", grads " + formatBytes(c.memory.grads) +
+                              ", optimizer " + formatBytes(c.memory.optimizer) + ", activations " +
+                              formatBytes(c.memory.activations) + ", working " + formatBytes(c.memory.working) +
+                              ", buffers " + formatBytes(c.memory.buffers) + ") but a device holds " +
+                              formatBytes(ev.capacity_bytes));
+    ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
+    const double f = c.forwardSlot(), g = c.backwardSlot();
+    sum_f += f;
+    sum_g += g;
+    max_f = std::max(max_f, f);
+    max_g = std::max(max_g, g);
+    if (f + g > max_fg) {
+      max_fg = f + g;
+      ev.bottleneck_stage = s;
+    }
+    ev.allreduce_s = std::max(ev.allreduce_s, c.allreduce_s);
+    ev.stages.push_back(c);
+  }
+  const double rest = sol.microbatches - 1;
+  if (sol.schedule == Schedule::GPipe) {
+    ev.fill_drain_s = sum_f + sum_g;
+    ev.steady_s = rest * (max_f + max_g);
+  } else {
+    ev.fill_drain_s = sum_f + sum_g;
+    ev.steady_s = rest * max_fg;
+  }
+  ev.step_time_s = ev.fill_drain_s + ev.steady_s + ev.allreduce_s;
+  return ev;
+}
+
+void Evaluation::print(std::ostream &os) const {
+  char buf[512];
+  os << "stage  blocks     ranks      b  k  fwd_ms   bwd_ms   recv_ms  ar_ms    memory      (capacity "
+     << formatBytes(capacity_bytes) << ")\n";
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const StageCost &c = stages[s];
+    std::snprintf(buf, sizeof buf, "%-6zu [%d,%d)%*s %d..%d%*s %-3lld %-2d %-8.3f %-8.3f %-8.3f %-8.3f %s%s\n", s,
+                  c.block_begin, c.block_end, 1, "", c.first_rank, c.first_rank + c.replicas - 1, 1, "",
+                  static_cast<long long>(c.samples), c.inflight, c.fwd_s * 1e3,
+                  (c.bwd_s + c.recompute_s) * 1e3, (c.recv_activations_s + c.recv_gradients_s) * 1e3,
+                  c.allreduce_s * 1e3, formatBytes(c.memory.total()).c_str(), c.recompute ? " recompute" : "");
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf, "step %.6f s = fill/drain %.6f + steady %.6f + all-reduce %.6f\n", step_time_s,
+                fill_drain_s, steady_s, allreduce_s);
+  os << buf;
+  for (const std::string &v : violations) os << "violation: " << v << "\n";
+}
+
+} // namespace rannc::partition

@@ -1,0 +1,80 @@
+// The one independent evaluator: recomputes time and memory of any Solution
+// from the Problem's numbers. Solvers optimise exactly the step time reported
+// here; the simulator (simulate.h) replays the same numbers event by event.
+// The model is Note [partition cost model] in evaluate.cpp and docs/partitioner.md.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "planner/partition/problem.h"
+
+namespace rannc::partition {
+
+/// Peak memory of one device of a stage, by kind.
+struct StageMemory {
+  double params = 0;
+  double grads = 0;
+  double optimizer = 0;
+  double activations = 0; ///< kept for the micro-batches in flight
+  double working = 0;     ///< transient, one op of one micro-batch
+  double buffers = 0;     ///< send/receive staging of one micro-batch
+
+  double total() const { return params + grads + optimizer + activations + working + buffers; }
+};
+
+/// Everything the model says about one stage (per device, per micro-batch).
+struct StageCost {
+  int block_begin = 0;          ///< the stage's blocks [block_begin, block_end)
+  int block_end = 0;
+  int first_rank = 0;           ///< its ranks are first_rank .. first_rank + replicas - 1
+  int replicas = 1;
+  bool recompute = false;
+  int64_t samples = 0;          ///< per-replica micro-batch b = ceil(B / (M r))
+  int inflight = 0;             ///< micro-batches whose activations are alive at once
+  double fwd_s = 0;             ///< forward compute
+  double bwd_s = 0;             ///< backward compute, without the recomputation
+  double recompute_s = 0;       ///< the extra forward when recomputing, else 0
+  double recv_activations_s = 0; ///< receiving the stage inputs (0 for stage 0)
+  double recv_gradients_s = 0;   ///< receiving the gradients of the outputs (0 for the last stage)
+  double allreduce_s = 0;        ///< ring all-reduce of the gradients over the replicas (0 if 1 replica)
+  bool recv_intra_node = true;   ///< link used for the stage's input transfers
+  bool send_intra_node = true;   ///< link used for the stage's output transfers
+  bool allreduce_intra_node = true;
+  double param_bytes = 0;        ///< parameters of the stage's blocks
+  StageMemory memory;            ///< one device's peak, by kind
+
+  /// Device time of one forward slot: receive inputs, then compute.
+  double forwardSlot() const { return recv_activations_s + fwd_s; }
+  /// Device time of one backward slot: receive output gradients, recompute, compute.
+  double backwardSlot() const { return recv_gradients_s + recompute_s + bwd_s; }
+};
+
+/// Time and memory of a Solution, with every reason it does not fit or is malformed.
+struct Evaluation {
+  std::vector<StageCost> stages; ///< in pipeline order (empty when malformed)
+  double capacity_bytes = 0;   ///< memory a device may use
+  double fill_drain_s = 0;     ///< 1F1B: sum of slots; GPipe: sum of forward + sum of backward slots
+  double steady_s = 0;         ///< (M-1) x the bottleneck period
+  double allreduce_s = 0;      ///< the slowest replica group's all-reduce, after the pipeline drains
+  double step_time_s = 0;      ///< fill_drain + steady + allreduce; +inf when malformed
+  int bottleneck_stage = -1;   ///< the stage setting the steady-state period (1F1B) / forward period (GPipe)
+  double peak_memory_bytes = 0; ///< the largest stage total
+  bool well_formed = true;     ///< ranges cover the blocks, replicas and M in range
+  std::vector<std::string> violations; ///< malformed parts and memory overflows, by stage
+
+  bool feasible() const { return violations.empty(); }
+  /// A table: one line per stage, then the totals.
+  void print(std::ostream &os) const;
+};
+
+/// Cost of `stage` as stage `index` of `num_stages`, starting at rank `first_rank`.
+/// The stage must be well formed (non-empty range inside the blocks, replicas >= 1, M >= 1).
+StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num_stages, int first_rank,
+                        int microbatches, Schedule schedule);
+
+/// Evaluates `s` against `p`. Never fails: problems are listed in violations.
+Evaluation evaluate(const Problem &p, const Solution &s);
+
+} // namespace rannc::partition

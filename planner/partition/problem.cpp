@@ -1,0 +1,171 @@
+#include "planner/partition/problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+namespace rannc::partition {
+namespace {
+
+bool finiteNonNegative(double x) { return std::isfinite(x) && x >= 0; }
+
+bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+} // namespace
+
+const char *scheduleName(Schedule s) { return s == Schedule::GPipe ? "gpipe" : "1f1b"; }
+
+void Problem::print(std::ostream &os) const {
+  os << "problem: " << blocks.size() << " blocks, batch " << batch_size << ", " << devices.count << " devices ("
+     << devices.per_node << "/node, " << formatBytes(devices.memory_bytes) << ", margin " << devices.memory_margin
+     << "), intra " << devices.intra_node.bandwidth << " B/s + " << devices.intra_node.latency_s << " s, inter "
+     << devices.inter_node.bandwidth << " B/s + " << devices.inter_node.latency_s << " s, optimizer x"
+     << optimizer_bytes_per_param_byte << (allow_recompute ? ", recompute allowed" : "") << "\n";
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block &b = blocks[i];
+    os << "  block " << i << ": fwd " << b.fwd.fixed_s << "+" << b.fwd.per_sample_s << "b s, bwd " << b.bwd.fixed_s
+       << "+" << b.bwd.per_sample_s << "b s, params " << b.param_bytes << " B, act " << b.activation_bytes_per_sample
+       << " B/sample, work " << b.working_bytes_per_sample << " B/sample, cut before "
+       << (i < cut_bytes_per_sample.size() ? cut_bytes_per_sample[i] : 0.0) << " B/sample\n";
+  }
+}
+
+Status validate(const Problem &p) {
+  std::vector<std::string> errs;
+  const int n = p.numBlocks();
+  if (n == 0) errs.push_back("no blocks");
+  for (int i = 0; i < n; ++i) {
+    const Block &b = p.blocks[i];
+    for (double x : {b.fwd.fixed_s, b.fwd.per_sample_s, b.bwd.fixed_s, b.bwd.per_sample_s, b.param_bytes,
+                     b.activation_bytes_per_sample, b.working_bytes_per_sample})
+      if (!finiteNonNegative(x)) {
+        errs.push_back("block " + std::to_string(i) + ": times and sizes must be finite and >= 0");
+        break;
+      }
+  }
+  if (p.cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
+    errs.push_back("cut_bytes_per_sample has " + std::to_string(p.cut_bytes_per_sample.size()) +
+                   " entries, expected blocks+1 = " + std::to_string(n + 1));
+  for (size_t i = 0; i < p.cut_bytes_per_sample.size(); ++i)
+    if (!finiteNonNegative(p.cut_bytes_per_sample[i])) {
+      errs.push_back("cut_bytes_per_sample[" + std::to_string(i) + "] must be finite and >= 0");
+      break;
+    }
+  if (p.batch_size < 1) errs.push_back("batch size must be at least 1");
+  const Devices &d = p.devices;
+  if (d.count < 1) errs.push_back("device count must be at least 1");
+  if (d.per_node < 1) errs.push_back("devices per node must be at least 1");
+  if (!(d.memory_bytes > 0) || !std::isfinite(d.memory_bytes)) errs.push_back("device memory must be positive");
+  if (!(d.memory_margin >= 0 && d.memory_margin < 1)) errs.push_back("memory margin must be in [0, 1)");
+  for (const Link *l : {&d.intra_node, &d.inter_node})
+    if (!(l->bandwidth > 0) || !std::isfinite(l->bandwidth) || !finiteNonNegative(l->latency_s)) {
+      errs.push_back("link bandwidth must be positive and latency >= 0");
+      break;
+    }
+  if (!finiteNonNegative(p.optimizer_bytes_per_param_byte)) errs.push_back("optimizer state factor must be >= 0");
+
+  const Constraints &c = p.constraints;
+  if (c.stages < 0) errs.push_back("stages must be >= 0 (0 = search)");
+  if (c.stages > 0 && n > 0 && c.stages > n)
+    errs.push_back("cannot make " + std::to_string(c.stages) + " non-empty stages from " + std::to_string(n) +
+                   " blocks");
+  if (c.stages > d.count)
+    errs.push_back(std::to_string(c.stages) + " stages need more than the " + std::to_string(d.count) + " devices");
+  for (int r : c.replicas)
+    if (r < 1 || (c.power_of_two_replicas && !isPowerOfTwo(r))) {
+      errs.push_back("replicas must be >= 1" + std::string(c.power_of_two_replicas ? " and powers of two" : ""));
+      break;
+    }
+  if (c.replicas.size() > 1) {
+    if (c.stages > 0 && static_cast<int>(c.replicas.size()) != c.stages)
+      errs.push_back(std::to_string(c.replicas.size()) + " per-stage replica counts for " + std::to_string(c.stages) +
+                     " stages");
+    if (static_cast<int>(c.replicas.size()) > n && n > 0)
+      errs.push_back(std::to_string(c.replicas.size()) + " per-stage replica counts but only " + std::to_string(n) +
+                     " blocks");
+    long total = 0;
+    for (int r : c.replicas) total += r;
+    if (total > d.count)
+      errs.push_back("per-stage replicas need " + std::to_string(total) + " devices, have " +
+                     std::to_string(d.count));
+  }
+  if (c.replicas.size() == 1 && c.stages > 0 && static_cast<long>(c.replicas[0]) * c.stages > d.count)
+    errs.push_back(std::to_string(c.stages) + " stages x " + std::to_string(c.replicas[0]) +
+                   " replicas need more than " + std::to_string(d.count) + " devices");
+  if (c.microbatches < 0) errs.push_back("micro-batches must be >= 0 (0 = search)");
+  if (c.microbatches > 0 && c.microbatches > p.batch_size)
+    errs.push_back(std::to_string(c.microbatches) + " micro-batches exceed the batch size " +
+                   std::to_string(p.batch_size));
+  if (c.max_microbatches < 0) errs.push_back("max micro-batches must be >= 0 (0 = no cap)");
+  if (errs.empty()) return Status::success();
+  std::string msg;
+  for (const std::string &e : errs) msg += (msg.empty() ? "" : "; ") + e;
+  return Error{"invalid partition problem: " + msg};
+}
+
+int Solution::devicesUsed() const {
+  int total = 0;
+  for (const Stage &s : stages) total += s.replicas;
+  return total;
+}
+
+int Solution::firstRank(int s) const {
+  int rank = 0;
+  for (int i = 0; i < s; ++i) rank += stages[i].replicas;
+  return rank;
+}
+
+void Solution::print(std::ostream &os) const {
+  os << scheduleName(schedule) << " M=" << microbatches;
+  for (const Stage &s : stages)
+    os << " [" << s.block_begin << "," << s.block_end << ")x" << s.replicas << (s.recompute ? "r" : "");
+}
+
+int64_t replicaSamples(int64_t batch_size, int microbatches, int replicas) {
+  const int64_t per_microbatch = (batch_size + microbatches - 1) / microbatches;
+  return (per_microbatch + replicas - 1) / replicas;
+}
+
+std::vector<int> microbatchCandidates(const Problem &p) {
+  if (p.constraints.microbatches > 0) return {p.constraints.microbatches};
+  const int64_t cap = p.constraints.max_microbatches > 0 ? p.constraints.max_microbatches : p.batch_size;
+  std::vector<int> out;
+  for (int64_t m = 1; m <= std::min<int64_t>(cap, p.batch_size); ++m)
+    if (p.batch_size % m == 0) out.push_back(static_cast<int>(m));
+  return out;
+}
+
+std::vector<int> replicaCandidates(const Problem &p, int microbatches) {
+  const Constraints &c = p.constraints;
+  if (!c.replicas.empty()) {
+    std::set<int> distinct(c.replicas.begin(), c.replicas.end());
+    return {distinct.begin(), distinct.end()};
+  }
+  const int64_t per_microbatch = (p.batch_size + microbatches - 1) / microbatches;
+  const int limit = static_cast<int>(std::min<int64_t>(p.devices.count, per_microbatch));
+  std::vector<int> out;
+  int64_t prev_samples = 0;
+  for (int r = 1; r <= limit; r = c.power_of_two_replicas ? 2 * r : r + 1) {
+    const int64_t samples = (per_microbatch + r - 1) / r;
+    if (r == 1 || samples < prev_samples) out.push_back(r);
+    prev_samples = samples;
+  }
+  return out;
+}
+
+std::string formatBytes(double bytes) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+} // namespace rannc::partition

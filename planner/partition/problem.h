@@ -1,0 +1,151 @@
+// The partitioner's numeric problem: everything the solvers see instead of the
+// graph (XLA auto-sharding style). The driver lowers Graph + costs + cluster
+// into a Problem; every solver (DP, exhaustive, baselines) returns a Solution;
+// `evaluate` (evaluate.h) is the one place that turns a Solution back into time
+// and memory. The cost model is written out in docs/partitioner.md and in
+// Note [partition cost model] in evaluate.cpp.
+//
+// Units: seconds, bytes (double, so per-sample averages may be fractional;
+// integer byte counts below 2^53 stay exact), samples.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "planner/support/status.h"
+
+namespace rannc::partition {
+
+/// time(b) = fixed_s + per_sample_s * b for a per-replica micro-batch of b samples.
+struct Affine {
+  double fixed_s = 0;
+  double per_sample_s = 0;
+
+  double at(double samples) const { return fixed_s + per_sample_s * samples; }
+};
+
+/// A contiguous run of ops; stage boundaries fall only between blocks.
+struct Block {
+  Affine fwd;                              ///< forward time
+  Affine bwd;                              ///< backward time, without recomputation
+  double param_bytes = 0;                  ///< trainable parameters the block owns
+  double activation_bytes_per_sample = 0;  ///< block outputs kept from forward until backward
+  double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs
+};
+
+/// One direction of a device-to-device link, as seen by one device.
+struct Link {
+  double bandwidth = 0; ///< bytes/s
+  double latency_s = 0;
+};
+
+/// A homogeneous cluster: `count` devices, `per_node` to a node, ranks in node order.
+struct Devices {
+  int count = 1;            ///< D
+  int per_node = 1;         ///< ranks r and r' share a node when r / per_node == r' / per_node
+  double memory_bytes = 0;  ///< per device
+  double memory_margin = 0; ///< fraction of memory kept free, in [0, 1)
+  Link intra_node;          ///< between devices of one node (NVLink)
+  Link inter_node;          ///< between nodes (per device's share of the network)
+
+  /// What a stage may use: memory_bytes * (1 - memory_margin).
+  double capacity() const { return memory_bytes * (1 - memory_margin); }
+};
+
+/// Pipeline schedule: GPipe fill-drain or PipeDream-flush 1F1B.
+enum class Schedule { GPipe, OneFOneB };
+
+/// "gpipe" / "1f1b".
+const char *scheduleName(Schedule s);
+
+/// Parts of the search the user pinned; a default-constructed value pins nothing.
+struct Constraints {
+  int stages = 0;                  ///< 0: searched
+  std::vector<int> replicas;       ///< empty: searched; {r}: every stage r; {r0, r1, ...}: per stage (fixes stages)
+  int microbatches = 0;            ///< 0: searched among the divisors of the batch size
+  int max_microbatches = 0;        ///< 0: no cap on the searched micro-batch counts
+  bool power_of_two_replicas = false;
+  std::optional<Schedule> schedule; ///< unset: searched
+};
+
+/// The whole numeric problem. Blocks are in topological order.
+struct Problem {
+  std::vector<Block> blocks; ///< in topological order
+  /// blocks.size()+1 entries: [i] = bytes per sample of every value produced
+  /// before block i and read at or after it (for i = 0: the graph's data
+  /// inputs; for i = n: the outputs, 0 when the graph ends in the loss). A
+  /// stage [a, e) receives cut[a] per sample and sends cut[e]; gradients of the
+  /// same size flow back.
+  std::vector<double> cut_bytes_per_sample;
+  int64_t batch_size = 1;                   ///< global batch size B
+  Devices devices;
+  double optimizer_bytes_per_param_byte = 0; ///< SGD 0, momentum 1, Adam/AdamW 2 (gradients are always 1x)
+  bool allow_recompute = true;               ///< may a stage recompute its activations in backward
+  Constraints constraints;
+
+  /// n, the number of blocks.
+  int numBlocks() const { return static_cast<int>(blocks.size()); }
+  /// Deterministic text form, one block per line.
+  void print(std::ostream &os) const;
+};
+
+/// All that is wrong with the Problem, in one error: sizes, signs, finiteness, constraints.
+Status validate(const Problem &p);
+
+/// One pipeline stage: blocks [block_begin, block_end) on `replicas` data-parallel devices.
+struct Stage {
+  int block_begin = 0; ///< first block
+  int block_end = 0;   ///< one past the last block
+  int replicas = 1;    ///< data-parallel devices running this stage
+  bool recompute = false; ///< keep only the stage inputs per micro-batch, recompute the rest in backward
+
+  /// Same range, replicas and recomputation.
+  bool operator==(const Stage &o) const {
+    return block_begin == o.block_begin && block_end == o.block_end && replicas == o.replicas &&
+           recompute == o.recompute;
+  }
+};
+
+/// A plan: stages in pipeline order. Stage s owns ranks [sum of earlier
+/// replicas, + replicas_s): ranks are handed out in stage order from rank 0,
+/// and the devices after the last stage's ranks stay idle (a plan may use
+/// fewer than Devices::count devices; run it on devicesUsed() ranks).
+struct Solution {
+  std::vector<Stage> stages;  ///< in pipeline order, covering the blocks
+  int microbatches = 1;       ///< M
+  Schedule schedule = Schedule::OneFOneB;
+
+  /// S, the number of stages.
+  int numStages() const { return static_cast<int>(stages.size()); }
+  /// Ranks the plan runs on: the sum of the replicas.
+  int devicesUsed() const;
+  /// First rank of stage s (the sum of the replicas before it).
+  int firstRank(int s) const;
+  /// One line: "1f1b M=8 [0,3)x2 [3,5)x1r ...", an `r` marking recomputation.
+  void print(std::ostream &os) const;
+  /// Same stages, micro-batches and schedule.
+  bool operator==(const Solution &o) const {
+    return stages == o.stages && microbatches == o.microbatches && schedule == o.schedule;
+  }
+};
+
+/// Samples on the busiest replica of a stage: ceil(ceil(B / M) / r), i.e. ceil(B / (M r)).
+int64_t replicaSamples(int64_t batch_size, int microbatches, int replicas);
+
+/// The micro-batch counts the solvers search: the pinned one, or every divisor
+/// of B up to max_microbatches (the executor splits the batch into equal micro-batches).
+std::vector<int> microbatchCandidates(const Problem &p);
+
+/// The replica counts the solvers search for `microbatches`: the pinned ones,
+/// or every r <= min(devices, samples per micro-batch) that shrinks the
+/// per-replica micro-batch compared with r-1 (more replicas at the same size
+/// would only add all-reduce traffic), powers of two only if asked. Ascending.
+std::vector<int> replicaCandidates(const Problem &p, int microbatches);
+
+/// "12.0 GiB", for messages.
+std::string formatBytes(double bytes);
+
+} // namespace rannc::partition

@@ -1,0 +1,139 @@
+#include "planner/partition/simulate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <queue>
+#include <tuple>
+
+#include "planner/partition/evaluate.h"
+
+namespace rannc::partition {
+
+const char *eventKindName(EventKind k) {
+  switch (k) {
+  case EventKind::RecvActivations: return "recv_act";
+  case EventKind::Forward: return "fwd";
+  case EventKind::RecvGradients: return "recv_grad";
+  case EventKind::Recompute: return "recompute";
+  case EventKind::Backward: return "bwd";
+  case EventKind::AllReduce: return "allreduce";
+  }
+  return "?";
+}
+
+void Simulation::print(std::ostream &os) const {
+  char buf[160];
+  for (const TimelineEvent &e : timeline) {
+    std::snprintf(buf, sizeof buf, "rank %d stage %d %s mb %d [%.6f, %.6f)\n", e.rank, e.stage,
+                  eventKindName(e.kind), e.microbatch, e.start_s, e.end_s);
+    os << buf;
+  }
+  std::snprintf(buf, sizeof buf, "step %.6f s\n", step_time_s);
+  os << buf;
+}
+
+std::vector<int> scheduleOrder(Schedule schedule, int stage, int num_stages, int microbatches) {
+  std::vector<int> order;
+  if (schedule == Schedule::GPipe) {
+    for (int m = 0; m < microbatches; ++m) order.push_back(m + 1);
+    for (int m = microbatches - 1; m >= 0; --m) order.push_back(-(m + 1));
+    return order;
+  }
+  // PipeDream-flush: warm up with enough forwards to fill the stages after
+  // this one, then alternate one forward and one backward, then drain.
+  const int warmup = std::min(num_stages - stage - 1, microbatches);
+  int next_f = 0, next_b = 0;
+  for (; next_f < warmup; ++next_f) order.push_back(next_f + 1);
+  while (next_f < microbatches) {
+    order.push_back(++next_f);
+    order.push_back(-(++next_b));
+  }
+  while (next_b < microbatches) order.push_back(-(++next_b));
+  return order;
+}
+
+Expected<Simulation> simulate(const Problem &p, const Solution &sol, const SimulateOptions &opts) {
+  const Evaluation ev = evaluate(p, sol);
+  if (!ev.well_formed) return Error{"cannot simulate a malformed plan: " + ev.violations.front()};
+  const int S = sol.numStages(), M = sol.microbatches;
+
+  // Per stage: its action list, a cursor into it, when its device is free, and
+  // when each micro-batch's forward / backward finished (-1: not yet).
+  std::vector<std::vector<int>> actions(S);
+  std::vector<size_t> cursor(S, 0);
+  std::vector<bool> busy(S, false);
+  std::vector<std::vector<double>> fwd_done(S, std::vector<double>(M, -1)), bwd_done = fwd_done;
+  for (int s = 0; s < S; ++s) actions[s] = scheduleOrder(sol.schedule, s, S, M);
+
+  Simulation sim;
+  auto record = [&](int s, EventKind kind, int mb, double start, double end) {
+    if (end <= start) return; // a zero-length phase (nothing to receive) is not an event
+    for (int r = 0; r < ev.stages[s].replicas; ++r)
+      sim.timeline.push_back({ev.stages[s].first_rank + r, s, kind, mb, start, end});
+  };
+
+  // Completion events ordered by (time, sequence number): deterministic ties.
+  using Event = std::tuple<double, long, int>; // time, seq, stage
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> queue;
+  long seq = 0;
+
+  // Starts the next action of stage s at `now` if its input is there.
+  auto tryStart = [&](int s, double now) {
+    if (busy[s] || cursor[s] == actions[s].size()) return;
+    const int act = actions[s][cursor[s]];
+    const int mb = act > 0 ? act - 1 : -act - 1;
+    const StageCost &c = ev.stages[s];
+    if (act > 0) {
+      if (s > 0 && fwd_done[s - 1][mb] < 0) return;
+      const double t1 = now + c.recv_activations_s, t2 = t1 + c.fwd_s;
+      record(s, EventKind::RecvActivations, mb, now, t1);
+      record(s, EventKind::Forward, mb, t1, t2);
+      busy[s] = true;
+      queue.emplace(t2, seq++, s);
+    } else {
+      const double ready = s < S - 1 ? bwd_done[s + 1][mb] : fwd_done[s][mb];
+      if (ready < 0) return;
+      const double t1 = now + c.recv_gradients_s, t2 = t1 + c.recompute_s, t3 = t2 + c.bwd_s;
+      record(s, EventKind::RecvGradients, mb, now, t1);
+      record(s, EventKind::Recompute, mb, t1, t2);
+      record(s, EventKind::Backward, mb, t2, t3);
+      busy[s] = true;
+      queue.emplace(t3, seq++, s);
+    }
+  };
+
+  for (int s = 0; s < S; ++s) tryStart(s, 0);
+  double drained = 0;
+  std::vector<double> stage_end(S, 0);
+  while (!queue.empty()) {
+    const auto [t, unused_seq, s] = queue.top();
+    queue.pop();
+    const int act = actions[s][cursor[s]];
+    const int mb = act > 0 ? act - 1 : -act - 1;
+    (act > 0 ? fwd_done : bwd_done)[s][mb] = t;
+    busy[s] = false;
+    ++cursor[s];
+    stage_end[s] = t;
+    drained = std::max(drained, t);
+    // Whoever may have waited for this: the stage itself, and the neighbour
+    // that consumes the result (next stage's forward, previous one's backward).
+    tryStart(s, t);
+    if (act > 0 && s + 1 < S) tryStart(s + 1, t);
+    if (act < 0 && s > 0) tryStart(s - 1, t);
+  }
+  for (int s = 0; s < S; ++s)
+    if (cursor[s] != actions[s].size()) return Error{"simulation deadlocked at stage " + std::to_string(s)};
+
+  sim.step_time_s = drained;
+  for (int s = 0; s < S; ++s) {
+    const double start = opts.overlap_allreduce ? stage_end[s] : drained;
+    record(s, EventKind::AllReduce, -1, start, start + ev.stages[s].allreduce_s);
+    sim.step_time_s = std::max(sim.step_time_s, start + ev.stages[s].allreduce_s);
+  }
+  std::stable_sort(sim.timeline.begin(), sim.timeline.end(), [](const TimelineEvent &a, const TimelineEvent &b) {
+    return std::tie(a.rank, a.start_s) < std::tie(b.rank, b.start_s);
+  });
+  return sim;
+}
+
+} // namespace rannc::partition

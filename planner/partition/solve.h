@@ -1,0 +1,67 @@
+// Solvers over the numeric Problem. All return a Solution together with the
+// step time they claim for it, which `evaluate` reproduces; infeasible problems
+// are an Error naming the memory the smallest stage would need.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "planner/partition/problem.h"
+#include "planner/support/status.h"
+
+namespace rannc::partition {
+
+/// How to partition: the exact DP, or a baseline rule for the stage boundaries.
+enum class Strategy {
+  Auto,       ///< solveDP
+  Uniform,    ///< equal block counts per stage
+  Parameters, ///< balance parameter bytes (DeepSpeed's "parameters" method)
+  Time,       ///< balance forward+backward time (torchgpipe's balance_by_time)
+};
+
+/// "auto", "uniform", "parameters", "time".
+const char *strategyName(Strategy s);
+/// Parses a strategy name; the error lists the valid names.
+Expected<Strategy> parseStrategy(const std::string &name);
+
+/// What a solver did, for logs and benchmarks (not part of the answer).
+struct SolveStats {
+  int microbatch_counts = 0;        ///< candidates considered
+  int microbatch_counts_pruned = 0; ///< skipped by a lower bound without a full DP
+  int64_t states = 0;               ///< DP states that held at least one partial plan
+  int64_t transitions = 0;          ///< (state, stage) pairs examined
+  int64_t points = 0;               ///< partial plans kept on Pareto fronts
+  int64_t allreduce_thresholds = 0; ///< DP passes: one per all-reduce threshold per micro-batch count
+  int64_t solutions = 0;            ///< exhaustive: complete solutions evaluated
+  double bound_seconds = 0;         ///< DP: backward (lower-bound) passes
+  double seconds = 0;               ///< all of it
+};
+
+/// A solver's answer: the plan and the step time it predicts for it.
+struct SolveResult {
+  Solution solution;
+  double step_time_s = 0; ///< the solver's own figure; evaluate() reproduces it
+  SolveStats stats;
+};
+
+/// The exact DP: over (blocks placed, stages left, devices used) it picks each
+/// stage's block range, replica count and recomputation, for every searched
+/// micro-batch count and schedule, minimising evaluate()'s step time.
+Expected<SolveResult> solveDP(const Problem &p);
+
+/// Enumerates every solution in the DP's search space and keeps the best by
+/// evaluate(). For small problems (tests); refuses when more than
+/// `max_solutions` complete plans would be scored.
+Expected<SolveResult> solveExhaustive(const Problem &p, int64_t max_solutions = 50'000'000);
+
+/// A baseline rule for the boundaries; stages and replicas from the
+/// constraints, else S = min(blocks, devices) stages of floor(devices / S)
+/// replicas (trimmed to the fewest giving the same per-replica micro-batch);
+/// the micro-batch count chosen by evaluate(), 1F1B unless pinned;
+/// recomputation on every stage only if nothing fits without it.
+Expected<SolveResult> solveBaseline(const Problem &p, Strategy strategy);
+
+/// solveDP for Auto, solveBaseline otherwise.
+Expected<SolveResult> solve(const Problem &p, Strategy strategy);
+
+} // namespace rannc::partition

@@ -1,0 +1,73 @@
+#include "planner/partition/solver_common.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "planner/partition/evaluate.h"
+
+namespace rannc::partition::detail {
+
+std::vector<Schedule> schedulesToSearch(const Problem &p) {
+  if (p.constraints.schedule) return {*p.constraints.schedule};
+  return {Schedule::GPipe, Schedule::OneFOneB};
+}
+
+std::vector<int> stageCountsToSearch(const Problem &p) {
+  const Constraints &c = p.constraints;
+  if (c.replicas.size() > 1) return {static_cast<int>(c.replicas.size())};
+  if (c.stages > 0) return {c.stages};
+  std::vector<int> out;
+  for (int s = 1; s <= std::min(p.numBlocks(), p.devices.count); ++s) out.push_back(s);
+  return out;
+}
+
+Error noFeasiblePlan(const Problem &p) {
+  // The least memory any stage containing block j can need: j alone, as the
+  // last stage (fewest micro-batches in flight), over every searched
+  // micro-batch count, replica count and recomputation choice.
+  const double cap = p.devices.capacity();
+  double worst_need = -1;
+  int worst_block = 0;
+  Stage worst_stage;
+  int worst_m = 1;
+  for (int j = 0; j < p.numBlocks(); ++j) {
+    double need = std::numeric_limits<double>::infinity();
+    Stage best;
+    int best_m = 1;
+    for (int m : microbatchCandidates(p))
+      for (Schedule sched : schedulesToSearch(p))
+        for (int r : replicaCandidates(p, m))
+          for (bool rec : {false, true}) {
+            if (rec && !p.allow_recompute) continue;
+            Stage st{j, j + 1, r, rec};
+            double mem = evaluateStage(p, st, 0, 1, 0, m, sched).memory.total();
+            if (mem < need) {
+              need = mem;
+              best = st;
+              best_m = m;
+            }
+          }
+    if (need > worst_need) {
+      worst_need = need;
+      worst_block = j;
+      worst_stage = best;
+      worst_m = best_m;
+    }
+  }
+  const std::string devices = std::to_string(p.devices.count) + " devices of " + formatBytes(p.devices.memory_bytes);
+  char margin[32];
+  std::snprintf(margin, sizeof margin, "%g", p.devices.memory_margin);
+  if (worst_need > cap)
+    return Error{"no plan fits in memory: the smallest stage (block " + std::to_string(worst_block) + " alone, " +
+                 std::to_string(worst_stage.replicas) + " replicas, " + std::to_string(worst_m) + " micro-batches" +
+                 (worst_stage.recompute ? ", recomputing" : "") + ") needs " + formatBytes(worst_need) +
+                 " but a device holds " + formatBytes(cap) + " (" + formatBytes(p.devices.memory_bytes) + " x (1 - " +
+                 margin + "))"};
+  return Error{"no plan fits on " + devices + " with these constraints: every block fits in a stage of its own (the "
+               "largest smallest stage, block " + std::to_string(worst_block) + ", needs " + formatBytes(worst_need) +
+               " of " + formatBytes(cap) + ") but not enough stages fit on the devices together"};
+}
+
+} // namespace rannc::partition::detail

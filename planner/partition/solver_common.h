@@ -1,0 +1,22 @@
+// Internal helpers shared by the solvers (not part of the library's API).
+#pragma once
+
+#include <vector>
+
+#include "planner/partition/problem.h"
+#include "planner/support/status.h"
+
+namespace rannc::partition::detail {
+
+/// The schedules a solver must search: the pinned one, or both.
+std::vector<Schedule> schedulesToSearch(const Problem &p);
+
+/// The stage counts a solver must search, ascending: the pinned one, the
+/// length of a per-stage replica list, or 1..min(blocks, devices).
+std::vector<int> stageCountsToSearch(const Problem &p);
+
+/// The error for a problem with no feasible solution: the memory the smallest
+/// stage holding the hardest block would need versus a device's capacity.
+Error noFeasiblePlan(const Problem &p);
+
+} // namespace rannc::partition::detail

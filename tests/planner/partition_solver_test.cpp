@@ -1,0 +1,311 @@
+// The stage DP against exhaustive search and the baselines, on hand-built and
+// random problems. Every step time is re-derived with evaluate().
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "planner/partition/evaluate.h"
+#include "planner/partition/solve.h"
+
+namespace rannc::partition {
+namespace {
+
+/// A block taking f s forward and 2f s backward per sample, no fixed cost.
+Block block(double f, double params, double act = 0) {
+  Block b;
+  b.fwd.per_sample_s = f;
+  b.bwd.per_sample_s = 2 * f;
+  b.param_bytes = params;
+  b.activation_bytes_per_sample = act;
+  return b;
+}
+
+/// Plenty of memory, free and instant links: only compute matters.
+Problem computeOnly(std::vector<Block> blocks, int devices, int64_t batch) {
+  Problem p;
+  p.blocks = std::move(blocks);
+  p.cut_bytes_per_sample.assign(p.blocks.size() + 1, 0);
+  p.batch_size = batch;
+  p.devices.count = devices;
+  p.devices.per_node = devices;
+  p.devices.memory_bytes = 1e12;
+  p.devices.intra_node = {1e30, 0};
+  p.devices.inter_node = {1e30, 0};
+  return p;
+}
+
+double relDiff(double a, double b) { return std::fabs(a - b) / std::max({std::fabs(a), std::fabs(b), 1e-300}); }
+
+std::string str(const Solution &s) {
+  std::ostringstream os;
+  s.print(os);
+  return os.str();
+}
+
+TEST(SolveDP, TwoStagePipelineOnHandExample) {
+  // Blocks cost 1, 1, 2 (fwd+bwd = 3, 3, 6 per sample); 2 devices, batch 4,
+  // params zero so all-reduce is free; 1F1B; pinned to 2 stages x 1 replica.
+  // Cut [0,2)|[2,3): slots 6b and 6b with b = 4/M per micro-batch:
+  //   T = 2 * 6b + (M-1) * 6b = (M+1) * 6 * 4/M; M=4: 5*6 = 30; M=2: 3*12 = 36; M=1: 2*24 = 48.
+  // Cut [0,1)|[1,3): slots 3b, 9b: T = 12b + (M-1)*9b; M=4: 12+27 = 39. So 30 wins.
+  Problem p = computeOnly({block(1, 0), block(1, 0), block(2, 0)}, 2, 4);
+  p.constraints.stages = 2;
+  p.constraints.replicas = {1};
+  p.constraints.schedule = Schedule::OneFOneB;
+  auto r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(str(r->solution), "1f1b M=4 [0,2)x1 [2,3)x1");
+  EXPECT_DOUBLE_EQ(r->step_time_s, 30);
+  EXPECT_DOUBLE_EQ(evaluate(p, r->solution).step_time_s, 30);
+}
+
+TEST(SolveDP, PrefersDataParallelismWhenAllReduceIsFree) {
+  // One block of 1+2 s per sample, 4 devices, batch 8, no parameters: 4
+  // replicas of one stage with M=1 take 3 * 8/4 = 6 s, the ideal 24 / 4.
+  Problem p = computeOnly({block(1, 0)}, 4, 8);
+  auto r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_DOUBLE_EQ(r->step_time_s, 6);
+  EXPECT_EQ(str(r->solution), "1f1b M=1 [0,1)x4");
+}
+
+TEST(SolveDP, RecomputesOnlyTheStageThatDoesNotFit) {
+  // Two blocks, two devices, batch 2, M pinned to 2, 1F1B, 2 stages pinned.
+  // Memory 100 B. Stage 0 (params 10, act 50/sample) keeps min(2, 2) = 2
+  // micro-batches of b = 1: 2*10 + 2*1*50 = 120 > 100, so it must recompute:
+  // 20 + 2*1*0 (no input bytes) + 1*50 = 70 <= 100. Stage 1 (params 10, act
+  // 30) keeps 1: 20 + 30 = 50 and needs no recomputation.
+  Problem p = computeOnly({block(1, 10, 50), block(1, 10, 30)}, 2, 2);
+  p.devices.memory_bytes = 100;
+  p.constraints.stages = 2;
+  p.constraints.microbatches = 2;
+  p.constraints.schedule = Schedule::OneFOneB;
+  auto r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(str(r->solution), "1f1b M=2 [0,1)x1r [1,2)x1");
+  // Stage 0 slots: 1 + (2+1) = 4; stage 1: 1 + 2 = 3. T = 7 + 1 * 4 = 11.
+  EXPECT_DOUBLE_EQ(r->step_time_s, 11);
+  p.allow_recompute = false;
+  auto none = solveDP(p);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("needs"), std::string::npos) << none.error().message;
+}
+
+TEST(SolveDP, InfeasibleProblemNamesTheSmallestStage) {
+  // A block of 100 parameter bytes with Adam needs 100+100+200 = 400 B even
+  // alone; a device holds 1000 * (1 - 0.75) = 250 B.
+  Problem p = computeOnly({block(1, 100), block(1, 1)}, 4, 8);
+  p.optimizer_bytes_per_param_byte = 2;
+  p.devices.memory_bytes = 1000;
+  p.devices.memory_margin = 0.75;
+  for (Strategy s : {Strategy::Auto, Strategy::Uniform}) {
+    auto r = solve(p, s);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("250 B"), std::string::npos) << r.error().message;
+  }
+  auto r = solveDP(p);
+  EXPECT_NE(r.error().message.find("block 0 alone"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("needs 400 B"), std::string::npos) << r.error().message;
+  EXPECT_FALSE(solveExhaustive(p).ok());
+}
+
+TEST(SolveDP, RejectsInvalidProblems) {
+  Problem p = computeOnly({block(1, 0)}, 2, 4);
+  p.cut_bytes_per_sample.pop_back();
+  auto r = solveDP(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("cut_bytes_per_sample has 1 entries"), std::string::npos) << r.error().message;
+  p = computeOnly({block(1, 0)}, 2, 4);
+  p.constraints.stages = 3;
+  EXPECT_FALSE(solveDP(p).ok());
+  p = computeOnly({block(1, 0), block(1, 0)}, 2, 4);
+  p.constraints.replicas = {3};
+  p.constraints.power_of_two_replicas = true;
+  r = solveDP(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("powers of two"), std::string::npos);
+}
+
+TEST(SolveDP, RefusesProblemsTooLargeForMemory) {
+  // 401 blocks x 100001 device counts x 2 stage classes = 80 M states.
+  Problem p = computeOnly(std::vector<Block>(400, block(1, 0)), 100000, 100000);
+  p.devices.per_node = 8;
+  auto r = solveDP(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("coarsen the problem to fewer blocks"), std::string::npos) << r.error().message;
+}
+
+TEST(SolveDP, HonoursEveryConstraint) {
+  Problem p = computeOnly({block(1, 5), block(2, 5), block(1, 5), block(3, 5)}, 8, 16);
+  p.devices.per_node = 4;
+  p.constraints.replicas = {2, 1, 4};
+  p.constraints.microbatches = 4;
+  p.constraints.schedule = Schedule::GPipe;
+  auto r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(r->solution.numStages(), 3);
+  EXPECT_EQ(r->solution.stages[0].replicas, 2);
+  EXPECT_EQ(r->solution.stages[1].replicas, 1);
+  EXPECT_EQ(r->solution.stages[2].replicas, 4);
+  EXPECT_EQ(r->solution.microbatches, 4);
+  EXPECT_EQ(r->solution.schedule, Schedule::GPipe);
+
+  p.constraints = {};
+  p.constraints.power_of_two_replicas = true;
+  p.constraints.stages = 2;
+  r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->solution.numStages(), 2);
+  for (const Stage &s : r->solution.stages) EXPECT_EQ(s.replicas & (s.replicas - 1), 0) << s.replicas;
+}
+
+TEST(Strategy, ParsesNames) {
+  for (Strategy s : {Strategy::Auto, Strategy::Uniform, Strategy::Parameters, Strategy::Time})
+    EXPECT_EQ(*parseStrategy(strategyName(s)), s);
+  auto bad = parseStrategy("fastest");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("auto, uniform, parameters or time"), std::string::npos);
+}
+
+TEST(Baselines, FollowTheirRules) {
+  // Params 1, 1, 1, 9 and times 3, 1, 1, 1 per sample, 2 stages x 1 replica.
+  Problem p = computeOnly({block(3, 1), block(1, 1), block(1, 1), block(1, 9)}, 2, 2);
+  p.constraints.stages = 2;
+  p.constraints.replicas = {1};
+  auto uniform = solveBaseline(p, Strategy::Uniform);
+  auto params = solveBaseline(p, Strategy::Parameters);
+  auto time = solveBaseline(p, Strategy::Time);
+  ASSERT_TRUE(uniform.ok() && params.ok() && time.ok());
+  EXPECT_EQ(uniform->solution.stages[0].block_end, 2); // 2 blocks each
+  EXPECT_EQ(params->solution.stages[0].block_end, 3);  // 1+1+1 | 9
+  EXPECT_EQ(time->solution.stages[0].block_end, 1);    // 3 | 1+1+1
+  for (const auto *r : {&uniform, &params, &time})
+    EXPECT_DOUBLE_EQ((*r)->step_time_s, evaluate(p, (*r)->solution).step_time_s);
+}
+
+// ---------------------------------------------------------------------------
+// Random small instances: the DP must match exhaustive search exactly.
+
+Problem randomProblem(std::mt19937 &rng, int trial) {
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Problem p;
+  const int n = pick(1, 10);
+  p.devices.count = pick(1, 8);
+  static const int per_node[] = {1, 2, 4, 8};
+  p.devices.per_node = per_node[pick(0, 3)];
+  static const int batches[] = {1, 2, 3, 4, 6, 8, 12, 16};
+  p.batch_size = batches[pick(0, 7)];
+  double hardest = 0, total = 0; // what one block alone / all blocks need at one sample
+  for (int i = 0; i < n; ++i) {
+    Block b;
+    b.fwd = {pick(0, 1) ? uni(0, 0.2) : 0.0, uni(0.01, 1)};
+    b.bwd = {pick(0, 1) ? uni(0, 0.4) : 0.0, b.fwd.per_sample_s * uni(1, 3)};
+    b.param_bytes = pick(0, 100);
+    b.activation_bytes_per_sample = pick(0, 60);
+    b.working_bytes_per_sample = pick(0, 10);
+    p.blocks.push_back(b);
+  }
+  for (int i = 0; i <= n; ++i) p.cut_bytes_per_sample.push_back(pick(0, 20));
+  p.optimizer_bytes_per_param_byte = pick(0, 2);
+  for (int i = 0; i < n; ++i) {
+    const Block &b = p.blocks[i];
+    const double need = b.param_bytes * (2 + p.optimizer_bytes_per_param_byte) + b.activation_bytes_per_sample +
+                        b.working_bytes_per_sample + 3 * (p.cut_bytes_per_sample[i] + p.cut_bytes_per_sample[i + 1]);
+    hardest = std::max(hardest, need);
+    total += need;
+  }
+  // From a little less than the hardest block or an even share needs
+  // (infeasible) to several times that (splits, replicas and recomputation
+  // all matter).
+  const double base = std::max(hardest, total / p.devices.count);
+  p.devices.memory_bytes = std::max(1.0, std::floor(base * std::exp(uni(std::log(0.8), std::log(6.0)))));
+  p.devices.memory_margin = pick(0, 3) == 0 ? 0.1 : 0.0;
+  p.devices.intra_node = {uni(50, 500), uni(0, 0.01)};
+  p.devices.inter_node = {uni(5, 50), uni(0, 0.05)};
+  p.allow_recompute = pick(0, 1);
+  Constraints &c = p.constraints;
+  const int max_stages = std::min(n, p.devices.count);
+  switch (trial % 8) {
+  case 1: c.stages = pick(1, max_stages); break;
+  case 2: c.schedule = Schedule::GPipe; break;
+  case 3: c.schedule = Schedule::OneFOneB; c.power_of_two_replicas = true; break;
+  case 4: {
+    std::vector<int> divisors;
+    for (int m = 1; m <= p.batch_size; ++m)
+      if (p.batch_size % m == 0) divisors.push_back(m);
+    c.microbatches = divisors[pick(0, static_cast<int>(divisors.size()) - 1)];
+    break;
+  }
+  case 5: {
+    const int s = pick(1, max_stages);
+    int left = p.devices.count - s;
+    for (int i = 0; i < s; ++i) {
+      const int extra = pick(0, left);
+      c.replicas.push_back(1 + extra);
+      left -= extra;
+    }
+    break;
+  }
+  case 6: c.replicas = {pick(1, 2)}; break;
+  case 7: c.max_microbatches = pick(1, 4); break;
+  default: break;
+  }
+  return p;
+}
+
+TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
+  std::mt19937 rng(2024);
+  int feasible = 0, infeasible = 0, recomputing = 0, gpipe = 0, unequal = 0, multi_node = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    Problem p = randomProblem(rng, trial);
+    ASSERT_TRUE(validate(p).ok()) << validate(p).message();
+    std::ostringstream where;
+    where << "trial " << trial << "\n";
+    p.print(where);
+    auto dp = solveDP(p);
+    auto ex = solveExhaustive(p);
+    ASSERT_EQ(dp.ok(), ex.ok()) << where.str()
+                                << (dp.ok() ? ex.error().message + "\ndp: " + str(dp->solution) : dp.error().message);
+    if (!dp.ok()) {
+      ++infeasible;
+      continue;
+    }
+    ++feasible;
+    const Evaluation ev = evaluate(p, dp->solution);
+    EXPECT_TRUE(ev.feasible()) << where.str() << str(dp->solution) << "\n" << ev.violations.front();
+    // The DP's claim is what evaluate() says about its plan...
+    EXPECT_LT(relDiff(ev.step_time_s, dp->step_time_s), 1e-9) << where.str() << str(dp->solution);
+    // ...and nothing in the space is better (floating-point sums in another order).
+    EXPECT_LT(relDiff(dp->step_time_s, ex->step_time_s), 1e-9)
+        << where.str() << "dp " << str(dp->solution) << " = " << dp->step_time_s << "\nexhaustive "
+        << str(ex->solution) << " = " << ex->step_time_s;
+    for (Strategy s : {Strategy::Uniform, Strategy::Parameters, Strategy::Time}) {
+      auto base = solveBaseline(p, s);
+      if (!base.ok()) continue;
+      EXPECT_LE(dp->step_time_s, base->step_time_s * (1 + 1e-9)) << where.str() << strategyName(s);
+      EXPECT_LT(relDiff(base->step_time_s, evaluate(p, base->solution).step_time_s), 1e-12);
+    }
+    const Solution &s = dp->solution;
+    gpipe += s.schedule == Schedule::GPipe;
+    recomputing += std::any_of(s.stages.begin(), s.stages.end(), [](const Stage &x) { return x.recompute; });
+    unequal += std::any_of(s.stages.begin(), s.stages.end(),
+                           [&](const Stage &x) { return x.replicas != s.stages[0].replicas; });
+    multi_node += s.devicesUsed() > p.devices.per_node;
+  }
+  // The instances exercise what they are meant to.
+  EXPECT_GE(feasible, 400);
+  EXPECT_GE(infeasible, 60);
+  EXPECT_GE(recomputing, 15);
+  EXPECT_GE(gpipe, 30);
+  EXPECT_GE(unequal, 30);
+  EXPECT_GE(multi_node, 50);
+  std::cout << "feasible " << feasible << ", infeasible " << infeasible << ", recomputing " << recomputing
+            << ", gpipe " << gpipe << ", unequal replicas " << unequal << ", multi-node " << multi_node << "\n";
+}
+
+} // namespace
+} // namespace rannc::partition
