@@ -27,6 +27,9 @@ public:
   virtual void allReduce(double *data, int count, ReduceOp op) = 0;
   virtual void allReduce(float *data, int64_t count, ReduceOp op) = 0;
   virtual void barrier() = 0;
+  /// The ranks with the same `color` as a new communicator, ordered by `key`
+  /// (collective over this communicator).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
   /// Stops every rank of the job at once (used after an error on one rank).
   [[noreturn]] virtual void abort(int code) = 0;
 };

@@ -22,20 +22,35 @@ MPI_Op toMpi(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
 class MpiCommunicator final : public Communicator {
 public:
-  MpiCommunicator(int *argc, char ***argv) {
+  MpiCommunicator(int *argc, char ***argv) : comm_(MPI_COMM_WORLD), owns_mpi_(true) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) MPI_Init(argc, argv);
     // Errors come back as codes so they surface as exceptions with a message.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+
+  /// Wraps a communicator split off another one.
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm), owns_mpi_(false) {
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
   }
 
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+    if (finalized) return;
+    if (owns_mpi_) MPI_Finalize();
+    else MPI_Comm_free(&comm_);
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub;
+    check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+    return std::make_unique<MpiCommunicator>(sub);
   }
 
   int rank() const override { return rank_; }
@@ -45,18 +60,18 @@ public:
     if (payload->size() > static_cast<size_t>(INT32_MAX))
       throw std::runtime_error("message of " + std::to_string(payload->size()) + " bytes exceeds MPI's 2 GiB limit");
     pending_.push_back({MPI_REQUEST_NULL, payload});
-    check(MPI_Isend(payload->data(), static_cast<int>(payload->size()), MPI_BYTE, dst, tag, MPI_COMM_WORLD,
+    check(MPI_Isend(payload->data(), static_cast<int>(payload->size()), MPI_BYTE, dst, tag, comm_,
                     &pending_.back().request),
           "MPI_Isend");
   }
 
   std::string recv(int src, int tag) override {
     MPI_Status status;
-    check(MPI_Probe(src, tag, MPI_COMM_WORLD, &status), "MPI_Probe");
+    check(MPI_Probe(src, tag, comm_, &status), "MPI_Probe");
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
     std::string buf(static_cast<size_t>(count), '\0');
-    check(MPI_Recv(buf.data(), count, MPI_BYTE, src, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+    check(MPI_Recv(buf.data(), count, MPI_BYTE, src, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
     return buf;
   }
 
@@ -66,7 +81,7 @@ public:
   }
 
   void allReduce(double *data, int count, ReduceOp op) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_DOUBLE, toMpi(op), MPI_COMM_WORLD), "MPI_Allreduce");
+    check(MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_DOUBLE, toMpi(op), comm_), "MPI_Allreduce");
   }
 
   void allReduce(float *data, int64_t count, ReduceOp op) override {
@@ -74,11 +89,11 @@ public:
     constexpr int64_t kChunk = int64_t{1} << 30;
     for (int64_t off = 0; off < count; off += kChunk)
       check(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
-                          toMpi(op), MPI_COMM_WORLD),
+                          toMpi(op), comm_),
             "MPI_Allreduce");
   }
 
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   [[noreturn]] void abort(int code) override {
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -90,6 +105,8 @@ private:
     MPI_Request request;
     std::shared_ptr<const std::string> payload; // keeps the buffer alive
   };
+  MPI_Comm comm_;
+  bool owns_mpi_;
   int rank_ = 0, size_ = 1;
   std::vector<Pending> pending_;
 };

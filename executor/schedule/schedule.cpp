@@ -1,6 +1,8 @@
 #include "executor/schedule/schedule.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 
 namespace rannc::schedule {
@@ -14,6 +16,7 @@ std::string toString(const Action &a) {
   case ActionKind::RecvGradients: name = "recv-grad"; break;
   case ActionKind::Backward: name = "backward"; break;
   case ActionKind::SendGradients: name = "send-grad"; break;
+  case ActionKind::AllReduce: name = "all-reduce"; break;
   case ActionKind::OptimizerStep: name = "optimizer-step"; break;
   }
   return a.microbatch < 0 ? name : std::string(name) + "(" + std::to_string(a.microbatch) + ")";
@@ -24,71 +27,155 @@ void print(const std::vector<Action> &actions, std::ostream &os) {
   os << "\n";
 }
 
+namespace {
+
+void forward(std::vector<Action> &a, int m, bool first, bool last) {
+  if (!first) a.push_back({ActionKind::RecvActivations, m});
+  a.push_back({ActionKind::Forward, m});
+  if (!last) a.push_back({ActionKind::SendActivations, m});
+}
+
+void backward(std::vector<Action> &a, int m, bool first, bool last) {
+  if (!last) a.push_back({ActionKind::RecvGradients, m});
+  a.push_back({ActionKind::Backward, m});
+  if (!first) a.push_back({ActionKind::SendGradients, m});
+}
+
+void finish(std::vector<Action> &a) {
+  a.push_back({ActionKind::AllReduce, -1});
+  a.push_back({ActionKind::OptimizerStep, -1});
+}
+
+} // namespace
+
 std::vector<Action> gpipe(int stage, int num_stages, int microbatches) {
   std::vector<Action> a;
   const bool first = stage == 0, last = stage == num_stages - 1;
-  for (int m = 0; m < microbatches; ++m) {
-    if (!first) a.push_back({ActionKind::RecvActivations, m});
-    a.push_back({ActionKind::Forward, m});
-    if (!last) a.push_back({ActionKind::SendActivations, m});
-  }
-  for (int m = microbatches - 1; m >= 0; --m) {
-    if (!last) a.push_back({ActionKind::RecvGradients, m});
-    a.push_back({ActionKind::Backward, m});
-    if (!first) a.push_back({ActionKind::SendGradients, m});
-  }
-  a.push_back({ActionKind::OptimizerStep, -1});
+  for (int m = 0; m < microbatches; ++m) forward(a, m, first, last);
+  for (int m = microbatches - 1; m >= 0; --m) backward(a, m, first, last);
+  finish(a);
   return a;
 }
 
-StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage) {
-  std::vector<int> stage_of(g.nodes.size(), -1);
-  for (int s = 0; s < static_cast<int>(ranges.size()); ++s)
-    for (int n = ranges[s].first; n < ranges[s].second; ++n) stage_of[n] = s;
-  auto isConstantOp = [&](ir::NodeId n) { return g.nodes[n].inputs.empty(); };
+std::vector<Action> oneFOneB(int stage, int num_stages, int microbatches) {
+  std::vector<Action> a;
+  const bool first = stage == 0, last = stage == num_stages - 1;
+  const int warmup = std::min(num_stages - stage - 1, microbatches);
+  int next_fwd = 0, next_bwd = 0;
+  for (; next_fwd < warmup; ++next_fwd) forward(a, next_fwd, first, last);
+  while (next_fwd < microbatches) {
+    forward(a, next_fwd++, first, last);
+    backward(a, next_bwd++, first, last);
+  }
+  while (next_bwd < microbatches) backward(a, next_bwd++, first, last);
+  finish(a);
+  return a;
+}
 
+std::vector<Action> build(Kind kind, int stage, int num_stages, int microbatches) {
+  return kind == Kind::GPipe ? gpipe(stage, num_stages, microbatches) : oneFOneB(stage, num_stages, microbatches);
+}
+
+int peakMicrobatchesInFlight(const std::vector<Action> &actions) {
+  int alive = 0, peak = 0;
+  for (const auto &a : actions) {
+    if (a.kind == ActionKind::Forward) peak = std::max(peak, ++alive);
+    if (a.kind == ActionKind::Backward) --alive;
+  }
+  return peak;
+}
+
+namespace {
+
+/// For each stage, the values it receives (by producer stage) and the nodes
+/// it recomputes (Note [recomputed values]).
+struct Routing {
+  std::vector<std::set<std::pair<int, ir::ValueId>>> recvs;
+  std::vector<std::set<ir::NodeId>> nodes;
+};
+
+Routing route(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges) {
+  const int num_stages = static_cast<int>(ranges.size());
+  std::vector<int> stage_of(g.nodes.size(), -1);
+  for (int s = 0; s < num_stages; ++s)
+    for (int n = ranges[s].first; n < ranges[s].second; ++n) stage_of[n] = s;
+
+  // recomputable[v]: rebuilt on the consuming stage from its own inputs
+  // (which are then needed in turn): Constant ops and non-floating values.
+  std::vector<char> recomputable(g.values.size(), 0);
+  for (const ir::Node &node : g.nodes)
+    for (ir::ValueId out : node.outputs)
+      if (out != ir::kNoValue) recomputable[out] = node.inputs.empty() || !ir::isFloating(g.values[out].dtype);
+
+  Routing r;
+  r.recvs.resize(num_stages);
+  r.nodes.resize(num_stages);
+  for (int s = 0; s < num_stages; ++s) {
+    auto &nodes = r.nodes[s];
+    std::function<void(ir::ValueId)> need = [&](ir::ValueId in) {
+      if (in == ir::kNoValue || g.values[in].kind != ir::ValueKind::Intermediate) return;
+      ir::NodeId p = g.values[in].producer;
+      if (stage_of[p] == s || nodes.count(p)) return;
+      if (recomputable[in]) {
+        nodes.insert(p);
+        for (ir::ValueId pin : g.nodes[p].inputs) need(pin);
+      } else {
+        r.recvs[s].insert({stage_of[p], in});
+      }
+    };
+    for (ir::NodeId n = ranges[s].first; n < ranges[s].second; ++n) {
+      nodes.insert(n);
+      for (ir::ValueId in : g.nodes[n].inputs) need(in);
+    }
+  }
+  return r;
+}
+
+} // namespace
+
+StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage) {
+  Routing r = route(g, ranges);
   StageProgram p;
   p.stage = stage;
-  std::set<ir::NodeId> nodes;
+  p.nodes.assign(r.nodes[stage].begin(), r.nodes[stage].end());
   std::set<ir::ValueId> data, params, consts;
-  std::set<std::pair<int, ir::ValueId>> recvs, sends;
-  for (ir::NodeId n = ranges[stage].first; n < ranges[stage].second; ++n) {
-    nodes.insert(n);
+  for (ir::NodeId n : p.nodes)
     for (ir::ValueId in : g.nodes[n].inputs) {
       if (in == ir::kNoValue) continue;
-      const ir::Value &v = g.values[in];
-      switch (v.kind) {
+      switch (g.values[in].kind) {
       case ir::ValueKind::Input: data.insert(in); break;
       case ir::ValueKind::Parameter: params.insert(in); break;
       case ir::ValueKind::Constant: consts.insert(in); break;
-      case ir::ValueKind::Intermediate: {
-        int producer_stage = stage_of[v.producer];
-        if (producer_stage == stage) break;
-        if (isConstantOp(v.producer)) nodes.insert(v.producer);
-        else recvs.insert({producer_stage, in});
-        break;
-      }
+      case ir::ValueKind::Intermediate: break;
       }
     }
-  }
-  // Sends: values made here that a later stage reads (and does not recompute).
-  for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(g.nodes.size()); ++n) {
-    if (stage_of[n] <= stage) continue;
-    for (ir::ValueId in : g.nodes[n].inputs) {
-      if (in == ir::kNoValue || g.values[in].kind != ir::ValueKind::Intermediate) continue;
-      ir::NodeId producer = g.values[in].producer;
-      if (stage_of[producer] == stage && !isConstantOp(producer)) sends.insert({stage_of[n], in});
-    }
-  }
-  p.nodes.assign(nodes.begin(), nodes.end());
   p.data_inputs.assign(data.begin(), data.end());
   p.parameters.assign(params.begin(), params.end());
   p.constants.assign(consts.begin(), consts.end());
-  for (auto [s, v] : recvs) p.recvs.push_back({v, s});
-  for (auto [s, v] : sends) p.sends.push_back({v, s});
+  for (auto [s, v] : r.recvs[stage]) p.recvs.push_back({v, s});
+  std::set<std::pair<int, ir::ValueId>> sends;
+  for (int t = 0; t < static_cast<int>(ranges.size()); ++t)
+    for (auto [s, v] : r.recvs[t])
+      if (s == stage) sends.insert({t, v});
+  for (auto [t, v] : sends) p.sends.push_back({v, t});
   p.computes_loss = g.loss != ir::kNoValue && g.values[g.loss].producer >= ranges[stage].first &&
                     g.values[g.loss].producer < ranges[stage].second;
   return p;
+}
+
+std::vector<SampleRange> splitSamples(int64_t count, int replicas) {
+  std::vector<SampleRange> out;
+  int64_t begin = 0;
+  for (int j = 0; j < replicas; ++j) {
+    int64_t size = count / replicas + (j < count % replicas ? 1 : 0);
+    out.push_back({begin, begin + size});
+    begin += size;
+  }
+  return out;
+}
+
+SampleRange intersect(const SampleRange &a, const SampleRange &b) {
+  return {std::max(a.begin, b.begin), std::min(a.end, b.end)};
 }
 
 } // namespace rannc::schedule

@@ -3,6 +3,7 @@
 // runtime only interprets it.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -18,22 +19,36 @@ enum class ActionKind {
   RecvGradients,   ///< receive the gradients of the sent outputs
   Backward,
   SendGradients,   ///< send the gradients of the received inputs back
+  AllReduce,       ///< sum the gradients over the stage's replicas
   OptimizerStep,
 };
 
 struct Action {
   ActionKind kind;
-  int microbatch = -1; ///< -1 for OptimizerStep
+  int microbatch = -1; ///< -1 for AllReduce and OptimizerStep
   bool operator==(const Action &o) const { return kind == o.kind && microbatch == o.microbatch; }
 };
 
 std::string toString(const Action &a);
 void print(const std::vector<Action> &actions, std::ostream &os);
 
+enum class Kind { GPipe, OneFOneB };
+
 /// GPipe fill-drain for `stage` of `num_stages`: all forwards, then all
-/// backwards in reverse micro-batch order, then the optimizer step. The first
-/// stage receives nothing and the last sends nothing forward.
+/// backwards in reverse micro-batch order, then the all-reduce and optimizer
+/// step. The first stage receives nothing and the last sends nothing forward.
 std::vector<Action> gpipe(int stage, int num_stages, int microbatches);
+
+/// 1F1B (PipeDream-flush): `num_stages - stage - 1` warm-up forwards, then
+/// alternating one forward and one backward, then the remaining backwards.
+/// At most `num_stages - stage` micro-batches are alive on a stage at once.
+std::vector<Action> oneFOneB(int stage, int num_stages, int microbatches);
+
+std::vector<Action> build(Kind kind, int stage, int num_stages, int microbatches);
+
+/// The largest number of micro-batches whose forward ran and whose backward
+/// has not, over the action list (what the stage's activation memory scales with).
+int peakMicrobatchesInFlight(const std::vector<Action> &actions);
 
 /// Which values cross stage boundaries, and what each stage runs.
 struct Transfer {
@@ -43,7 +58,7 @@ struct Transfer {
 
 struct StageProgram {
   int stage = 0;
-  std::vector<ir::NodeId> nodes;         ///< in graph order
+  std::vector<ir::NodeId> nodes;         ///< in graph order, recomputed ones included
   std::vector<ir::ValueId> data_inputs;  ///< graph inputs this stage reads
   std::vector<ir::ValueId> parameters;   ///< parameters this stage reads
   std::vector<ir::ValueId> constants;    ///< constants this stage reads
@@ -53,8 +68,30 @@ struct StageProgram {
 };
 
 /// The program of `stage` given every stage's op range [begin, end).
-/// Constant ops (no inputs) are cheap and recomputed by every stage that reads
-/// them instead of being sent.
+///
+/// Note [recomputed values]
+/// A value another stage produced is recomputed locally instead of received
+/// when it is cheap: ops without inputs (Constant) and non-floating values
+/// (Shape -> Gather -> Concat chains, causal masks from Range, reshaped
+/// labels); their inputs are then needed by the stage in turn (data read
+/// locally, activations received). Integer values carry no gradient and are
+/// often shape arithmetic: recomputing them from the local shard keeps them
+/// right when stages have different replica counts (a Shape of a 4-sample
+/// shard must say 4, not the sender's 8), and every received value is then a
+/// floating-point activation whose batch dimension can be sliced.
 StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage);
+
+/// Samples [begin, end) of a micro-batch held by one replica.
+struct SampleRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+/// Splits `count` samples over `replicas` contiguous ranges, the first
+/// `count % replicas` one larger.
+std::vector<SampleRange> splitSamples(int64_t count, int replicas);
+/// The overlap of two ranges (empty: begin >= end).
+SampleRange intersect(const SampleRange &a, const SampleRange &b);
 
 } // namespace rannc::schedule

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <random>
 
+#include "executor/runtime/memory.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
 #include "executor/schedule/schedule.h"
@@ -29,7 +30,8 @@ struct Setup {
   ir::Graph graph;
   int stage = -1;
   std::vector<std::pair<int, int>> ranges;
-  std::vector<int> stage_rank; ///< the one rank of each stage
+  std::vector<std::vector<int>> stage_ranks; ///< the ranks (replicas) of each stage, in replica order
+  int replica = 0;                           ///< this rank's index among its stage's ranks
   std::map<ir::ValueId, NpyArray> data; ///< every data input (validated on every rank)
   int64_t samples = 0;
   std::map<ir::ValueId, torch::Tensor> params, constants;
@@ -69,6 +71,12 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     for (const auto &p : problems) msg += "\n  " + p;
     return Error{msg};
   }
+  const std::string device = opts.device.empty() ? s.plan.cluster().device().type() : opts.device;
+  if (device == "cuda" && !torch::cuda::is_available())
+    return Error{opts.plan + ": the plan is for CUDA devices (" + s.plan.cluster().device().name() +
+                 "), but this LibTorch build has no CUDA; pass --device cpu to run it on CPU"};
+  if (device == "cuda")
+    return Error{opts.plan + ": running on CUDA devices is not implemented in this rannc-exec yet; pass --device cpu"};
   const int world = plan::worldSize(s.plan);
   if (world != comm.size())
     return Error{opts.plan + ": the plan is for " + std::to_string(world) + " ranks, but this job has " +
@@ -86,8 +94,12 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   s.graph = std::move(*graph);
   for (const auto &st : s.plan.stages()) {
     s.ranges.emplace_back(st.op_begin(), st.op_end());
-    s.stage_rank.push_back(st.ranks(0));
-    if (st.ranks(0) == comm.rank()) s.stage = st.id();
+    s.stage_ranks.emplace_back(st.ranks().begin(), st.ranks().end());
+    for (int j = 0; j < st.ranks_size(); ++j)
+      if (st.ranks(j) == comm.rank()) {
+        s.stage = st.id();
+        s.replica = j;
+      }
   }
 
   if (!opts.synthetic) {
@@ -169,10 +181,80 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainOptions &opts,
 constexpr int kActTag = 0, kGradTag = 1;
 int tagFor(int mb, int kind) { return 2 * mb + kind; }
 
+/// The axis of `v` that holds samples: the first dimension affine in the batch
+/// size (0 when the shape is unknown).
+int64_t batchAxis(const ir::Value &v) {
+  if (v.shape_known)
+    for (size_t i = 0; i < v.shape.size(); ++i)
+      if (v.shape[i].known && v.shape[i].batch_coeff != 0) return int64_t(i);
+  return 0;
+}
+
+/// Rows of `t` for samples [part.begin, part.end) when `t` holds samples
+/// [whole.begin, whole.end) along `axis` (k rows per sample, k = size / samples).
+torch::Tensor sliceSamples(const torch::Tensor &t, int64_t axis, const schedule::SampleRange &whole,
+                           const schedule::SampleRange &part, const std::string &what) {
+  if (t.dim() == 0 || t.size(axis) % whole.size() != 0)
+    throw std::runtime_error(what + ": dimension " + std::to_string(axis) + " of shape " +
+                             c10::str(t.sizes()) + " is not a multiple of the " + std::to_string(whole.size()) +
+                             " samples it holds, so it cannot be split between replicas");
+  const int64_t k = t.size(axis) / whole.size();
+  return t.narrow(axis, (part.begin - whole.begin) * k, part.size() * k);
+}
+
+/// Sends one message per peer replica whose samples overlap ours (SPEC: each
+/// rank sends exactly the intersection of sample ranges).
+void sendPieces(comm::Communicator &comm, const torch::Tensor &t, int64_t axis, const schedule::SampleRange &mine,
+                const std::vector<int> &peer_ranks, const std::vector<schedule::SampleRange> &peer_ranges, int tag,
+                const std::string &what) {
+  for (size_t k = 0; k < peer_ranks.size(); ++k) {
+    schedule::SampleRange part = schedule::intersect(mine, peer_ranges[k]);
+    if (part.size() <= 0) continue;
+    torch::Tensor piece = t.numel() == 0 ? t : sliceSamples(t, axis, mine, part, what);
+    comm.send(std::make_shared<std::string>(runtime::packTensor(piece)), peer_ranks[k], tag);
+  }
+}
+
+/// Receives the overlapping pieces from the peer replicas and joins them in
+/// sample order.
+torch::Tensor recvPieces(comm::Communicator &comm, int64_t axis, const schedule::SampleRange &mine,
+                         const std::vector<int> &peer_ranks, const std::vector<schedule::SampleRange> &peer_ranges,
+                         int tag) {
+  std::vector<torch::Tensor> pieces;
+  for (size_t k = 0; k < peer_ranks.size(); ++k)
+    if (schedule::intersect(mine, peer_ranges[k]).size() > 0)
+      pieces.push_back(runtime::unpackTensor(comm.recv(peer_ranks[k], tag)));
+  if (pieces.size() == 1 || pieces[0].numel() == 0) return pieces[0];
+  return torch::cat(pieces, axis);
+}
+
+/// Sums the stage's parameter gradients over its replicas (one flat buffer).
+void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tensor> &params) {
+  std::vector<torch::Tensor> flat;
+  for (const auto &p : params) {
+    if (p.scalar_type() != torch::kFloat)
+      throw std::runtime_error("gradient all-reduce supports float32 parameters only");
+    flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
+  }
+  if (flat.empty()) return;
+  torch::Tensor buffer = torch::cat(flat);
+  group.allReduce(buffer.data_ptr<float>(), buffer.numel(), comm::ReduceOp::Sum);
+  int64_t offset = 0;
+  for (const auto &p : params) {
+    torch::Tensor g = buffer.narrow(0, offset, p.numel()).view(p.sizes());
+    if (p.grad().defined()) p.mutable_grad().copy_(g);
+    else p.mutable_grad() = g.clone();
+    offset += p.numel();
+  }
+}
+
 } // namespace
 
 Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &log) {
   const int rank = comm.rank();
+  // Count tensor memory from the start, so the logged peak covers weights,
+  // gradients, optimizer state and activations (not LibTorch's own code).
+  runtime::installCountingAllocator();
   // Start-up: all ranks agree whether it worked; the first failing rank speaks.
   auto setup = prepare(opts, comm);
   double failed = setup.ok() ? 0 : double(comm.size() - rank);
@@ -186,12 +268,21 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   const int num_stages = s.plan.stages_size();
   const int M = s.plan.microbatches();
   const int64_t B = s.plan.global_batch_size(), b = B / M;
+  const auto &ranks_of = s.stage_ranks;
+  // Sample ranges of every stage's replicas within a micro-batch.
+  std::vector<std::vector<schedule::SampleRange>> shards;
+  for (const auto &r : ranks_of) shards.push_back(schedule::splitSamples(b, int(r.size())));
+  const schedule::SampleRange mine = shards[s.stage][s.replica];
+  auto group = comm.split(s.stage, rank); // this stage's replicas
+
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
                               std::move(s.constants));
   const auto &prog = runner.program();
-  auto actions = schedule::gpipe(s.stage, num_stages, M);
+  auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
+  auto actions = schedule::build(kind, s.stage, num_stages, M);
   auto optimizer = makeOptimizer(opts, runner.parameters());
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
+  auto name = [&](ir::ValueId v) { return "value '" + s.graph.values[v].name + "'"; };
 
   std::ofstream jsonl;
   if (rank == 0 && !opts.log.empty()) {
@@ -200,76 +291,86 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   }
   if (rank == 0)
     log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
-        << " micro-batch(es), " << opts.steps << " step(s)\n";
+        << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << opts.steps
+        << " step(s)\n";
 
   for (int64_t step = 0; step < opts.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0;
+    std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
     for (const auto &a : actions) {
       const int mb = a.microbatch;
       switch (a.kind) {
       case schedule::ActionKind::RecvActivations:
+        break; // received together with the forward below
       case schedule::ActionKind::Forward: {
-        if (a.kind == schedule::ActionKind::RecvActivations) break; // received together with the forward below
         std::unordered_map<ir::ValueId, torch::Tensor> feeds;
         for (const auto &r : prog.recvs)
-          feeds[r.value] = runtime::unpackTensor(comm.recv(s.stage_rank[r.peer_stage], tagFor(mb, kActTag)));
-        for (ir::ValueId in : prog.data_inputs) {
-          int64_t first = step * B + int64_t(mb) * b;
-          feeds[in] = opts.synthetic ? syntheticInput(s.graph.values[in], b, opts.seed * 1000003 + uint64_t(first))
-                                     : gatherSamples(s.data.at(in), order, first, b);
-        }
+          feeds[r.value] = recvPieces(comm, batchAxis(s.graph.values[r.value]), mine, ranks_of[r.peer_stage],
+                                      shards[r.peer_stage], tagFor(mb, kActTag));
+        const int64_t first = step * B + int64_t(mb) * b + mine.begin;
+        for (ir::ValueId in : prog.data_inputs)
+          feeds[in] = opts.synthetic
+                          ? syntheticInput(s.graph.values[in], mine.size(), opts.seed * 1000003 + uint64_t(first))
+                          : gatherSamples(s.data.at(in), order, first, mine.size());
         runner.forward(mb, std::move(feeds));
-        if (prog.computes_loss) loss_sum += runner.loss(mb).item<double>() * double(b) / double(B);
+        if (prog.computes_loss) loss_sum += runner.loss(mb).item<double>() * double(mine.size()) / double(B);
         break;
       }
       case schedule::ActionKind::SendActivations:
         for (const auto &snd : prog.sends)
-          comm.send(std::make_shared<std::string>(runtime::packTensor(runner.value(mb, snd.value))),
-                    s.stage_rank[snd.peer_stage], tagFor(mb, kActTag));
+          sendPieces(comm, runner.value(mb, snd.value), batchAxis(s.graph.values[snd.value]), mine,
+                     ranks_of[snd.peer_stage], shards[snd.peer_stage], tagFor(mb, kActTag), name(snd.value));
         break;
-      case schedule::ActionKind::RecvGradients:
-        break; // received together with the backward below
-      case schedule::ActionKind::Backward: {
-        std::vector<torch::Tensor> grads;
+      case schedule::ActionKind::RecvGradients: {
+        auto &grads = send_grads[mb];
         for (const auto &snd : prog.sends) {
-          torch::Tensor g = runtime::unpackTensor(comm.recv(s.stage_rank[snd.peer_stage], tagFor(mb, kGradTag)));
+          torch::Tensor g = recvPieces(comm, batchAxis(s.graph.values[snd.value]), mine, ranks_of[snd.peer_stage],
+                                       shards[snd.peer_stage], tagFor(mb, kGradTag));
+          // An empty message stands for "no gradient" (a non-floating value).
           grads.push_back(g.numel() == 0 && runner.value(mb, snd.value).numel() != 0 ? torch::Tensor() : g);
         }
-        runner.backward(mb, grads, double(b) / double(B));
         break;
       }
+      case schedule::ActionKind::Backward:
+        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B));
+        send_grads.erase(mb);
+        if (prog.recvs.empty()) runner.release(mb);
+        break;
       case schedule::ActionKind::SendGradients:
         for (const auto &r : prog.recvs) {
           torch::Tensor g = runner.inputGrad(mb, r.value);
-          // Non-floating values carry no gradient: an empty tensor keeps the
-          // message sequence of both sides identical.
-          comm.send(std::make_shared<std::string>(runtime::packTensor(g.defined() ? g : torch::empty({0}))),
-                    s.stage_rank[r.peer_stage], tagFor(mb, kGradTag));
+          sendPieces(comm, g.defined() ? g : torch::empty({0}), batchAxis(s.graph.values[r.value]), mine,
+                     ranks_of[r.peer_stage], shards[r.peer_stage], tagFor(mb, kGradTag), name(r.value));
         }
         runner.release(mb);
+        break;
+      case schedule::ActionKind::AllReduce:
+        if (group->size() > 1) allReduceGradients(*group, runner.parameters());
         break;
       case schedule::ActionKind::OptimizerStep:
         optimizer->step();
         optimizer->zero_grad();
         break;
       }
-      if (a.kind == schedule::ActionKind::Backward && prog.recvs.empty()) runner.release(mb);
     }
     comm.waitSends();
     double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // Loss from the stage that computes it; memory per rank; slowest rank's time.
-    std::vector<double> sums(1 + comm.size(), 0.0);
+    const int world = comm.size();
+    std::vector<double> sums(1 + 2 * world, 0.0);
     sums[0] = prog.computes_loss ? loss_sum : 0.0;
-    sums[1 + rank] = double(peakRssBytes());
+    sums[1 + rank] = double(runtime::peakTensorBytes());
+    sums[1 + world + rank] = double(peakRssBytes());
     comm.allReduce(sums.data(), int(sums.size()), comm::ReduceOp::Sum);
     comm.allReduce(&step_time, 1, comm::ReduceOp::Max);
     const double loss = sums[0];
     if (!std::isfinite(loss))
       return Error{rank == 0 ? "non-finite loss (" + std::to_string(loss) + ") at step " + std::to_string(step) : ""};
     if (rank == 0) {
-      std::vector<int64_t> mem(sums.begin() + 1, sums.end());
+      std::vector<int64_t> mem(sums.begin() + 1, sums.begin() + 1 + world);
+      std::vector<int64_t> rss(sums.begin() + 1 + world, sums.end());
       nlohmann::ordered_json j;
       j["step"] = step;
       j["loss"] = loss;
@@ -277,6 +378,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       j["step_time_s"] = step_time;
       j["peak_memory_bytes"] = *std::max_element(mem.begin(), mem.end());
       j["peak_memory_bytes_per_rank"] = mem;
+      j["peak_rss_bytes"] = *std::max_element(rss.begin(), rss.end());
       j["lr"] = opts.lr;
       if (jsonl) jsonl << j.dump() << "\n" << std::flush;
       if (opts.progress)

@@ -22,6 +22,7 @@ struct TrainOptions {
   std::string shuffle = "off";   ///< off | on
   uint64_t seed = 0;
   std::string log;        ///< JSONL file written by rank 0; empty: none
+  std::string device;     ///< "cpu" runs a plan made for CUDA devices on CPU; empty: the plan's
   bool progress = true;   ///< a line per step on stderr (rank 0)
 };
 

@@ -72,4 +72,76 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
   return costs;
 }
 
+std::vector<Unit> formUnits(const ir::Graph &g, int max_ops) {
+  static const char *kHeavy[] = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum"};
+  auto heavy = [](const std::string &op) {
+    for (const char *h : kHeavy)
+      if (op == h) return true;
+    return false;
+  };
+  const int n = static_cast<int>(g.nodes.size());
+  const std::vector<bool> glued = ir::parameterOnlyNodes(g);
+  std::vector<Unit> units;
+  int begin = 0;
+  for (int i = 1; i < n; ++i) {
+    if (glued[i - 1]) continue; // never separate a weight-only op from its consumer
+    int j = i;                  // the op the glued run starting at i leads into
+    while (j < n && glued[j]) ++j;
+    if ((j < n && heavy(g.nodes[j].op_type)) || i - begin >= max_ops) {
+      units.push_back({begin, i});
+      begin = i;
+    }
+  }
+  if (n > 0) units.push_back({begin, n});
+  return units;
+}
+
+UnitCost CostTable::at(int unit, double b) const {
+  const size_t k = batch_sizes.size();
+  if (k == 1) {
+    // One measured size: scale time and activations with the batch.
+    UnitCost c = costs[0][unit];
+    double f = b / double(batch_sizes[0]);
+    return {c.fwd_s * f, c.bwd_s * f, int64_t(double(c.kept_bytes) * f), int64_t(double(c.work_bytes) * f)};
+  }
+  size_t hi = 1;
+  while (hi + 1 < k && double(batch_sizes[hi]) < b) ++hi;
+  size_t lo = hi - 1;
+  const UnitCost &a = costs[lo][unit], &c = costs[hi][unit];
+  double t = (b - double(batch_sizes[lo])) / double(batch_sizes[hi] - batch_sizes[lo]);
+  auto lerp = [t](double x, double y) { return std::max(0.0, x + (y - x) * t); };
+  return {lerp(a.fwd_s, c.fwd_s), lerp(a.bwd_s, c.bwd_s), int64_t(lerp(double(a.kept_bytes), double(c.kept_bytes))),
+          int64_t(lerp(double(a.work_bytes), double(c.work_bytes)))};
+}
+
+CostTable analyticCosts(const ir::Graph &g, const std::vector<Unit> &units, const cluster::DeviceSpec &device,
+                        const std::vector<int64_t> &batch_sizes) {
+  CostTable t;
+  t.source = "analytic";
+  t.units = units;
+  t.batch_sizes = batch_sizes;
+  for (int64_t b : batch_sizes) {
+    auto ops = estimateOpCosts(g, device, b);
+    std::vector<UnitCost> row;
+    for (const Unit &u : units) {
+      UnitCost c;
+      int64_t largest = 0;
+      for (int i = u.op_begin; i < u.op_end; ++i) {
+        c.fwd_s += ops[i].fwd_time_s;
+        c.bwd_s += ops[i].bwd_time_s;
+        c.kept_bytes += ops[i].output_bytes;
+        largest = std::max(largest, ops[i].output_bytes);
+      }
+      // Backward materialises roughly one gradient per kept activation, the
+      // largest of them at a time.
+      c.work_bytes = largest;
+      row.push_back(c);
+    }
+    t.costs.push_back(std::move(row));
+  }
+  // Optimizer: an elementwise pass over parameters, gradients and state.
+  t.optimizer_s_per_param = 4.0 * 4 / std::max(device.memory_bandwidth, 1.0);
+  return t;
+}
+
 } // namespace rannc::cost

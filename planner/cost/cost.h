@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "planner/cluster/cluster.h"
@@ -26,5 +27,44 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
 
 /// Bytes of optimizer state per parameter byte (SGD 0, momentum 1, Adam 2).
 double optimizerStateFactor(const std::string &optimizer);
+
+/// A unit of work: a contiguous (hence convex) op range of the graph's
+/// topological order holding one compute-heavy op and the cheap ops after it.
+/// Costs are measured per unit and the partitioner cuts only between units.
+struct Unit {
+  int op_begin = 0;
+  int op_end = 0;
+};
+
+/// Groups the graph's ops into units. A unit starts at each compute-heavy op
+/// (MatMul, Gemm, Conv, ...) together with the weight-only ops glued before it
+/// (see ir::sinkParameterOps); cheap runs longer than `max_ops` are split.
+std::vector<Unit> formUnits(const ir::Graph &g, int max_ops = 64);
+
+/// The cost of one unit at one micro-batch size.
+struct UnitCost {
+  double fwd_s = 0;
+  double bwd_s = 0;
+  int64_t kept_bytes = 0; ///< tensors alive after forward until backward (activations, outputs)
+  int64_t work_bytes = 0; ///< transient peak above the kept bytes during forward + backward
+};
+
+/// Per-unit costs at several micro-batch sizes, from one source.
+struct CostTable {
+  std::string source;                   ///< "measured", "analytic" or the profile file
+  std::vector<Unit> units;
+  std::vector<int64_t> batch_sizes;     ///< ascending
+  std::vector<std::vector<UnitCost>> costs; ///< [batch size index][unit]
+  double optimizer_s_per_param = 0;     ///< optimizer step time per parameter element
+  std::string optimizer;                ///< the optimizer that figure is for
+
+  /// Cost of `unit` at micro-batch size b: linear between the measured sizes,
+  /// extrapolated linearly from the nearest two outside them.
+  UnitCost at(int unit, double b) const;
+};
+
+/// The analytic source: estimateOpCosts summed per unit at each batch size.
+CostTable analyticCosts(const ir::Graph &g, const std::vector<Unit> &units, const cluster::DeviceSpec &device,
+                        const std::vector<int64_t> &batch_sizes);
 
 } // namespace rannc::cost

@@ -1,11 +1,15 @@
 #include "planner/driver/planner.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
-#include "planner/cost/cost.h"
+#include "planner/cost/profile_file.h"
 #include "planner/import/onnx_import.h"
-#include "planner/partition/linear.h"
+#include "planner/driver/lower.h"
+#include "planner/partition/coarsen.h"
+#include "planner/partition/evaluate.h"
+#include "planner/partition/solve.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/show.h"
 #include "planner/support/files.h"
@@ -20,80 +24,76 @@ Expected<std::string> fileSha256(const std::string &path) {
   return sha256Hex(in);
 }
 
-/// Note [stage memory model]
-/// The skeleton's estimate of a stage's memory: parameters, their gradients,
-/// optimizer state (by optimizer), the activations every op of the stage
-/// writes for each micro-batch (GPipe keeps all micro-batches alive until
-/// backward), and buffers for the activations crossing its boundaries (one
-/// send and one receive copy). The partitioner work refines this.
-void estimateStage(const ir::Graph &g, const std::vector<cost::OpCost> &costs, int begin, int end,
-                   const PlanOptions &opts, const cluster::ClusterSpec &cluster, int64_t micro_batch,
-                   proto::StageEstimates *e) {
-  std::set<ir::ValueId> params;
-  int64_t act = 0, cross = 0;
-  double fwd = 0, bwd = 0;
-  for (int i = begin; i < end; ++i) {
-    const ir::Node &n = g.nodes[i];
-    for (ir::ValueId in : n.inputs) {
-      if (in == ir::kNoValue) continue;
-      const ir::Value &v = g.values[in];
-      if (v.kind == ir::ValueKind::Parameter) params.insert(in);
-      if (v.kind == ir::ValueKind::Intermediate && (v.producer < begin || v.producer >= end) && v.shape_known)
-        cross += ir::numelAt(v.shape, micro_batch) * ir::dtypeSize(v.dtype);
-    }
-    act += costs[i].output_bytes;
-    fwd += costs[i].fwd_time_s;
-    bwd += costs[i].bwd_time_s;
+Expected<cost::CostTable> loadCosts(const ir::Graph &g, const std::vector<cost::Unit> &units,
+                                    const cluster::ClusterSpec &cluster, const PlanOptions &opts,
+                                    const std::string &sha, std::ostream &log) {
+  std::string source = opts.profile;
+  if (source.empty()) source = cluster.device.type == "cpu" && opts.measure ? "measure" : "analytic";
+  auto sizes = costBatchSizes(opts);
+  if (source == "analytic") return cost::analyticCosts(g, units, cluster.device, sizes);
+  if (source == "measure") {
+    if (cluster.device.type != "cpu")
+      return Error{"--profile measure: this machine has no " + cluster.device.name +
+                   "; measure on one with rannc-plan profile and pass --profile FILE, or use --profile analytic"};
+    if (!opts.measure) return Error{"--profile measure: this build cannot measure"};
+    log << "rannc-plan: measuring " << units.size() << " units at micro-batch sizes";
+    for (int64_t b : sizes) log << " " << b;
+    log << "\n";
+    return opts.measure(g, units, sizes);
   }
-  int64_t param_bytes = 0, num_params = 0;
-  for (ir::ValueId p : params) {
-    int64_t n = ir::numelAt(g.values[p].shape, micro_batch);
-    num_params += n;
-    param_bytes += n * ir::dtypeSize(g.values[p].dtype);
-  }
-  e->set_num_params(num_params);
-  e->set_param_bytes(param_bytes);
-  e->set_grad_bytes(param_bytes);
-  e->set_optimizer_bytes(static_cast<int64_t>(cost::optimizerStateFactor(opts.optimizer) * double(param_bytes)));
-  e->set_activation_bytes(act * opts.microbatches);
-  e->set_buffer_bytes(2 * cross);
-  e->set_peak_memory_bytes(e->param_bytes() + e->grad_bytes() + e->optimizer_bytes() + e->activation_bytes() +
-                           e->buffer_bytes());
-  e->set_memory_capacity_bytes(cluster.device.memory_bytes);
-  e->set_fwd_time_s(fwd);
-  e->set_bwd_time_s(bwd);
+  auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads});
+  if (!table) return table.error();
+  bool same_units = table->units.size() == units.size();
+  for (size_t i = 0; same_units && i < units.size(); ++i)
+    same_units = table->units[i].op_begin == units[i].op_begin && table->units[i].op_end == units[i].op_end;
+  if (!same_units) return Error{source + ": the profile's units differ from this rannc's; re-run rannc-plan profile"};
+  return table;
 }
 
 } // namespace
 
-Expected<proto::Plan> planGraph(const ir::Graph &g, const cluster::ClusterSpec &cluster, const PlanOptions &opts,
-                                const std::string &model_sha256) {
+std::vector<int64_t> costBatchSizes(const PlanOptions &opts) {
+  // Powers of two up to the batch (the partitioner fits time and memory as
+  // linear in the per-replica micro-batch), plus the pinned sizes exactly.
+  std::set<int64_t> sizes;
+  for (int64_t b = 1; b <= opts.batch_size && sizes.size() < 8; b *= 2) sizes.insert(b);
+  if (opts.microbatches > 0) {
+    const int64_t b = std::max<int64_t>(1, opts.batch_size / opts.microbatches);
+    sizes.insert(b);
+    for (int r : opts.replicas) sizes.insert((b + std::max(1, r) - 1) / std::max(1, r));
+  }
+  return {sizes.begin(), sizes.end()};
+}
+
+Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
+                                const PlanOptions &opts, const std::string &model_sha256) {
   if (opts.batch_size < 1) return Error{"--batch-size must be at least 1"};
-  if (opts.microbatches < 1) return Error{"--microbatches must be at least 1"};
-  if (opts.batch_size % opts.microbatches != 0)
+  if (opts.microbatches < 0) return Error{"--microbatches must be at least 1"};
+  if (opts.microbatches > 0 && opts.batch_size % opts.microbatches != 0)
     return Error{"--microbatches " + std::to_string(opts.microbatches) + " does not divide --batch-size " +
                  std::to_string(opts.batch_size)};
-  const int num_stages = cluster.worldSize();
-  const int64_t micro_batch = opts.batch_size / opts.microbatches;
-  auto costs = cost::estimateOpCosts(g, cluster.device, micro_batch);
-  // Cut only where it pays: an op computed from weights alone stays glued to
-  // the op after it (its consumer, after sinkParameterOps), so no stage ever
-  // ships a transposed weight to the next. The splitter sees the glued runs.
-  const std::vector<bool> glued = ir::parameterOnlyNodes(g);
-  std::vector<double> weights;
-  std::vector<int> run_start;
-  for (size_t i = 0; i < costs.size(); ++i) {
-    if (i == 0 || !glued[i - 1]) {
-      run_start.push_back(static_cast<int>(i));
-      weights.push_back(0);
-    }
-    weights.back() += costs[i].fwd_time_s + costs[i].bwd_time_s;
+  if (costs.units.empty()) return Error{"the model has no ops"};
+  auto strategy = partition::parseStrategy(opts.strategy);
+  if (!strategy) return strategy.error();
+  auto units = lowerToProblem(g, costs, cluster, opts);
+  if (!units) return units.error();
+  // Per-unit blocks up to a few hundred keep the DP exact and fast; beyond
+  // that, coarsen (docs/partitioner.md measures the trade-off).
+  partition::CoarsenOptions co;
+  co.max_blocks = 256;
+  co.samples = std::max(1.0, double(opts.batch_size) / cluster.worldSize());
+  auto blocks = partition::coarsen(*units, co);
+  if (!blocks) return blocks.error();
+  auto solved = partition::solve(blocks->problem, *strategy);
+  if (!solved) return solved.error();
+  const partition::Solution plan_units = partition::expandToUnits(*blocks, solved->solution);
+  const partition::Evaluation ev = partition::evaluate(*units, plan_units);
+  if (!ev.feasible()) {
+    std::string msg = "the chosen plan does not fit:";
+    for (const auto &v : ev.violations) msg += "\n  " + v;
+    return Error{msg};
   }
-  auto run_bounds = partition::balancedSplit(weights, num_stages);
-  if (!run_bounds)
-    return Error{"cannot split the model into " + std::to_string(num_stages) + " stages: " + run_bounds.error().message};
-  std::vector<int> bounds;
-  for (int b : *run_bounds) bounds.push_back(b < static_cast<int>(run_start.size()) ? run_start[b] : static_cast<int>(costs.size()));
+  const std::vector<int64_t> param_counts = unitParameterCounts(g, costs.units);
 
   proto::Plan plan;
   plan.set_format_version(plan::kFormatVersion);
@@ -101,41 +101,65 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cluster::ClusterSpec &
   plan.mutable_model()->set_sha256(model_sha256);
   plan.mutable_model()->set_format("onnx");
   plan.set_global_batch_size(opts.batch_size);
-  plan.set_microbatches(opts.microbatches);
-  plan.set_schedule(proto::GPIPE);
-  plan.set_planner("balanced-ops");
+  plan.set_microbatches(plan_units.microbatches);
+  plan.set_schedule(plan_units.schedule == partition::Schedule::OneFOneB ? proto::ONE_F_ONE_B : proto::GPIPE);
+  plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs)");
   *plan.mutable_cluster() = plan::clusterToProto(cluster);
-  double bottleneck = 0, total = 0;
-  for (int s = 0; s < num_stages; ++s) {
+  double optimizer = 0;
+  for (int s = 0; s < plan_units.numStages(); ++s) {
+    const partition::Stage &stage = plan_units.stages[s];
+    const partition::StageCost &c = ev.stages[s];
     proto::Stage *st = plan.add_stages();
     st->set_id(s);
-    st->add_ranks(s);
-    st->set_op_begin(bounds[s]);
-    st->set_op_end(bounds[s + 1]);
-    estimateStage(g, costs, st->op_begin(), st->op_end(), opts, cluster, micro_batch, st->mutable_estimates());
-    double t = st->estimates().fwd_time_s() + st->estimates().bwd_time_s();
-    bottleneck = std::max(bottleneck, t);
-    total += t;
+    for (int j = 0; j < stage.replicas; ++j) st->add_ranks(plan_units.firstRank(s) + j);
+    st->set_op_begin(costs.units[stage.block_begin].op_begin);
+    st->set_op_end(costs.units[stage.block_end - 1].op_end);
+    int64_t num_params = 0;
+    for (int u = stage.block_begin; u < stage.block_end; ++u) num_params += param_counts[u];
+    auto *e = st->mutable_estimates();
+    e->set_num_params(num_params);
+    e->set_fwd_time_s(c.forwardSlot());
+    e->set_bwd_time_s(c.backwardSlot());
+    e->set_param_bytes(int64_t(c.memory.params));
+    e->set_grad_bytes(int64_t(c.memory.grads));
+    e->set_optimizer_bytes(int64_t(c.memory.optimizer));
+    e->set_activation_bytes(int64_t(c.memory.activations));
+    e->set_buffer_bytes(int64_t(c.memory.buffers));
+    e->set_working_bytes(int64_t(c.memory.working));
+    e->set_peak_memory_bytes(int64_t(c.memory.total()));
+    e->set_memory_capacity_bytes(int64_t(ev.capacity_bytes));
+    e->set_allreduce_time_s(c.allreduce_s);
+    optimizer = std::max(optimizer, double(num_params) * costs.optimizer_s_per_param);
   }
-  // GPipe: every micro-batch passes every stage once; after the fill the
-  // bottleneck stage sets the pace for the remaining micro-batches.
-  plan.mutable_estimates()->set_step_time_s(total + (opts.microbatches - 1) * bottleneck);
+  // The partitioner's step (pipeline, transfers, all-reduce) plus the slowest
+  // stage's optimizer step, which every stage takes after the all-reduce.
+  plan.mutable_estimates()->set_step_time_s(ev.step_time_s + optimizer);
   plan.mutable_estimates()->set_optimizer(opts.optimizer);
   *plan.mutable_graph() = plan::graphToProto(g);
   return plan;
 }
 
+Expected<cluster::ClusterSpec> clusterFor(const PlanOptions &opts) {
+  if (opts.cluster_file.empty()) return cluster::clusterFromPreset(opts.device_type, opts.gpus, opts.device_memory);
+  auto c = cluster::loadClusterFile(opts.cluster_file);
+  if (c.ok() && opts.device_memory) c->device.memory_bytes = *opts.device_memory;
+  return c;
+}
+
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
-  auto cluster = cluster::clusterFromPreset(opts.device_type, opts.gpus, opts.device_memory);
+  auto cluster = clusterFor(opts);
   if (!cluster) return cluster.error();
   auto graph = import::importModel(opts.model);
   if (!graph) return graph.error();
   auto sha = fileSha256(opts.model);
   if (!sha) return sha.error();
   ir::sinkParameterOps(*graph);
-  log << "rannc-plan: " << opts.model << ": " << graph->nodes.size() << " ops, " << graph->parameters.size()
-      << " parameters, opset " << graph->opset << "\n";
-  auto plan = planGraph(*graph, *cluster, opts, *sha);
+  auto units = cost::formUnits(*graph);
+  log << "rannc-plan: " << opts.model << ": " << graph->nodes.size() << " ops in " << units.size() << " units, "
+      << graph->parameters.size() << " parameters, opset " << graph->opset << "\n";
+  auto costs = loadCosts(*graph, units, *cluster, opts, *sha, log);
+  if (!costs) return costs.error();
+  auto plan = planGraph(*graph, *costs, *cluster, opts, *sha);
   if (!plan) return plan.error();
   for (const auto &s : plan->stages())
     if (s.estimates().peak_memory_bytes() > s.estimates().memory_capacity_bytes())
@@ -149,8 +173,33 @@ Status runPlan(const PlanOptions &opts, std::ostream &out, std::ostream &log) {
   auto plan = makePlan(opts, log);
   if (!plan) return plan.error();
   if (Status st = plan::writePlan(*plan, opts.output); !st) return st;
-  log << "rannc-plan: wrote " << opts.output << " (" << plan->stages_size() << " stages, predicted step "
-      << plan->estimates().step_time_s() * 1e3 << " ms)\n";
+  log << "rannc-plan: wrote " << opts.output << " (" << plan->stages_size() << " stage(s) on "
+      << plan::worldSize(*plan) << " rank(s), " << plan->microbatches() << " micro-batch(es), "
+      << plan::scheduleName(plan->schedule()) << ", predicted step " << plan->estimates().step_time_s() * 1e3
+      << " ms)\n";
+  const int devices = plan::clusterFromProto(plan->cluster()).worldSize();
+  if (plan::worldSize(*plan) < devices)
+    log << "rannc-plan: the fastest plan uses " << plan::worldSize(*plan) << " of the " << devices
+        << " devices: run it with mpirun -np " << plan::worldSize(*plan) << "\n";
+  return Status::success();
+}
+
+Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log) {
+  if (opts.output.empty()) return Error{"no output file: pass -o PROFILE"};
+  if (opts.device_type != "cpu")
+    return Error{"rannc-plan profile measures this machine's device (cpu); '" + opts.device_type +
+                 "' is not here"};
+  auto graph = import::importModel(opts.model);
+  if (!graph) return graph.error();
+  auto sha = fileSha256(opts.model);
+  if (!sha) return sha.error();
+  ir::sinkParameterOps(*graph);
+  auto units = cost::formUnits(*graph);
+  log << "rannc-plan: profiling " << units.size() << " units of " << opts.model << "\n";
+  auto table = measure(*graph, units, opts.batch_sizes);
+  if (!table) return table.error();
+  if (Status st = cost::writeProfile(*table, {*sha, opts.device_type, opts.threads}, opts.output); !st) return st;
+  log << "rannc-plan: wrote " << opts.output << "\n";
   return Status::success();
 }
 

@@ -3,40 +3,79 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
 
 #include "plan.pb.h"
 #include "planner/cluster/cluster.h"
+#include "planner/cost/cost.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
 namespace rannc::planner {
+
+/// Measures unit costs at the given micro-batch sizes (the LibTorch profiler;
+/// the driver is torch-free, so the tool passes it in).
+using MeasureFn = std::function<Expected<cost::CostTable>(const ir::Graph &, const std::vector<cost::Unit> &,
+                                                          const std::vector<int64_t> &batch_sizes)>;
 
 struct PlanOptions {
   std::string model;
   std::string output;
   int gpus = 1;
   std::string device_type = "cpu";
+  std::string cluster_file; ///< a YAML cluster description; replaces gpus/device_type
   std::optional<int64_t> device_memory;
   int64_t batch_size = 32;
-  int microbatches = 1;
+  // The search space (RaNNC's partition_num / replica_num / pipeline_num):
+  // 0 or empty means the partitioner chooses.
+  int microbatches = 0;
+  int stages = 0;
+  std::vector<int> replicas;   ///< one count for every stage, or one per stage
+  std::string schedule;        ///< "gpipe" | "1f1b" | "" (searched)
+  bool power_of_two_replicas = false;
+  std::string strategy = "auto"; ///< auto (the DP) | uniform | parameters | time
+  double memory_margin = 0.1;  ///< fraction of device memory kept free
   std::string optimizer = "adam"; ///< what the memory estimate assumes
+  /// Cost source: "measure", "analytic", a profile file, or "" for the
+  /// default (measured when the device type is this machine's, else analytic).
+  std::string profile;
+  int threads = 1; ///< intra-op threads per rank (what measured costs assume)
+  MeasureFn measure; ///< unset: measuring is unavailable
 };
+
+struct ProfileCommandOptions {
+  std::string model;
+  std::string output;
+  std::vector<int64_t> batch_sizes{1, 2, 4, 8};
+  int threads = 1;
+  std::string device_type = "cpu";
+};
+
+/// The cluster the options describe: a cluster file, or --gpus devices of a preset.
+Expected<cluster::ClusterSpec> clusterFor(const PlanOptions &opts);
 
 /// Imports the model, splits it into one pipeline stage per device, balanced
 /// by estimated op cost, and returns the plan (without writing it).
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log);
 
-/// Builds a plan for an imported graph: the pure part of makePlan.
-Expected<proto::Plan> planGraph(const ir::Graph &g, const cluster::ClusterSpec &cluster,
-                                const PlanOptions &opts, const std::string &model_sha256);
+/// Builds a plan for an imported graph from a cost table over its units: the
+/// pure part of makePlan.
+Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs,
+                                const cluster::ClusterSpec &cluster, const PlanOptions &opts,
+                                const std::string &model_sha256);
+
+/// The micro-batch sizes a plan needs costs at.
+std::vector<int64_t> costBatchSizes(const PlanOptions &opts);
 
 /// rannc-plan MODEL ... -o PLAN
 Status runPlan(const PlanOptions &opts, std::ostream &out, std::ostream &log);
 /// rannc-plan show PLAN [--json]
 Status runShow(const std::string &plan_path, bool json, std::ostream &out);
+/// rannc-plan profile MODEL -o PROFILE (measure is the LibTorch profiler)
+Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log);
 /// rannc-plan import MODEL
 Status runImport(const std::string &model_path, std::ostream &out);
 

@@ -368,16 +368,20 @@ std::vector<std::string> structuralProblems(const proto::Plan &plan) {
       else if (!seen.insert(r).second)
         problems.push_back(where + ": rank " + std::to_string(r) + " is used by more than one stage");
     }
-  for (int i = 0; i < plan.stages_size(); ++i)
-    if (plan.stages(i).ranks_size() > 1)
-      problems.push_back("stages[" + std::to_string(i) +
-                         "].ranks: replicated stages (data parallelism) are not supported by this rannc-exec yet");
   if (plan.global_batch_size() < 1) problems.push_back("global_batch_size: must be at least 1");
   if (plan.microbatches() < 1) problems.push_back("microbatches: must be at least 1");
   else if (plan.global_batch_size() % plan.microbatches() != 0)
     problems.push_back("microbatches: " + std::to_string(plan.microbatches()) + " does not divide global_batch_size " +
                        std::to_string(plan.global_batch_size()));
-  if (plan.schedule() != proto::GPIPE) problems.push_back("schedule: only GPIPE is supported by this rannc-exec yet");
+  if (plan.schedule() != proto::GPIPE && plan.schedule() != proto::ONE_F_ONE_B)
+    problems.push_back("schedule: must be GPIPE or ONE_F_ONE_B");
+  if (plan.microbatches() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)
+    for (int i = 0; i < plan.stages_size(); ++i)
+      if (plan.stages(i).ranks_size() > plan.global_batch_size() / plan.microbatches())
+        problems.push_back("stages[" + std::to_string(i) + "].ranks: " + std::to_string(plan.stages(i).ranks_size()) +
+                           " replicas for micro-batches of " +
+                           std::to_string(plan.global_batch_size() / plan.microbatches()) +
+                           " samples leaves a replica without samples");
   if (plan.model().sha256().size() != 64) problems.push_back("model.sha256: not a SHA-256 hex digest");
   return problems;
 }

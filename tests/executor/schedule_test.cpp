@@ -19,13 +19,81 @@ std::string str(const std::vector<Action> &a) {
 
 TEST(GPipe, FirstMiddleAndLastStage) {
   EXPECT_EQ(str(gpipe(0, 3, 2)), "forward(0) send-act(0) forward(1) send-act(1) recv-grad(1) backward(1) "
-                                 "recv-grad(0) backward(0) optimizer-step\n");
+                                 "recv-grad(0) backward(0) all-reduce optimizer-step\n");
   EXPECT_EQ(str(gpipe(1, 3, 2)), "recv-act(0) forward(0) send-act(0) recv-act(1) forward(1) send-act(1) "
                                  "recv-grad(1) backward(1) send-grad(1) recv-grad(0) backward(0) send-grad(0) "
-                                 "optimizer-step\n");
+                                 "all-reduce optimizer-step\n");
   EXPECT_EQ(str(gpipe(2, 3, 2)), "recv-act(0) forward(0) recv-act(1) forward(1) backward(1) send-grad(1) "
-                                 "backward(0) send-grad(0) optimizer-step\n");
-  EXPECT_EQ(str(gpipe(0, 1, 1)), "forward(0) backward(0) optimizer-step\n");
+                                 "backward(0) send-grad(0) all-reduce optimizer-step\n");
+  EXPECT_EQ(str(gpipe(0, 1, 1)), "forward(0) backward(0) all-reduce optimizer-step\n");
+}
+
+TEST(OneFOneB, WarmUpSteadyStateCoolDown) {
+  // Stage 0 of 3 with 4 micro-batches: 2 warm-up forwards, then F/B pairs.
+  EXPECT_EQ(str(oneFOneB(0, 3, 4)),
+            "forward(0) send-act(0) forward(1) send-act(1) forward(2) send-act(2) recv-grad(0) backward(0) "
+            "forward(3) send-act(3) recv-grad(1) backward(1) recv-grad(2) backward(2) recv-grad(3) backward(3) "
+            "all-reduce optimizer-step\n");
+  // The last stage alternates from the start.
+  EXPECT_EQ(str(oneFOneB(2, 3, 2)), "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) "
+                                    "backward(1) send-grad(1) all-reduce optimizer-step\n");
+}
+
+TEST(OneFOneB, KeepsAtMostTheRemainingDepthInFlight) {
+  for (int stages = 1; stages <= 6; ++stages)
+    for (int mb = 1; mb <= 9; ++mb)
+      for (int s = 0; s < stages; ++s) {
+        EXPECT_EQ(peakMicrobatchesInFlight(oneFOneB(s, stages, mb)), std::min(mb, stages - s));
+        EXPECT_EQ(peakMicrobatchesInFlight(gpipe(s, stages, mb)), mb);
+      }
+}
+
+/// Plays every stage's action list against the others with blocking receives
+/// (sends never block) and checks that all of them run to the end: no
+/// deadlock, and every micro-batch's forward precedes its backward.
+bool runsToCompletion(Kind kind, int stages, int mb) {
+  std::vector<std::vector<Action>> lists;
+  for (int s = 0; s < stages; ++s) lists.push_back(build(kind, s, stages, mb));
+  std::vector<size_t> pc(stages, 0);
+  std::set<std::pair<int, int>> acts, grads; // (stage that may receive, micro-batch)
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int s = 0; s < stages; ++s) {
+      while (pc[s] < lists[s].size()) {
+        const Action &a = lists[s][pc[s]];
+        if (a.kind == ActionKind::RecvActivations && !acts.count({s, a.microbatch})) break;
+        if (a.kind == ActionKind::RecvGradients && !grads.count({s, a.microbatch})) break;
+        if (a.kind == ActionKind::SendActivations) acts.insert({s + 1, a.microbatch});
+        if (a.kind == ActionKind::SendGradients) grads.insert({s - 1, a.microbatch});
+        ++pc[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < stages; ++s)
+    if (pc[s] != lists[s].size()) return false;
+  return true;
+}
+
+TEST(Schedules, NeverDeadlock) {
+  for (Kind kind : {Kind::GPipe, Kind::OneFOneB})
+    for (int stages = 1; stages <= 5; ++stages)
+      for (int mb = 1; mb <= 6; ++mb) EXPECT_TRUE(runsToCompletion(kind, stages, mb)) << stages << " " << mb;
+}
+
+TEST(Samples, SplitAndIntersect) {
+  auto parts = splitSamples(5, 2); // 3 + 2
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].begin, 0);
+  EXPECT_EQ(parts[0].end, 3);
+  EXPECT_EQ(parts[1].begin, 3);
+  EXPECT_EQ(parts[1].end, 5);
+  // Replica 1 of 3 over 6 samples holds [2,4); it overlaps [3,5) in [3,4).
+  SampleRange r = intersect(splitSamples(6, 3)[1], parts[1]);
+  EXPECT_EQ(r.begin, 3);
+  EXPECT_EQ(r.end, 4);
+  EXPECT_LE(intersect({0, 2}, {2, 4}).size(), 0);
 }
 
 TEST(StageProgram, EverySendHasAMatchingReceive) {
@@ -46,9 +114,12 @@ TEST(StageProgram, EverySendHasAMatchingReceive) {
     }
     for (ir::NodeId node : p.nodes) {
       bool own = node >= ranges[s].first && node < ranges[s].second;
-      EXPECT_TRUE(own || g->nodes[node].inputs.empty()) << "only input-free ops are recomputed elsewhere";
+      bool cheap = g->nodes[node].inputs.empty() || !ir::isFloating(g->values[g->nodes[node].outputs[0]].dtype);
+      EXPECT_TRUE(own || cheap) << "only constants and integer values are recomputed elsewhere";
       computed.insert(node);
     }
+    for (const auto &t : p.recvs)
+      EXPECT_TRUE(ir::isFloating(g->values[t.value].dtype)) << "integer values are recomputed, never received";
     loss_stages += p.computes_loss;
   }
   EXPECT_EQ(sent, received);

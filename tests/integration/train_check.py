@@ -24,7 +24,7 @@ def mpirun(args, ranks):
 
 def plan(args, model_dir, ranks, microbatches, batch, out):
     p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type", "cpu",
-             "--batch-size", str(batch), "--microbatches", str(microbatches), "-o", out])
+             "--batch-size", str(batch), "--microbatches", str(microbatches), "-o", out] + args.plan_args.split())
     if p.returncode != 0:
         sys.exit(f"rannc-plan failed:\n{p.stderr}")
     return out
@@ -33,7 +33,8 @@ def plan(args, model_dir, ranks, microbatches, batch, out):
 def check_training(args):
     model_dir = os.path.join(args.models, args.model)
     ref = json.load(open(os.path.join(model_dir, f"reference_{args.optimizer}.json")))
-    work = os.path.join(args.work, f"{args.model}-{args.ranks}-{args.optimizer}-{args.microbatches}")
+    layout = args.plan_args.replace("--", "").replace(" ", "_").replace(",", "-")
+    work = os.path.join(args.work, f"{args.model}-{args.ranks}-{args.optimizer}-{args.microbatches}-{layout}")
     os.makedirs(work, exist_ok=True)
     plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"], os.path.join(work, "plan.pb"))
     log = os.path.join(work, "log.jsonl")
@@ -133,6 +134,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     ap.add_argument("--microbatches", type=int, default=1)
+    ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
     args = ap.parse_args()

@@ -24,6 +24,9 @@ proto::Plan gptPlan(int gpus, int microbatches = 2) {
   o.gpus = gpus;
   o.batch_size = 8;
   o.microbatches = microbatches;
+  o.stages = gpus; // pin a pure pipeline: these tests are about the plan file
+  o.replicas = {1};
+  o.profile = "analytic";
   std::ostringstream log;
   auto p = planner::makePlan(o, log);
   EXPECT_TRUE(p.ok()) << p.error().message;
@@ -70,6 +73,7 @@ TEST(Plan, EncodingsRoundTripToIdenticalBytes) {
 
 TEST(Plan, StagesCoverEveryOpOnce) {
   proto::Plan p = gptPlan(4);
+  ASSERT_EQ(plan::worldSize(p), 4);
   EXPECT_TRUE(structuralProblems(p).empty());
   ASSERT_EQ(p.stages_size(), 4);
   EXPECT_EQ(p.stages(0).op_begin(), 0);
@@ -79,6 +83,7 @@ TEST(Plan, StagesCoverEveryOpOnce) {
 
 TEST(Plan, StructuralProblemsNameTheField) {
   proto::Plan p = gptPlan(2);
+  ASSERT_EQ(p.stages_size(), 2);
   p.mutable_stages(1)->set_op_begin(p.stages(0).op_end() + 1); // one op in no stage
   p.mutable_stages(1)->clear_ranks();
   p.mutable_stages(1)->add_ranks(0); // rank 0 twice
@@ -111,7 +116,7 @@ TEST(Show, JsonHasTheKeysScriptsUse) {
                         "predicted_step_time_s", "stages"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["world_size"], 2);
-  EXPECT_EQ(j["schedule"], "gpipe");
+  EXPECT_EQ(j["schedule"], "1f1b"); // the partitioner's choice: never slower than GPipe
   for (const auto &s : j["stages"])
     for (const char *k : {"id", "ranks", "num_ops", "param_bytes", "peak_memory_bytes", "memory_capacity_bytes",
                           "fwd_time_s", "bwd_time_s"})

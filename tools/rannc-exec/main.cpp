@@ -24,6 +24,8 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed for shuffling and synthetic data")->capture_default_str();
   app.add_option("--log", o.log, "JSONL file, one object per step (written by rank 0)");
+  app.add_option("--device", o.device, "cpu: run a plan made for GPUs on CPU ranks (default: the plan's device)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {

@@ -4,10 +4,29 @@
 
 #include <iostream>
 
+#include "executor/profile/profiler.h"
 #include "planner/cluster/cluster.h"
 #include "planner/driver/planner.h"
+#include "planner/import/onnx_import.h"
 
 namespace {
+
+/// The LibTorch profiler as the driver's measured cost source: real weights
+/// from the model file, this tool's thread count and optimizer.
+rannc::planner::MeasureFn measurer(const std::string &model, int threads, const std::string &optimizer) {
+  return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units,
+             const std::vector<int64_t> &sizes) -> rannc::Expected<rannc::cost::CostTable> {
+    std::vector<std::string> names;
+    for (rannc::ir::ValueId p : g.parameters) names.push_back(g.values[p].name);
+    auto weights = rannc::import::loadModelWeights(model, names);
+    if (!weights) return weights.error();
+    rannc::profile::ProfileOptions po;
+    po.batch_sizes = sizes;
+    po.threads = threads;
+    po.optimizer = optimizer;
+    return rannc::profile::measureUnits(g, units, *weights, po, std::cerr);
+  };
+}
 
 int fail(const std::string &message) {
   std::cerr << "rannc-plan: error: " << message << "\n";
@@ -18,27 +37,54 @@ int finish(const rannc::Status &st) { return st.ok() ? 0 : fail(st.message()); }
 
 int planCommand(int argc, char **argv) {
   CLI::App app{"Plans pipeline-parallel training of MODEL (.onnx) for a cluster and writes the plan.\n"
-               "Other verbs: show, import (rannc-plan VERB --help)",
+               "Other verbs: show, profile, import (rannc-plan VERB --help)",
                "rannc-plan"};
   rannc::planner::PlanOptions o;
   std::string memory;
   app.add_option("model", o.model, "model file (.onnx) whose graph output is the training loss")->required();
   app.add_option("-o,--output", o.output, "plan file to write (.pb, .pbtxt or .json)")->required();
-  app.add_option("--gpus", o.gpus, "number of devices (one pipeline stage each)")->capture_default_str();
-  app.add_option("--device-type", o.device_type, "device preset: cpu, v100-16g, v100-32g, a100-40g, a100-80g, h100-80g")
-      ->capture_default_str();
-  app.add_option("--device-memory", memory, "override the preset's memory per device, e.g. 2GiB");
+  auto *gpus = app.add_option("--gpus", o.gpus, "number of devices")->capture_default_str();
+  auto *type = app.add_option("--device-type", o.device_type,
+                              "device preset: cpu, v100-16g, v100-32g, a100-40g, a100-80g, h100-80g")
+                   ->capture_default_str();
+  auto *cluster = app.add_option("--cluster", o.cluster_file, "cluster description (YAML, docs/cluster.md)");
+  app.add_option("--device-memory", memory, "override the device memory of the preset or cluster file, e.g. 2GiB");
   app.add_option("--batch-size", o.batch_size, "global batch size (samples per step)")->capture_default_str();
-  app.add_option("--microbatches", o.microbatches, "micro-batches per step (must divide the batch size)")
-      ->capture_default_str();
+  app.add_option("--microbatches", o.microbatches,
+                 "micro-batches per step, a divisor of the batch size (default: the partitioner chooses)");
   app.add_option("--optimizer", o.optimizer, "optimizer the memory estimate assumes: sgd, momentum, adam, adamw")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw"}))
       ->capture_default_str();
+  app.add_option("--stages", o.stages, "number of pipeline stages (default: the partitioner chooses)");
+  app.add_option("--replicas", o.replicas,
+                 "data-parallel replicas: one count for every stage, or one per stage, e.g. 2,1,1 "
+                 "(default: the partitioner chooses)")
+      ->delimiter(',');
+  app.add_flag("--power-of-two-replicas", o.power_of_two_replicas, "only search replica counts that are powers of two");
+  app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--strategy", o.strategy,
+                 "auto: the memory-aware DP; uniform: equal op counts; parameters: balance parameter bytes "
+                 "(DeepSpeed); time: balance time (torchgpipe)")
+      ->check(CLI::IsMember({"auto", "uniform", "parameters", "time"}))
+      ->capture_default_str();
+  app.add_option("--memory-margin", o.memory_margin, "fraction of each device's memory to keep free")
+      ->check(CLI::Range(0.0, 0.95))
+      ->capture_default_str();
+  app.add_option("--profile", o.profile,
+                 "op costs: measure (on this machine), analytic (roofline), or a file from rannc-plan profile; "
+                 "default: measure for --device-type cpu, else analytic");
+  app.add_option("--threads", o.threads, "intra-op threads per rank that measured costs assume")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
+  if (cluster->count() && (gpus->count() || type->count()))
+    return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
+  o.measure = measurer(o.model, o.threads, o.optimizer);
   if (!memory.empty()) {
     auto bytes = rannc::cluster::parseByteSize(memory);
     if (!bytes) return fail("--device-memory: " + bytes.error().message);
@@ -61,6 +107,33 @@ int showCommand(int argc, char **argv) {
   return finish(rannc::planner::runShow(plan, json, std::cout));
 }
 
+int profileCommand(int argc, char **argv) {
+  CLI::App app{"Measures the forward/backward time and memory of every unit of MODEL on this machine and writes a "
+               "profile that `rannc-plan MODEL --profile PROFILE` reuses anywhere",
+               "rannc-plan profile"};
+  rannc::planner::ProfileCommandOptions o;
+  std::string optimizer = "adam";
+  app.add_option("model", o.model, "model file (.onnx)")->required();
+  app.add_option("-o,--output", o.output, "profile file to write")->required();
+  app.add_option("--batch-sizes", o.batch_sizes, "micro-batch sizes to measure at")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "intra-op threads (as each rannc-exec rank will use)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--optimizer", optimizer, "optimizer whose step time to measure: sgd or adam")
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  for (int64_t b : o.batch_sizes)
+    if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
+  return finish(rannc::planner::runProfile(o, measurer(o.model, o.threads, optimizer), std::cerr));
+}
+
 int importCommand(int argc, char **argv) {
   CLI::App app{"Imports a model and prints its graph IR as text", "rannc-plan import"};
   std::string model;
@@ -80,5 +153,6 @@ int main(int argc, char **argv) {
   std::string first = argc > 1 ? argv[1] : "";
   if (first == "show") return showCommand(argc - 1, argv + 1);
   if (first == "import") return importCommand(argc - 1, argv + 1);
+  if (first == "profile") return profileCommand(argc - 1, argv + 1);
   return planCommand(argc, argv);
 }

@@ -1,0 +1,16 @@
+// Builds without the CUDA toolkit: device communication is unavailable and
+// says so; the CPU/MPI path is complete without it.
+#include <stdexcept>
+
+#include "executor/comm/device_comm.h"
+
+namespace rannc::comm {
+
+bool ncclCompiled() { return false; }
+int visibleCudaDevices() { return 0; }
+
+std::unique_ptr<DeviceCommunicator> createNcclCommunicator(Communicator &, int) {
+  throw std::runtime_error("this rannc was built without the CUDA toolkit, so it has no NCCL communicator");
+}
+
+} // namespace rannc::comm

@@ -1,0 +1,169 @@
+#include "executor/profile/profiler.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "executor/runtime/memory.h"
+#include "executor/runtime/ops.h"
+#include "executor/runtime/stage.h"
+#include "executor/schedule/schedule.h"
+
+namespace rannc::profile {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// Synthetic data of the right shape: normal floats, zero indices (valid for
+/// every lookup and label), at batch size b.
+torch::Tensor syntheticInput(const ir::Value &v, int64_t b) {
+  std::vector<int64_t> dims;
+  for (const ir::Dim &d : v.shape) dims.push_back(d.known ? d.at(b) : 1);
+  auto opts = torch::TensorOptions().dtype(runtime::toScalarType(v.dtype));
+  return ir::isFloating(v.dtype) ? torch::randn(dims, opts) : torch::zeros(dims, opts);
+}
+
+class Progress {
+public:
+  Progress(std::ostream &os, int total) : os_(os), total_(total), tty_(::isatty(STDERR_FILENO) != 0) {}
+  void tick(const std::string &what) {
+    ++done_;
+    if (tty_) {
+      int width = 30, filled = total_ > 0 ? done_ * width / total_ : width;
+      os_ << "\rprofiling [" << std::string(filled, '#') << std::string(width - filled, ' ') << "] " << done_ << "/"
+          << total_ << " " << what << "\033[K" << std::flush;
+      if (done_ == total_) os_ << "\n";
+    } else if (done_ == total_ || done_ % std::max(1, total_ / 10) == 0) {
+      os_ << "rannc-plan: profiled " << done_ << "/" << total_ << " (" << what << ")\n";
+    }
+  }
+
+private:
+  std::ostream &os_;
+  int total_, done_ = 0;
+  bool tty_;
+};
+
+} // namespace
+
+Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
+                                       const std::map<std::string, ir::Tensor> &weights, const ProfileOptions &opts,
+                                       std::ostream &progress_os) {
+  runtime::installCountingAllocator();
+  torch::set_num_threads(opts.threads);
+  torch::manual_seed(0);
+  std::vector<std::pair<int, int>> ranges;
+  for (const auto &u : units) ranges.emplace_back(u.op_begin, u.op_end);
+
+  std::map<ir::ValueId, torch::Tensor> params, constants;
+  for (ir::ValueId p : g.parameters) {
+    auto it = weights.find(g.values[p].name);
+    torch::Tensor t;
+    if (it != weights.end()) {
+      t = runtime::toTorch(it->second);
+    } else {
+      std::vector<int64_t> dims;
+      for (const ir::Dim &d : g.values[p].shape) dims.push_back(d.offset);
+      t = torch::randn(dims, torch::TensorOptions().dtype(runtime::toScalarType(g.values[p].dtype))) * 0.02;
+    }
+    params[p] = t.set_requires_grad(true);
+  }
+  for (const auto &[id, tensor] : g.constant_data) constants[id] = runtime::toTorch(tensor);
+
+  cost::CostTable table;
+  table.source = "measured";
+  table.units = units;
+  table.batch_sizes = opts.batch_sizes;
+  std::sort(table.batch_sizes.begin(), table.batch_sizes.end());
+  table.optimizer = opts.optimizer;
+  Progress progress(progress_os, int(table.batch_sizes.size() * units.size()));
+
+  try {
+    // One runner for the whole graph captures every value a unit reads.
+    schedule::StageProgram whole = schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0);
+    runtime::StageRunner full(g, whole, params, constants);
+    std::vector<runtime::StageRunner> runners;
+    for (size_t u = 0; u < units.size(); ++u)
+      runners.emplace_back(g, schedule::buildStageProgram(g, ranges, int(u)), params, constants);
+
+    for (int64_t b : table.batch_sizes) {
+      std::unordered_map<ir::ValueId, torch::Tensor> data;
+      for (ir::ValueId in : g.inputs) data[in] = syntheticInput(g.values[in], b);
+      {
+        torch::NoGradGuard no_grad;
+        full.forward(0, data);
+      }
+      std::vector<cost::UnitCost> row;
+      for (size_t u = 0; u < units.size(); ++u) {
+        runtime::StageRunner &r = runners[u];
+        const auto &prog = r.program();
+        std::vector<double> fwd, bwd;
+        cost::UnitCost c;
+        for (int rep = 0; rep < opts.warmup + opts.repetitions; ++rep) {
+          std::unordered_map<ir::ValueId, torch::Tensor> feeds;
+          for (ir::ValueId in : prog.data_inputs) feeds[in] = data.at(in);
+          for (const auto &rv : prog.recvs) feeds[rv.value] = full.value(0, rv.value).detach().clone();
+          std::vector<torch::Tensor> grads;
+          for (const auto &s : prog.sends) {
+            const torch::Tensor &v = full.value(0, s.value);
+            grads.push_back(v.is_floating_point() ? torch::ones_like(v) : torch::Tensor());
+          }
+          const int64_t before = runtime::currentTensorBytes();
+          runtime::resetPeakTensorBytes();
+          auto t0 = Clock::now();
+          r.forward(0, std::move(feeds));
+          auto t1 = Clock::now();
+          const int64_t kept = runtime::currentTensorBytes() - before;
+          r.backward(0, grads, 1.0);
+          auto t2 = Clock::now();
+          const int64_t peak = runtime::peakTensorBytes() - before;
+          r.release(0);
+          if (rep < opts.warmup) continue;
+          fwd.push_back(seconds(t0, t1));
+          bwd.push_back(seconds(t1, t2));
+          // Memory is deterministic after warm-up (gradients exist by then).
+          c.kept_bytes = std::max<int64_t>(0, kept);
+          c.work_bytes = std::max<int64_t>(0, peak - kept);
+        }
+        c.fwd_s = median(fwd);
+        c.bwd_s = median(bwd);
+        row.push_back(c);
+        progress.tick("batch " + std::to_string(b) + ", unit " + std::to_string(u + 1));
+      }
+      full.release(0);
+      table.costs.push_back(std::move(row));
+    }
+
+    // The optimizer step over every parameter, measured the same way.
+    std::vector<torch::Tensor> all;
+    int64_t numel = 0;
+    for (auto &[id, t] : params) {
+      if (!t.grad().defined()) t.mutable_grad() = torch::zeros_like(t);
+      all.push_back(t);
+      numel += t.numel();
+    }
+    std::unique_ptr<torch::optim::Optimizer> opt;
+    if (opts.optimizer == "adam") opt = std::make_unique<torch::optim::Adam>(all, torch::optim::AdamOptions(1e-3));
+    else opt = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(1e-3));
+    std::vector<double> steps;
+    for (int rep = 0; rep < opts.warmup + opts.repetitions; ++rep) {
+      auto t0 = Clock::now();
+      opt->step();
+      if (rep >= opts.warmup) steps.push_back(seconds(t0, Clock::now()));
+    }
+    table.optimizer_s_per_param = numel > 0 ? median(steps) / double(numel) : 0;
+  } catch (const std::exception &e) {
+    return Error{std::string("profiling failed: ") + e.what()};
+  }
+  return table;
+}
+
+} // namespace rannc::profile

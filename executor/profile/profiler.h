@@ -1,0 +1,34 @@
+// The measured cost source: runs every unit's forward and backward with the
+// executor's own StageRunner on this machine's device, at several micro-batch
+// sizes, and measures time (median of repetitions after warm-up) and tensor
+// memory (through the counting allocator).
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "planner/cost/cost.h"
+#include "planner/ir/ir.h"
+#include "planner/support/status.h"
+
+namespace rannc::profile {
+
+struct ProfileOptions {
+  std::vector<int64_t> batch_sizes{1, 2, 4, 8};
+  int warmup = 2;
+  int repetitions = 5;
+  int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
+  std::string optimizer = "adam"; ///< whose step time to measure
+};
+
+/// Measures `units` of `g`. Parameters come from `weights` (by name); a
+/// parameter missing there is initialised randomly (timing does not depend
+/// on the values). Progress goes to `progress`: a bar on a terminal, plain
+/// lines otherwise.
+Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
+                                       const std::map<std::string, ir::Tensor> &weights,
+                                       const ProfileOptions &opts, std::ostream &progress);
+
+} // namespace rannc::profile

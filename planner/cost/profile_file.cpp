@@ -1,0 +1,72 @@
+#include "planner/cost/profile_file.h"
+
+#include "planner/support/files.h"
+#include "profile.pb.h"
+
+namespace rannc::cost {
+
+constexpr uint32_t kProfileVersion = 1;
+
+Status writeProfile(const CostTable &table, const ProfileKey &key, const std::string &path) {
+  proto::Profile p;
+  p.set_format_version(kProfileVersion);
+  p.set_model_sha256(key.model_sha256);
+  p.set_device(key.device);
+  p.set_threads(key.threads);
+  p.set_optimizer(table.optimizer);
+  p.set_optimizer_s_per_param(table.optimizer_s_per_param);
+  for (const Unit &u : table.units) {
+    auto *r = p.add_units();
+    r->set_op_begin(u.op_begin);
+    r->set_op_end(u.op_end);
+  }
+  for (int64_t b : table.batch_sizes) p.add_batch_sizes(b);
+  for (const auto &row : table.costs) {
+    auto *r = p.add_rows();
+    for (const UnitCost &c : row) {
+      auto *m = r->add_units();
+      m->set_fwd_s(c.fwd_s);
+      m->set_bwd_s(c.bwd_s);
+      m->set_kept_bytes(c.kept_bytes);
+      m->set_work_bytes(c.work_bytes);
+    }
+  }
+  std::string bytes;
+  if (!p.SerializeToString(&bytes)) return Error{path + ": profile serialization failed"};
+  return writeFileAtomic(path, bytes);
+}
+
+Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expect) {
+  auto bytes = readFile(path);
+  if (!bytes) return bytes.error();
+  proto::Profile p;
+  if (!p.ParseFromString(*bytes) || p.format_version() == 0)
+    return Error{path + ": not a rannc profile (protobuf parse failed)"};
+  if (p.format_version() > kProfileVersion)
+    return Error{path + ": profile format " + std::to_string(p.format_version()) + " is newer than this rannc"};
+  if (p.model_sha256() != expect.model_sha256)
+    return Error{path + ": the profile was measured for another model (SHA-256 " + p.model_sha256().substr(0, 12) +
+                 "..., this model is " + expect.model_sha256.substr(0, 12) + "...); re-run rannc-plan profile"};
+  if (p.device() != expect.device)
+    return Error{path + ": the profile was measured on '" + p.device() + "', the plan is for '" + expect.device + "'"};
+  if (p.threads() != expect.threads)
+    return Error{path + ": the profile was measured with " + std::to_string(p.threads()) + " thread(s), the plan uses " +
+                 std::to_string(expect.threads)};
+  if (p.rows_size() != p.batch_sizes_size() || p.batch_sizes_size() == 0)
+    return Error{path + ": corrupt profile (batch sizes and rows differ)"};
+  CostTable t;
+  t.source = path;
+  t.optimizer = p.optimizer();
+  t.optimizer_s_per_param = p.optimizer_s_per_param();
+  for (const auto &u : p.units()) t.units.push_back({u.op_begin(), u.op_end()});
+  t.batch_sizes.assign(p.batch_sizes().begin(), p.batch_sizes().end());
+  for (const auto &row : p.rows()) {
+    if (row.units_size() != p.units_size()) return Error{path + ": corrupt profile (a row has the wrong unit count)"};
+    std::vector<UnitCost> r;
+    for (const auto &m : row.units()) r.push_back({m.fwd_s(), m.bwd_s(), m.kept_bytes(), m.work_bytes()});
+    t.costs.push_back(std::move(r));
+  }
+  return t;
+}
+
+} // namespace rannc::cost

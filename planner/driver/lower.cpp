@@ -1,0 +1,108 @@
+#include "planner/driver/lower.h"
+
+#include <algorithm>
+
+namespace rannc::planner {
+namespace {
+
+/// Least-squares line through (b_i, y_i), clamped to non-negative terms.
+partition::Affine fit(const std::vector<int64_t> &bs, const std::vector<double> &ys) {
+  const size_t n = bs.size();
+  if (n == 1) return {0, ys[0] / double(std::max<int64_t>(1, bs[0]))};
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sx += double(bs[i]);
+    sy += ys[i];
+    sxx += double(bs[i]) * double(bs[i]);
+    sxy += double(bs[i]) * ys[i];
+  }
+  double slope = (double(n) * sxy - sx * sy) / (double(n) * sxx - sx * sx);
+  slope = std::max(0.0, slope);
+  double fixed = std::max(0.0, (sy - slope * sx) / double(n));
+  return {fixed, slope};
+}
+
+std::vector<int> unitOfNode(const ir::Graph &g, const std::vector<cost::Unit> &units) {
+  std::vector<int> unit_of(g.nodes.size(), 0);
+  for (int u = 0; u < int(units.size()); ++u)
+    for (int n = units[u].op_begin; n < units[u].op_end; ++n) unit_of[n] = u;
+  return unit_of;
+}
+
+} // namespace
+
+std::vector<int64_t> unitParameterCounts(const ir::Graph &g, const std::vector<cost::Unit> &units) {
+  std::vector<int> unit_of = unitOfNode(g, units);
+  std::vector<int64_t> counts(units.size(), 0);
+  std::vector<bool> seen(g.values.size(), false);
+  for (ir::NodeId n = 0; n < ir::NodeId(g.nodes.size()); ++n)
+    for (ir::ValueId in : g.nodes[n].inputs)
+      if (in != ir::kNoValue && g.values[in].kind == ir::ValueKind::Parameter && !seen[in]) {
+        seen[in] = true;
+        counts[unit_of[n]] += ir::numelAt(g.values[in].shape, 1);
+      }
+  return counts;
+}
+
+Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::CostTable &costs,
+                                            const cluster::ClusterSpec &cluster, const PlanOptions &opts) {
+  const auto &units = costs.units;
+  const int n = int(units.size());
+  partition::Problem p;
+  p.batch_size = opts.batch_size;
+  std::vector<int64_t> param_counts = unitParameterCounts(g, units);
+  const int64_t largest = costs.batch_sizes.back();
+  for (int u = 0; u < n; ++u) {
+    std::vector<double> fwd, bwd;
+    for (size_t k = 0; k < costs.batch_sizes.size(); ++k) {
+      fwd.push_back(costs.costs[k][u].fwd_s);
+      bwd.push_back(costs.costs[k][u].bwd_s);
+    }
+    partition::Block blk;
+    blk.fwd = fit(costs.batch_sizes, fwd);
+    blk.bwd = fit(costs.batch_sizes, bwd);
+    blk.param_bytes = double(param_counts[u]) * 4; // float32 parameters
+    const cost::UnitCost &at_largest = costs.costs.back()[u];
+    blk.activation_bytes_per_sample = double(at_largest.kept_bytes) / double(largest);
+    blk.working_bytes_per_sample = double(at_largest.work_bytes) / double(largest);
+    p.blocks.push_back(blk);
+  }
+  // Cuts: a float activation made in unit a and last read in unit z crosses
+  // every cut a+1 .. z (it is sent straight to each consumer stage).
+  std::vector<int> unit_of = unitOfNode(g, units);
+  std::vector<int> last_reader(g.values.size(), -1);
+  for (ir::NodeId node = 0; node < ir::NodeId(g.nodes.size()); ++node)
+    for (ir::ValueId in : g.nodes[node].inputs)
+      if (in != ir::kNoValue) last_reader[in] = std::max(last_reader[in], unit_of[node]);
+  p.cut_bytes_per_sample.assign(n + 1, 0.0);
+  constexpr int64_t kProbe = 8; // bytes per sample from the size at 8 samples
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+    const ir::Value &val = g.values[v];
+    if (val.kind != ir::ValueKind::Intermediate || !ir::isFloating(val.dtype) || last_reader[v] < 0) continue;
+    if (g.nodes[val.producer].inputs.empty()) continue; // Constant: recomputed
+    const int a = unit_of[val.producer];
+    const double per_sample =
+        val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.dtype)) / kProbe : 0.0;
+    for (int i = a + 1; i <= last_reader[v]; ++i) p.cut_bytes_per_sample[i] += per_sample;
+  }
+
+  p.devices.count = cluster.worldSize();
+  p.devices.per_node = cluster.devices_per_node;
+  p.devices.memory_bytes = double(cluster.device.memory_bytes);
+  p.devices.memory_margin = opts.memory_margin;
+  p.devices.intra_node = {cluster.intra_node.bandwidth, cluster.intra_node.latency_s};
+  p.devices.inter_node = {cluster.inter_node.bandwidth, cluster.inter_node.latency_s};
+  p.optimizer_bytes_per_param_byte = cost::optimizerStateFactor(opts.optimizer);
+  p.allow_recompute = false; // the executor does not recompute activations yet
+  p.constraints.stages = opts.stages;
+  p.constraints.replicas = opts.replicas;
+  p.constraints.microbatches = opts.microbatches;
+  p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
+  if (opts.schedule == "gpipe") p.constraints.schedule = partition::Schedule::GPipe;
+  else if (opts.schedule == "1f1b") p.constraints.schedule = partition::Schedule::OneFOneB;
+  else if (!opts.schedule.empty()) return Error{"--schedule must be gpipe or 1f1b (got '" + opts.schedule + "')"};
+  if (Status st = partition::validate(p); !st) return Error{st.message()};
+  return p;
+}
+
+} // namespace rannc::planner

@@ -1,0 +1,26 @@
+// Lowering for the partitioner: Graph + unit costs + cluster + options become
+// the plain numeric partition::Problem the solvers see (they never see the IR).
+#pragma once
+
+#include "planner/cluster/cluster.h"
+#include "planner/cost/cost.h"
+#include "planner/driver/planner.h"
+#include "planner/ir/ir.h"
+#include "planner/partition/problem.h"
+#include "planner/support/status.h"
+
+namespace rannc::planner {
+
+/// One block per unit: forward/backward time fitted as fixed + per-sample
+/// (least squares over the cost table's batch sizes), the parameters the unit
+/// reads first, kept and working bytes per sample; the cut between units i-1
+/// and i carries every floating-point activation made before unit i and read
+/// at or after it (integer values and constants are recomputed, Note
+/// [recomputed values], and data inputs are read locally, so they cost nothing).
+Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::CostTable &costs,
+                                            const cluster::ClusterSpec &cluster, const PlanOptions &opts);
+
+/// Parameter elements each unit owns (first reader), for optimizer-time estimates.
+std::vector<int64_t> unitParameterCounts(const ir::Graph &g, const std::vector<cost::Unit> &units);
+
+} // namespace rannc::planner
