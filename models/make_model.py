@@ -141,6 +141,8 @@ def parse_args(argv):
     p.add_argument("--lr-adam", type=float, default=0.001)
     p.add_argument("--opset", type=int, default=17)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--torchscript", action="store_true",
+                   help="also write DIR/model.pt, the same model traced with torch.jit (for benchmarks)")
     sizes = p.add_argument_group("transformer sizes (bert, gpt; defaults are the models' own)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
         sizes.add_argument(flag, type=int)
@@ -188,6 +190,10 @@ def main(argv=None):
     export(model, batch(data, names, 0, a.batch_size), names,
            os.path.join(a.out, "model.onnx"), a.opset)
     model.load_state_dict(initial)  # paranoia: export must not have touched the weights
+    if a.torchscript:
+        traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
+        traced.save(os.path.join(a.out, "model.pt"))
+        model.load_state_dict(initial)
 
     for nm in names:
         np.save(os.path.join(a.out, "data", nm + ".npy"), data[nm])

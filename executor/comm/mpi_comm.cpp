@@ -25,7 +25,10 @@ public:
   MpiCommunicator(int *argc, char ***argv) : comm_(MPI_COMM_WORLD), owns_mpi_(true) {
     int initialized = 0;
     MPI_Initialized(&initialized);
-    if (!initialized) MPI_Init(argc, argv);
+    // Threads: rannc-exec's watchdog may call MPI_Abort while the main thread
+    // waits in a receive.
+    int provided = 0;
+    if (!initialized) MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     // Errors come back as codes so they surface as exceptions with a message.
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);

@@ -5,7 +5,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -248,6 +253,59 @@ void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tens
   }
 }
 
+/// Stops the whole job when this rank makes no progress for `timeout_s`
+/// (a peer that died without MPI noticing, a lost message): never a hang.
+class Watchdog {
+public:
+  Watchdog(double timeout_s, comm::Communicator &comm) : timeout_s_(timeout_s), comm_(comm) {
+    if (timeout_s_ > 0) thread_ = std::thread([this] { watch(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  /// Records progress and what the rank is about to wait for.
+  void progress(std::string what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_ = std::chrono::steady_clock::now();
+    what_ = std::move(what);
+  }
+
+private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(200));
+      double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_).count();
+      if (!done_ && idle > timeout_s_) {
+        std::cerr << "rannc-exec: rank " << comm_.rank() << ": error: no progress for " << int(idle)
+                  << " s while " << what_ << " (--timeout " << timeout_s_ << "); stopping all ranks" << std::endl;
+        comm_.abort(1);
+      }
+    }
+  }
+
+  double timeout_s_;
+  comm::Communicator &comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  std::string what_ = "starting";
+  std::thread thread_;
+};
+
+/// True when every gradient of `params` is finite.
+bool gradientsFinite(const std::vector<torch::Tensor> &params) {
+  for (const auto &p : params)
+    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) return false;
+  return true;
+}
+
 } // namespace
 
 Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &log) {
@@ -283,6 +341,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   auto optimizer = makeOptimizer(opts, runner.parameters());
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
   auto name = [&](ir::ValueId v) { return "value '" + s.graph.values[v].name + "'"; };
+  Watchdog watchdog(opts.timeout_s, comm);
 
   std::ofstream jsonl;
   if (rank == 0 && !opts.log.empty()) {
@@ -298,8 +357,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0;
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
+    bool skipped = false;
     for (const auto &a : actions) {
       const int mb = a.microbatch;
+      watchdog.progress("at step " + std::to_string(step) + ", stage " + std::to_string(s.stage) + ": " +
+                        schedule::toString(a));
       switch (a.kind) {
       case schedule::ActionKind::RecvActivations:
         break; // received together with the forward below
@@ -348,10 +410,19 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       case schedule::ActionKind::AllReduce:
         if (group->size() > 1) allReduceGradients(*group, runner.parameters());
         break;
-      case schedule::ActionKind::OptimizerStep:
-        optimizer->step();
+      case schedule::ActionKind::OptimizerStep: {
+        // All ranks agree on finiteness first, so no stage steps alone.
+        double bad = gradientsFinite(runner.parameters()) ? 0.0 : double(s.stage + 1);
+        comm.allReduce(&bad, 1, comm::ReduceOp::Max);
+        if (bad > 0 && opts.on_nonfinite == "stop")
+          return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(step) + " in stage " +
+                                       std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
+                                 : ""};
+        skipped = bad > 0;
+        if (!skipped) optimizer->step();
         optimizer->zero_grad();
         break;
+      }
       }
     }
     comm.waitSends();
@@ -366,7 +437,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     comm.allReduce(sums.data(), int(sums.size()), comm::ReduceOp::Sum);
     comm.allReduce(&step_time, 1, comm::ReduceOp::Max);
     const double loss = sums[0];
-    if (!std::isfinite(loss))
+    if (!std::isfinite(loss) && opts.on_nonfinite == "stop")
       return Error{rank == 0 ? "non-finite loss (" + std::to_string(loss) + ") at step " + std::to_string(step) : ""};
     if (rank == 0) {
       std::vector<int64_t> mem(sums.begin() + 1, sums.begin() + 1 + world);
@@ -380,6 +451,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       j["peak_memory_bytes_per_rank"] = mem;
       j["peak_rss_bytes"] = *std::max_element(rss.begin(), rss.end());
       j["lr"] = opts.lr;
+      if (skipped) j["skipped"] = true;
       if (jsonl) jsonl << j.dump() << "\n" << std::flush;
       if (opts.progress)
         log << "step " << step + 1 << "/" << opts.steps << "  loss " << loss << "  " << double(B) / step_time

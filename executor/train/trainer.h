@@ -22,6 +22,8 @@ struct TrainOptions {
   std::string shuffle = "off";   ///< off | on
   uint64_t seed = 0;
   std::string log;        ///< JSONL file written by rank 0; empty: none
+  double timeout_s = 300; ///< a rank that makes no progress this long stops the job (0: never)
+  std::string on_nonfinite = "stop"; ///< stop | skip: what a non-finite gradient does
   std::string device;     ///< "cpu" runs a plan made for CUDA devices on CPU; empty: the plan's
   bool progress = true;   ///< a line per step on stderr (rank 0)
 };

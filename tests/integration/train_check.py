@@ -23,8 +23,13 @@ def mpirun(args, ranks):
 
 
 def plan(args, model_dir, ranks, microbatches, batch, out):
+    extra = args.plan_args.split()
+    if args.device_memory:
+        extra += ["--device-memory", args.device_memory, "--optimizer", args.optimizer]
+    if microbatches:
+        extra += ["--microbatches", str(microbatches)]
     p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type", "cpu",
-             "--batch-size", str(batch), "--microbatches", str(microbatches), "-o", out] + args.plan_args.split())
+             "--batch-size", str(batch), "-o", out] + extra)
     if p.returncode != 0:
         sys.exit(f"rannc-plan failed:\n{p.stderr}")
     return out
@@ -58,6 +63,8 @@ def check_training(args):
         worst = max(worst, rel)
         print(f"step {rec['step']}: rannc {rec['loss']:.7f}  pytorch {want:.7f}  rel {rel:.2e}")
     print(f"max relative loss difference {worst:.3e} (tolerance {REL_TOL})")
+    if args.device_memory:
+        check_memory(args, plan_path, model_dir, ref, steps)
     if args.summary:
         times = sorted(r["step_time_s"] for r in steps[1:]) or [steps[0]["step_time_s"]]
         with open(args.summary, "w") as f:
@@ -70,6 +77,25 @@ def check_training(args):
         sys.exit("losses differ from PyTorch's")
 
 
+def check_memory(args, plan_path, model_dir, ref, steps):
+    """The model must not fit one rank of this memory, the plan must fit, and
+    every rank's measured peak must stay within its stage's capacity."""
+    one = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", "1", "--device-type", "cpu",
+               "--batch-size", str(ref["batch_size"]), "--device-memory", args.device_memory, "--optimizer",
+               args.optimizer, "--profile", "analytic", "-o", plan_path + ".one.pb"])
+    if one.returncode == 0:
+        sys.exit(f"the model fits one rank of {args.device_memory}: the test proves nothing")
+    print("as expected, one rank cannot hold it:", one.stderr.strip().splitlines()[-1])
+    shown = json.loads(run([args.plan_tool, "show", plan_path, "--json"]).stdout)
+    capacity = {r: st["memory_capacity_bytes"] for st in shown["stages"] for r in st["ranks"]}
+    predicted = {r: st["peak_memory_bytes"] for st in shown["stages"] for r in st["ranks"]}
+    measured = [max(s["peak_memory_bytes_per_rank"][r] for s in steps) for r in range(args.ranks)]
+    for r, m in enumerate(measured):
+        print(f"rank {r}: measured peak {m} bytes, predicted {predicted[r]:.0f}, capacity {capacity[r]}")
+        if m > capacity[r]:
+            sys.exit(f"rank {r} used {m} bytes, more than its capacity {capacity[r]}")
+
+
 def expect_failure(p, needle, what):
     out = p.stdout + p.stderr
     if p.returncode == 0:
@@ -79,6 +105,54 @@ def expect_failure(p, needle, what):
     if "Segmentation fault" in out or "core dumped" in out:
         sys.exit(f"{what}: crashed:\n{out}")
     print(f"ok: {what}")
+
+
+def check_stopped_ranks(args, model_dir, work):
+    """A rank killed from outside mid-run (SIGKILL: MPI notices), and a rank
+    frozen (SIGSTOP: nobody notices but the peers' watchdog): each time the job
+    ends within a bounded time, non-zero, with a message; nothing hangs."""
+    import signal
+    import time
+    plan_path = os.path.join(work, "kill.pb")
+    p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", "2", "--batch-size", "8",
+             "--stages", "2", "--replicas", "1", "--profile", "analytic", "-o", plan_path])
+    if p.returncode != 0:
+        sys.exit(p.stderr)
+    for sig, timeout, needle in ((signal.SIGKILL, 20, "signal 9"), (signal.SIGSTOP, 5, "no progress for")):
+        log = os.path.join(work, "kill.jsonl")
+        if os.path.exists(log):
+            os.remove(log)
+        job = subprocess.Popen(mpirun(args, 2) + [args.exec_tool, plan_path, "--data",
+                                                  os.path.join(model_dir, "data"), "--steps", "1000000", "--log", log,
+                                                  "--timeout", str(timeout)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and not (os.path.exists(log) and os.path.getsize(log) > 0):
+            time.sleep(0.2)
+        pids = subprocess.run(["pgrep", "-f", f"^{args.exec_tool} {plan_path}"], capture_output=True,
+                              text=True).stdout.split()
+        if len(pids) != 2:
+            job.kill()
+            sys.exit(f"expected 2 rannc-exec processes, found {pids}")
+        victim = int(sorted(pids, key=int)[-1])
+        stopped_at = time.time()
+        os.kill(victim, sig)
+        try:
+            out, _ = job.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            sys.exit(f"the job hung after a rank got {sig.name}")
+        took = time.time() - stopped_at
+        if sig == signal.SIGSTOP:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if job.returncode == 0:
+            sys.exit(f"the job exited 0 after a rank got {sig.name}")
+        if needle not in out:
+            sys.exit(f"after {sig.name}, no message containing '{needle}':\n{out[-2000:]}")
+        print(f"ok: {sig.name} to a rank: the job stopped {took:.1f} s later (exit {job.returncode})")
 
 
 def check_errors(args):
@@ -112,6 +186,8 @@ def check_errors(args):
     p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--data", bad_data, "--steps", "1"], timeout=120)
     expect_failure(p, "labels.npy: dimension 1 is 15, graph input 'labels' [B,16] needs 16", "mis-shaped .npy file")
 
+    check_stopped_ranks(args, model_dir, work)
+
     truncated = os.path.join(work, "truncated.onnx")
     with open(os.path.join(model_dir, "model.onnx"), "rb") as f:
         blob = f.read()
@@ -134,6 +210,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     ap.add_argument("--microbatches", type=int, default=1)
+    ap.add_argument("--device-memory", help="plan for this much memory per rank and check that ranks stay within it")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")

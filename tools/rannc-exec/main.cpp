@@ -24,6 +24,12 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed for shuffling and synthetic data")->capture_default_str();
   app.add_option("--log", o.log, "JSONL file, one object per step (written by rank 0)");
+  app.add_option("--timeout", o.timeout_s, "seconds without progress after which a rank stops the job (0: never)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--on-nonfinite", o.on_nonfinite, "stop: end the run; skip: skip the step without updating")
+      ->check(CLI::IsMember({"stop", "skip"}))
+      ->capture_default_str();
   app.add_option("--device", o.device, "cpu: run a plan made for GPUs on CPU ranks (default: the plan's device)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   try {

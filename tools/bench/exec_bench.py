@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""rannc-exec benchmarks, each a ratio measured side by side in one run:
+
+1. interpreter overhead: one rank, one stage, rannc-exec's median step time vs
+   the same model traced to TorchScript and trained by LibTorch directly
+   (torchscript_step), same data, batch, optimizer and 1 thread. Goal <= 1.05x.
+2. pipeline efficiency: a 2-stage plan on 2 ranks (1 thread each, 8
+   micro-batches) vs 1 rank: throughput ratio, goal >= 0.8 x 2.
+3. data parallelism: 2 replicas of one stage vs 1 rank, goal >= 0.9 x 2.
+4. measured peak tensor memory per rank vs the plan's estimate.
+
+  /usr/bin/python3 tools/bench/exec_bench.py [--build build] [--steps 12]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODEL = ["--model", "gpt", "--layers", "4", "--hidden", "256", "--heads", "8", "--seq-len", "64", "--vocab", "512"]
+BATCH = 32
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def median_step(log):
+    steps = [json.loads(l) for l in open(log)]
+    times = sorted(s["step_time_s"] for s in steps[2:])
+    return times[len(times) // 2], steps
+
+
+def exec_run(a, work, name, plan_args, ranks):
+    plan = os.path.join(work, f"{name}.pb")
+    run([a.plan_tool, os.path.join(work, "model.onnx"), "--gpus", str(ranks), "--batch-size", str(BATCH),
+         "--optimizer", "sgd", "-o", plan] + plan_args)
+    log = os.path.join(work, f"{name}.jsonl")
+    run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), a.exec_tool, plan, "--data",
+         os.path.join(work, "data"), "--steps", str(a.steps), "--optimizer", "sgd", "--lr", "0.01", "--log", log])
+    t, steps = median_step(log)
+    shown = json.loads(run([a.plan_tool, "show", plan, "--json"]).stdout)
+    return t, steps, shown
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--steps", type=int, default=12)
+    a = ap.parse_args()
+    a.plan_tool = os.path.join(a.build, "tools", "rannc-plan")
+    a.exec_tool = os.path.join(a.build, "tools", "rannc-exec")
+    work = os.path.join(a.build, "exec_bench")
+    run(["/usr/bin/python3", os.path.join(ROOT, "models", "make_model.py"), *MODEL, "--out", work, "--batch-size",
+         str(BATCH), "--samples", str(4 * BATCH), "--steps", "0", "--torchscript"])
+
+    one, one_steps, one_plan = exec_run(a, work, "one", ["--profile", "analytic", "--microbatches", "1"], 1)
+    ts = float(run([os.path.join(a.build, "tools", "bench", "torchscript_step"), os.path.join(work, "model.pt"),
+                    os.path.join(work, "data"), "--inputs", "input_ids,labels", "--batch-size", str(BATCH),
+                    "--steps", str(a.steps), "--threads", "1", "--optimizer", "sgd"]).stdout)
+    one8, _, _ = exec_run(a, work, "one8", ["--profile", "analytic", "--microbatches", "8"], 1)
+    pipe, pipe_steps, pipe_plan = exec_run(
+        a, work, "pipe", ["--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule", "1f1b"], 2)
+    dp, _, _ = exec_run(a, work, "dp", ["--profile", "analytic", "--stages", "1", "--replicas", "2",
+                                        "--microbatches", "1"], 2)
+
+    print(f"model: GPT-style, {one_plan['stages'][0]['num_params']} parameters, batch {BATCH}, "
+          f"{os.cpu_count()} cores, 1 thread per rank, median of steps 2..{a.steps - 1}\n")
+    print("| benchmark | rannc | reference | ratio | goal |")
+    print("|---|---|---|---|---|")
+    print(f"| interpreter overhead (1 rank) | {one * 1e3:.1f} ms/step | TorchScript in LibTorch {ts * 1e3:.1f} ms/step "
+          f"| {one / ts:.2f}x | <= 1.05x |")
+    print(f"| 2-stage pipeline, 8 micro-batches, 1F1B | {BATCH / pipe:.1f} samples/s | 1 rank, 8 micro-batches "
+          f"{BATCH / one8:.1f} samples/s | {one8 / pipe:.2f}x | >= 1.6x |")
+    print(f"| 2-way data parallel | {BATCH / dp:.1f} samples/s | 1 rank {BATCH / one:.1f} samples/s "
+          f"| {one / dp:.2f}x | >= 1.8x |")
+    measured = [max(s["peak_memory_bytes_per_rank"][r] for s in pipe_steps) for r in range(2)]
+    for st in pipe_plan["stages"]:
+        r = st["ranks"][0]
+        print(f"| peak memory, pipeline stage {st['id']} (rank {r}) | {measured[r] / 2**20:.2f} MiB measured "
+              f"| {st['peak_memory_bytes'] / 2**20:.2f} MiB planned | {measured[r] / st['peak_memory_bytes']:.2f}x | ~1x |")
+    m1 = max(s["peak_memory_bytes"] for s in one_steps)
+    print(f"| peak memory, 1 rank | {m1 / 2**20:.2f} MiB measured | {one_plan['stages'][0]['peak_memory_bytes'] / 2**20:.2f}"
+          f" MiB planned | {m1 / one_plan['stages'][0]['peak_memory_bytes']:.2f}x | ~1x |")
+
+
+if __name__ == "__main__":
+    main()
