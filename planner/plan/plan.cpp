@@ -6,8 +6,6 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
-#include <set>
-
 #include "planner/support/files.h"
 
 namespace rannc::plan {
@@ -321,8 +319,8 @@ Expected<proto::Plan> readPlan(const std::string &path) {
     return Error{path + ": unknown plan extension '" + ext + "' (use .pb, .pbtxt or .json)"};
   }
   if (plan.format_version() > kFormatVersion)
-    return Error{path + ": plan format version " + std::to_string(plan.format_version()) +
-                 " is newer than this rannc understands (" + std::to_string(kFormatVersion) +
+    return Error{path + ": format_version: " + std::to_string(plan.format_version()) +
+                 " is newer than this rannc understands (it reads 1.." + std::to_string(kFormatVersion) +
                  "); upgrade rannc or re-plan"};
   return plan;
 }
@@ -331,59 +329,6 @@ int worldSize(const proto::Plan &plan) {
   int n = 0;
   for (const auto &s : plan.stages()) n += s.ranks_size();
   return n;
-}
-
-std::vector<std::string> structuralProblems(const proto::Plan &plan) {
-  std::vector<std::string> problems;
-  if (plan.format_version() == 0 || plan.format_version() > kFormatVersion)
-    problems.push_back("format_version: " + std::to_string(plan.format_version()) + " is not a version this rannc reads (1.." +
-                       std::to_string(kFormatVersion) + ")");
-  const int num_ops = plan.graph().ops_size();
-  if (plan.stages_size() == 0) problems.push_back("stages: the plan has no stages");
-  int expected_begin = 0;
-  for (int i = 0; i < plan.stages_size(); ++i) {
-    const auto &s = plan.stages(i);
-    std::string where = "stages[" + std::to_string(i) + "]";
-    if (s.id() != i) problems.push_back(where + ".id: is " + std::to_string(s.id()) + ", expected " + std::to_string(i));
-    if (s.op_begin() != expected_begin)
-      problems.push_back(where + ".op_begin: is " + std::to_string(s.op_begin()) + ", expected " +
-                         std::to_string(expected_begin) +
-                         (s.op_begin() > expected_begin ? " (ops in no stage)" : " (ops in two stages)"));
-    if (s.op_end() <= s.op_begin())
-      problems.push_back(where + ": op range [" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) +
-                         ") is empty");
-    if (s.ranks_size() == 0) problems.push_back(where + ".ranks: the stage has no ranks");
-    expected_begin = s.op_end();
-  }
-  if (plan.stages_size() > 0 && expected_begin != num_ops)
-    problems.push_back("stages[" + std::to_string(plan.stages_size() - 1) + "].op_end: is " +
-                       std::to_string(expected_begin) + ", the graph has " + std::to_string(num_ops) + " ops");
-  std::set<int> seen;
-  const int world = worldSize(plan);
-  for (int i = 0; i < plan.stages_size(); ++i)
-    for (int r : plan.stages(i).ranks()) {
-      std::string where = "stages[" + std::to_string(i) + "].ranks";
-      if (r < 0 || r >= world)
-        problems.push_back(where + ": rank " + std::to_string(r) + " is outside 0.." + std::to_string(world - 1));
-      else if (!seen.insert(r).second)
-        problems.push_back(where + ": rank " + std::to_string(r) + " is used by more than one stage");
-    }
-  if (plan.global_batch_size() < 1) problems.push_back("global_batch_size: must be at least 1");
-  if (plan.microbatches() < 1) problems.push_back("microbatches: must be at least 1");
-  else if (plan.global_batch_size() % plan.microbatches() != 0)
-    problems.push_back("microbatches: " + std::to_string(plan.microbatches()) + " does not divide global_batch_size " +
-                       std::to_string(plan.global_batch_size()));
-  if (plan.schedule() != proto::GPIPE && plan.schedule() != proto::ONE_F_ONE_B)
-    problems.push_back("schedule: must be GPIPE or ONE_F_ONE_B");
-  if (plan.microbatches() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)
-    for (int i = 0; i < plan.stages_size(); ++i)
-      if (plan.stages(i).ranks_size() > plan.global_batch_size() / plan.microbatches())
-        problems.push_back("stages[" + std::to_string(i) + "].ranks: " + std::to_string(plan.stages(i).ranks_size()) +
-                           " replicas for micro-batches of " +
-                           std::to_string(plan.global_batch_size() / plan.microbatches()) +
-                           " samples leaves a replica without samples");
-  if (plan.model().sha256().size() != 64) problems.push_back("model.sha256: not a SHA-256 hex digest");
-  return problems;
 }
 
 } // namespace rannc::plan

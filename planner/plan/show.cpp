@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <iomanip>
 #include <sstream>
 
@@ -10,25 +12,73 @@
 namespace rannc::plan {
 namespace {
 
-std::string mib(int64_t bytes) {
+std::string fixed(double v, int decimals) {
   std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << double(bytes) / (1 << 20);
+  os << std::fixed << std::setprecision(decimals) << v;
   return os.str();
 }
 
-std::string ms(double s) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(3) << s * 1e3;
-  return os.str();
-}
+std::string percent(double fraction) { return fixed(fraction * 100, 1) + "%"; }
 
+/// "0-3,6": consecutive ranks as ranges.
 std::string rankList(const proto::Stage &s) {
   std::string r;
-  for (int x : s.ranks()) r += (r.empty() ? "" : ",") + std::to_string(x);
+  const auto &ranks = s.ranks();
+  for (int i = 0; i < ranks.size();) {
+    int j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    r += (r.empty() ? "" : ",") + std::to_string(ranks[i]);
+    if (j > i) r += (j == i + 1 ? "," : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
   return r;
 }
 
+std::string opName(const proto::Plan &plan, int i, size_t width) {
+  if (i < 0 || i >= plan.graph().ops_size()) return "?";
+  std::string n = plan.graph().ops(i).name();
+  if (n.size() <= width) return n;
+  const size_t keep = (width - 2) / 2;
+  return n.substr(0, keep) + ".." + n.substr(n.size() - (width - 2 - keep));
+}
+
+double samplesPerSecond(const proto::Plan &plan) {
+  const double t = plan.estimates().step_time_s();
+  return t > 0 ? double(plan.global_batch_size()) / t : 0.0;
+}
+
+int64_t microbatchSize(const proto::Plan &plan) {
+  return plan.microbatches() > 0 ? plan.global_batch_size() / plan.microbatches() : 0;
+}
+
 } // namespace
+
+std::string bytesText(double bytes) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = bytes;
+  while ((v >= 1024 || v <= -1024) && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fixed(v, 0) + " B" : fixed(v, 1) + " " + units[u];
+}
+
+std::string timeText(double seconds) {
+  const double a = seconds < 0 ? -seconds : seconds;
+  if (a == 0) return "0 s";
+  if (a >= 1) return fixed(seconds, 3) + " s";
+  if (a >= 1e-3) return fixed(seconds * 1e3, 3) + " ms";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g us", seconds * 1e6);
+  return buf;
+}
+
+TimeUnit timeUnitFor(double step_seconds) {
+  return step_seconds > 0 && step_seconds < 1e-3 ? TimeUnit{1e6, "us"} : TimeUnit{1e3, "ms"};
+}
+
+std::string timeIn(double seconds, TimeUnit unit) { return fixed(seconds * unit.per_second, 3); }
 
 const char *scheduleName(proto::Schedule s) {
   switch (s) {
@@ -38,51 +88,123 @@ const char *scheduleName(proto::Schedule s) {
   }
 }
 
-void printPlanTable(const proto::Plan &plan, std::ostream &os) {
-  const auto &ops = plan.graph().ops();
-  os << "model       " << plan.model().path() << " (sha256 " << plan.model().sha256().substr(0, 12) << ")\n";
-  os << "cluster     " << plan.cluster().num_nodes() << " node(s) x " << plan.cluster().devices_per_node() << " "
-     << plan.cluster().device().name() << "\n";
-  os << "world size  " << worldSize(plan) << ", " << plan.stages_size() << " stage(s), batch "
-     << plan.global_batch_size() << " in " << plan.microbatches() << " micro-batch(es), schedule "
-     << scheduleName(plan.schedule()) << ", planner " << plan.planner() << "\n\n";
-  os << std::left << std::setw(6) << "stage" << std::setw(8) << "ranks" << std::setw(7) << "ops" << std::setw(28)
-     << "first op" << std::setw(28) << "last op" << std::right << std::setw(11) << "params" << std::setw(10)
-     << "mem MiB" << std::setw(10) << "cap MiB" << std::setw(10) << "fwd ms" << std::setw(10) << "bwd ms" << "\n";
-  for (const auto &s : plan.stages()) {
-    auto name = [&](int i) -> std::string {
-      if (i < 0 || i >= ops.size()) return "?";
-      std::string n = ops[i].name();
-      return n.size() > 26 ? n.substr(0, 12) + ".." + n.substr(n.size() - 12) : n;
-    };
-    const auto &e = s.estimates();
-    os << std::left << std::setw(6) << s.id() << std::setw(8) << rankList(s) << std::setw(7)
-       << (s.op_end() - s.op_begin()) << std::setw(28) << name(s.op_begin()) << std::setw(28) << name(s.op_end() - 1)
-       << std::right << std::setw(11) << e.num_params() << std::setw(10) << mib(e.peak_memory_bytes())
-       << std::setw(10) << mib(e.memory_capacity_bytes()) << std::setw(10) << ms(e.fwd_time_s()) << std::setw(10)
-       << ms(e.bwd_time_s()) << "\n";
+double stageBusyTime(const proto::Plan &plan, int s) {
+  const auto &e = plan.stages(s).estimates();
+  return plan.microbatches() * (e.fwd_time_s() + e.bwd_time_s()) + e.allreduce_time_s();
+}
+
+// Note [pipeline bubble]
+// The pipeline phase of a step (before the all-reduce and optimizer) lasts, in
+// the partitioner's closed form (docs/partitioner.md) with forward slots F_s,
+// backward slots G_s and M micro-batches,
+//   GPipe: ΣF + (M-1)·max F + ΣG + (M-1)·max G,   1F1B: Σ(F+G) + (M-1)·max(F+G).
+// Stage s computes for M·(F_s+G_s) of it; the rest is bubble. The fraction
+// shown is the idle share averaged over the stages, which for S equal stages
+// is the textbook (S-1)/(M+S-1).
+double pipelineBubbleFraction(const proto::Plan &plan) {
+  const int S = plan.stages_size();
+  const double M = std::max(1, plan.microbatches());
+  if (S == 0) return 0;
+  double sum_f = 0, sum_g = 0, max_f = 0, max_g = 0, max_fg = 0, busy = 0;
+  for (const auto &st : plan.stages()) {
+    const double f = st.estimates().fwd_time_s(), g = st.estimates().bwd_time_s();
+    sum_f += f;
+    sum_g += g;
+    max_f = std::max(max_f, f);
+    max_g = std::max(max_g, g);
+    max_fg = std::max(max_fg, f + g);
+    busy += M * (f + g);
   }
-  os << "\npredicted step time " << ms(plan.estimates().step_time_s()) << " ms";
-  if (plan.estimates().step_time_s() > 0)
-    os << " (" << std::fixed << std::setprecision(1) << plan.global_batch_size() / plan.estimates().step_time_s()
-       << " samples/s)";
-  os << "\n";
+  const double pipe =
+      plan.schedule() == proto::GPIPE ? sum_f + sum_g + (M - 1) * (max_f + max_g) : sum_f + sum_g + (M - 1) * max_fg;
+  if (pipe <= 0) return 0;
+  return std::clamp(1 - busy / (S * pipe), 0.0, 1.0);
+}
+
+void printPlanTable(const proto::Plan &plan, std::ostream &os) {
+  const auto &c = plan.cluster();
+  const double step = plan.estimates().step_time_s();
+  os << "model        " << plan.model().path() << " (sha256 " << plan.model().sha256().substr(0, 12) << ")\n";
+  os << "cluster      " << c.num_nodes() << (c.num_nodes() == 1 ? " node" : " nodes") << " x " << c.devices_per_node()
+     << " " << c.device().name() << " (" << bytesText(double(c.device().memory_bytes())) << " each)\n";
+  os << "planner      " << plan.planner() << "; memory for " << plan.estimates().optimizer() << "\n";
+  os << "world size   " << worldSize(plan) << (worldSize(plan) == 1 ? " rank" : " ranks") << " in "
+     << plan.stages_size() << (plan.stages_size() == 1 ? " stage" : " stages") << "\n";
+  os << "batch        " << plan.global_batch_size() << " samples per step in " << plan.microbatches()
+     << (plan.microbatches() == 1 ? " micro-batch" : " micro-batches") << " of " << microbatchSize(plan)
+     << ", schedule " << scheduleName(plan.schedule()) << "\n\n";
+
+  const TimeUnit unit = timeUnitFor(step);
+  const std::string u = std::string(" ") + unit.name;
+  os << std::left << std::setw(6) << "stage" << std::setw(8) << "ranks" << std::setw(6) << "ops" << std::setw(13)
+     << "range" << std::setw(32) << "first op" << std::setw(32) << "last op" << std::right << std::setw(10) << "params"
+     << std::setw(10) << "fwd" + u << std::setw(10) << "bwd" + u << std::setw(10) << "ar" + u << std::setw(10)
+     << "busy" + u << std::setw(7) << "util"
+     << "\n";
+  for (int i = 0; i < plan.stages_size(); ++i) {
+    const auto &s = plan.stages(i);
+    const auto &e = s.estimates();
+    const double busy = stageBusyTime(plan, i);
+    os << std::left << std::setw(6) << s.id() << std::setw(8) << rankList(s) << std::setw(6)
+       << (s.op_end() - s.op_begin()) << std::setw(13)
+       << ("[" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) + ")") << std::setw(32)
+       << opName(plan, s.op_begin(), 30) << std::setw(32) << opName(plan, s.op_end() - 1, 30) << std::right
+       << std::setw(10) << e.num_params() << std::setw(10) << timeIn(e.fwd_time_s(), unit) << std::setw(10)
+       << timeIn(e.bwd_time_s(), unit) << std::setw(10) << timeIn(e.allreduce_time_s(), unit) << std::setw(10)
+       << timeIn(busy, unit) << std::setw(7) << (step > 0 ? percent(busy / step) : "-") << "\n";
+  }
+
+  os << "\nmemory per device\n";
+  os << std::left << std::setw(6) << "stage" << std::right;
+  for (const char *h : {"params", "grads", "optimizer", "activations", "working", "buffers", "peak", "capacity"})
+    os << std::setw(12) << h;
+  os << std::setw(7) << "use"
+     << "\n";
+  for (const auto &s : plan.stages()) {
+    const auto &e = s.estimates();
+    os << std::left << std::setw(6) << s.id() << std::right;
+    for (int64_t b : {e.param_bytes(), e.grad_bytes(), e.optimizer_bytes(), e.activation_bytes(), e.working_bytes(),
+                      e.buffer_bytes(), e.peak_memory_bytes(), e.memory_capacity_bytes()})
+      os << std::setw(12) << bytesText(double(b));
+    os << std::setw(7)
+       << (e.memory_capacity_bytes() > 0 ? percent(double(e.peak_memory_bytes()) / e.memory_capacity_bytes()) : "-");
+    if (e.peak_memory_bytes() > e.memory_capacity_bytes()) os << "  OVER CAPACITY";
+    os << "\n";
+  }
+
+  os << "\npredicted step time  " << timeText(step);
+  if (step > 0) os << " (" << fixed(samplesPerSecond(plan), 1) << " samples/s)";
+  os << "\npipeline bubble      " << percent(pipelineBubbleFraction(plan)) << " of the pipeline phase idle ("
+     << scheduleName(plan.schedule()) << ", " << plan.stages_size()
+     << (plan.stages_size() == 1 ? " stage, " : " stages, ") << plan.microbatches()
+     << (plan.microbatches() == 1 ? " micro-batch)" : " micro-batches)") << "\n";
 }
 
 void printPlanJson(const proto::Plan &plan, std::ostream &os) {
+  const double step = plan.estimates().step_time_s();
   nlohmann::ordered_json j;
   j["world_size"] = worldSize(plan);
   j["num_stages"] = plan.stages_size();
   j["global_batch_size"] = plan.global_batch_size();
   j["microbatches"] = plan.microbatches();
   j["schedule"] = scheduleName(plan.schedule());
-  j["predicted_step_time_s"] = plan.estimates().step_time_s();
+  j["predicted_step_time_s"] = step;
+  j["samples_per_s"] = samplesPerSecond(plan);
+  j["microbatch_size"] = microbatchSize(plan);
+  j["bubble_fraction"] = pipelineBubbleFraction(plan);
+  j["format_version"] = plan.format_version();
   j["model"] = plan.model().path();
   j["model_sha256"] = plan.model().sha256();
   j["device"] = plan.cluster().device().name();
+  j["device_memory_bytes"] = plan.cluster().device().memory_bytes();
+  j["num_nodes"] = plan.cluster().num_nodes();
+  j["devices_per_node"] = plan.cluster().devices_per_node();
   j["planner"] = plan.planner();
+  j["optimizer"] = plan.estimates().optimizer();
+  j["num_ops"] = plan.graph().ops_size();
   j["stages"] = nlohmann::ordered_json::array();
-  for (const auto &s : plan.stages()) {
+  for (int i = 0; i < plan.stages_size(); ++i) {
+    const auto &s = plan.stages(i);
     const auto &e = s.estimates();
     nlohmann::ordered_json st;
     st["id"] = s.id();
@@ -90,16 +212,24 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["num_ops"] = s.op_end() - s.op_begin();
     st["op_begin"] = s.op_begin();
     st["op_end"] = s.op_end();
+    st["first_op"] =
+        s.op_begin() >= 0 && s.op_begin() < plan.graph().ops_size() ? plan.graph().ops(s.op_begin()).name() : "";
+    st["last_op"] =
+        s.op_end() >= 1 && s.op_end() <= plan.graph().ops_size() ? plan.graph().ops(s.op_end() - 1).name() : "";
     st["num_params"] = e.num_params();
     st["param_bytes"] = e.param_bytes();
     st["grad_bytes"] = e.grad_bytes();
     st["optimizer_bytes"] = e.optimizer_bytes();
     st["activation_bytes"] = e.activation_bytes();
+    st["working_bytes"] = e.working_bytes();
     st["buffer_bytes"] = e.buffer_bytes();
     st["peak_memory_bytes"] = e.peak_memory_bytes();
     st["memory_capacity_bytes"] = e.memory_capacity_bytes();
     st["fwd_time_s"] = e.fwd_time_s();
     st["bwd_time_s"] = e.bwd_time_s();
+    st["allreduce_time_s"] = e.allreduce_time_s();
+    st["busy_time_s"] = stageBusyTime(plan, i);
+    st["utilisation"] = step > 0 ? stageBusyTime(plan, i) / step : 0.0;
     j["stages"].push_back(std::move(st));
   }
   os << j.dump(2) << "\n";

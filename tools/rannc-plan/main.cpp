@@ -7,6 +7,7 @@
 #include "executor/profile/profiler.h"
 #include "planner/cluster/cluster.h"
 #include "planner/driver/planner.h"
+#include "planner/driver/tooling.h"
 #include "planner/import/onnx_import.h"
 
 namespace {
@@ -37,7 +38,7 @@ int finish(const rannc::Status &st) { return st.ok() ? 0 : fail(st.message()); }
 
 int planCommand(int argc, char **argv) {
   CLI::App app{"Plans pipeline-parallel training of MODEL (.onnx) for a cluster and writes the plan.\n"
-               "Other verbs: show, profile, import (rannc-plan VERB --help)",
+               "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help)",
                "rannc-plan"};
   rannc::planner::PlanOptions o;
   std::string memory;
@@ -146,6 +147,118 @@ int importCommand(int argc, char **argv) {
   return finish(rannc::planner::runImport(model, std::cout));
 }
 
+/// Adds the options every re-estimating verb shares.
+void addReestimateOptions(CLI::App &app, rannc::planner::ReestimateOptions &o, std::string &memory, double &margin) {
+  app.add_option("--cluster", o.cluster_file,
+                 "re-estimate for this cluster (YAML, docs/cluster.md) instead of the plan's own");
+  app.add_option("--device-memory", memory, "override the device memory, e.g. 2GiB");
+  app.add_option("--memory-margin", margin,
+                 "fraction of each device's memory to keep free (default: the plan's own margin)")
+      ->check(CLI::Range(0.0, 0.95));
+}
+
+/// Turns the shared options' strings into the typed struct; "" when fine.
+std::string finishReestimateOptions(rannc::planner::ReestimateOptions &o, const std::string &memory, double margin) {
+  if (!memory.empty()) {
+    auto bytes = rannc::cluster::parseByteSize(memory);
+    if (!bytes) return "--device-memory: " + bytes.error().message;
+    o.device_memory = *bytes;
+  }
+  if (margin >= 0) o.memory_margin = margin;
+  return "";
+}
+
+int convertCommand(int argc, char **argv) {
+  CLI::App app{"Converts a plan between encodings, chosen by extension: .pb (binary), .pbtxt (protobuf text, "
+               "for hand edits) and .json",
+               "rannc-plan convert"};
+  std::string input, output;
+  app.add_option("plan", input, "plan to read (.pb, .pbtxt or .json)")->required();
+  app.add_option("-o,--output", output, "plan to write (.pb, .pbtxt or .json)")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  return finish(rannc::planner::runConvert(input, output, std::cerr));
+}
+
+int checkCommand(int argc, char **argv) {
+  CLI::App app{"Validates a (hand-edited) plan: every op in exactly one stage, stages in dependency order, ranks, "
+               "micro-batches, memory re-estimated against capacity, format version and model hash. Lists every "
+               "problem and exits 1 if there is one; on a valid plan prints the re-estimated times and memory",
+               "rannc-plan check"};
+  rannc::planner::CheckOptions o;
+  std::string memory;
+  double margin = -1;
+  app.add_option("plan", o.plan, "plan file (.pb, .pbtxt or .json)")->required();
+  app.add_option("--model", o.model, "model file to check the plan's SHA-256 against (default: the path it names)");
+  addReestimateOptions(app, o.reestimate, memory, margin);
+  app.add_flag("--update", o.update, "write the plan with the re-estimated figures to -o");
+  app.add_option("-o,--output", o.output, "where --update writes the plan (.pb, .pbtxt or .json)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  if (auto why = finishReestimateOptions(o.reestimate, memory, margin); !why.empty()) return fail(why);
+  return finish(rannc::planner::runCheck(o, std::cout, std::cerr));
+}
+
+int simulateCommand(int argc, char **argv) {
+  CLI::App app{"Replays one training step of a plan event by event: predicted step time, a per-rank summary, "
+               "and optionally a Chrome-trace / Perfetto timeline",
+               "rannc-plan simulate"};
+  rannc::planner::SimulateCommandOptions o;
+  std::string memory;
+  double margin = -1;
+  app.add_option("plan", o.plan, "plan file (.pb, .pbtxt or .json)")->required();
+  app.add_option("--trace", o.trace, "write the timeline as Chrome-trace JSON (chrome://tracing, ui.perfetto.dev)");
+  app.add_flag("--overlap-allreduce", o.overlap_allreduce,
+               "start each stage's all-reduce after its own last backward instead of after the whole pipeline");
+  addReestimateOptions(app, o.reestimate, memory, margin);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  if (auto why = finishReestimateOptions(o.reestimate, memory, margin); !why.empty()) return fail(why);
+  return finish(rannc::planner::runSimulate(o, std::cout, std::cerr));
+}
+
+int dotCommand(int argc, char **argv) {
+  CLI::App app{"Writes a plan as a graphviz graph: ops grouped by stage, cut edges labelled with the bytes they "
+               "carry per micro-batch (render with dot -Tsvg)",
+               "rannc-plan dot"};
+  rannc::planner::DotCommandOptions o;
+  app.add_option("plan", o.plan, "plan file (.pb, .pbtxt or .json)")->required();
+  app.add_option("-o,--output", o.output, "DOT file to write (default: stdout)");
+  app.add_option("--max-ops", o.max_ops, "draw one node per unit instead of per op above this many ops")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  return finish(rannc::planner::runDot(o, std::cout, std::cerr));
+}
+
+int diffCommand(int argc, char **argv) {
+  CLI::App app{"Shows what changed between two plans: op ranges, replicas, micro-batches, schedule and estimates "
+               "(exit 0 unless a plan cannot be read)",
+               "rannc-plan diff"};
+  std::string a, b;
+  app.add_option("a", a, "the old plan (.pb, .pbtxt or .json)")->required();
+  app.add_option("b", b, "the new plan")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  return finish(rannc::planner::runDiff(a, b, std::cout));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -154,5 +267,10 @@ int main(int argc, char **argv) {
   if (first == "show") return showCommand(argc - 1, argv + 1);
   if (first == "import") return importCommand(argc - 1, argv + 1);
   if (first == "profile") return profileCommand(argc - 1, argv + 1);
+  if (first == "convert") return convertCommand(argc - 1, argv + 1);
+  if (first == "check") return checkCommand(argc - 1, argv + 1);
+  if (first == "simulate") return simulateCommand(argc - 1, argv + 1);
+  if (first == "dot") return dotCommand(argc - 1, argv + 1);
+  if (first == "diff") return diffCommand(argc - 1, argv + 1);
   return planCommand(argc, argv);
 }

@@ -1,0 +1,468 @@
+#include "planner/driver/tooling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "planner/driver/lower.h"
+#include "planner/driver/planner.h"
+#include "planner/partition/simulate.h"
+#include "planner/plan/diff.h"
+#include "planner/plan/dot.h"
+#include "planner/plan/plan.h"
+#include "planner/plan/show.h"
+#include "planner/plan/trace.h"
+#include "planner/support/files.h"
+#include "planner/support/sha256.h"
+
+namespace rannc::planner {
+namespace {
+
+std::string fixed(double v, int decimals) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(decimals) << v;
+  return os.str();
+}
+
+/// "(plan said X, +Y%)", "(unchanged)" or "(plan said 0)".
+std::string versus(double now, double before, const std::string &before_text) {
+  if (before == 0 && now != 0) return "(plan said 0)";
+  if (std::fabs(now - before) <= 1e-9 * std::max(std::fabs(now), std::fabs(before))) return "(unchanged)";
+  std::ostringstream os;
+  os << "(plan said " << before_text << ", " << std::showpos << std::fixed << std::setprecision(1)
+     << (now - before) / before * 100 << "%)";
+  return os.str();
+}
+
+std::string timeVersus(double now, double before) {
+  return plan::timeText(now) + " " + versus(now, before, plan::timeText(before));
+}
+
+std::string bytesVersus(double now, double before) {
+  return plan::bytesText(now) + " " + versus(now, before, plan::bytesText(before));
+}
+
+/// Stage ranges consecutive from op 0 to the last op, each non-empty.
+bool rangesSound(const proto::Plan &plan) {
+  int expect = 0;
+  for (const auto &s : plan.stages()) {
+    if (s.op_begin() != expect || s.op_end() <= s.op_begin()) return false;
+    expect = s.op_end();
+  }
+  return plan.stages_size() > 0 && expect == plan.graph().ops_size();
+}
+
+/// The margin the plan was made with: 1 - capacity / device memory, rounded
+/// (the plan stores the capacity as whole bytes).
+double planMargin(const proto::Plan &plan) {
+  const double memory = double(plan.cluster().device().memory_bytes());
+  if (plan.stages_size() == 0 || memory <= 0 || plan.stages(0).estimates().memory_capacity_bytes() <= 0) return 0.1;
+  const double margin = 1 - double(plan.stages(0).estimates().memory_capacity_bytes()) / memory;
+  return std::clamp(std::round(margin * 1e6) / 1e6, 0.0, 0.95);
+}
+
+Expected<cluster::ClusterSpec> clusterOf(const proto::Plan &plan, const ReestimateOptions &opts) {
+  cluster::ClusterSpec c;
+  if (opts.cluster_file.empty()) {
+    c = plan::clusterFromProto(plan.cluster());
+  } else {
+    auto loaded = cluster::loadClusterFile(opts.cluster_file);
+    if (!loaded) return loaded.error();
+    c = *loaded;
+  }
+  if (opts.device_memory) c.device.memory_bytes = *opts.device_memory;
+  return c;
+}
+
+/// "1 stage", "2 stages".
+std::string counted(int64_t n, const std::string &noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : noun.back() == 'h' ? "es" : "s");
+}
+
+std::string problemList(const std::vector<std::string> &problems) {
+  std::string s;
+  for (const auto &p : problems) s += "\n  " + p;
+  return s;
+}
+
+/// Reads a plan and refuses one with structural problems (for the verbs that
+/// need a sound plan; `check` lists them instead).
+Expected<proto::Plan> readSoundPlan(const std::string &path) {
+  auto plan = plan::readPlan(path);
+  if (!plan) return plan.error();
+  auto problems = plan::structuralProblems(*plan);
+  if (!problems.empty())
+    return Error{path + ": invalid plan (rannc-plan check " + path + " lists the problems):" + problemList(problems)};
+  return plan;
+}
+
+std::string memoryBreakdown(const partition::StageMemory &m) {
+  return "params " + plan::bytesText(m.params) + ", grads " + plan::bytesText(m.grads) + ", optimizer " +
+         plan::bytesText(m.optimizer) + ", activations " + plan::bytesText(m.activations) + ", working " +
+         plan::bytesText(m.working) + ", buffers " + plan::bytesText(m.buffers);
+}
+
+} // namespace
+
+std::vector<cost::Unit> unitsSplitAt(const ir::Graph &g, const std::vector<int> &boundaries) {
+  std::set<int> cuts(boundaries.begin(), boundaries.end());
+  std::vector<cost::Unit> out;
+  for (const cost::Unit &u : cost::formUnits(g)) {
+    int begin = u.op_begin;
+    for (auto it = cuts.upper_bound(u.op_begin); it != cuts.end() && *it < u.op_end; ++it) {
+      out.push_back({begin, *it});
+      begin = *it;
+    }
+    out.push_back({begin, u.op_end});
+  }
+  return out;
+}
+
+// Note [re-estimating a plan]
+// `check`, `simulate` and `check --update` re-run the planner's cost model on
+// the plan as it is, possibly after a hand edit: the plan's graph (already in
+// the planner's op order, so its op indices are the stage ranges' indices) is
+// cut into the planner's units, further split at every stage boundary, costed
+// analytically at the micro-batch sizes the plan runs (costBatchSizes with the
+// plan's M and replica counts, as planning with those pinned would), lowered
+// to a Problem exactly as planning does, and the plan's stages evaluated as a
+// Solution. For an unedited plan made with analytic costs this reproduces the
+// plan's estimates; after an edit it is what the planner would have predicted
+// for the edited plan. Measured profiles are not reused: their units need not
+// match an edited plan's boundaries.
+Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOptions &opts) {
+  if (!rangesSound(plan)) return Error{"stages: the op ranges must cover the graph in order before re-estimating"};
+  if (plan.microbatches() < 1 || plan.global_batch_size() < 1)
+    return Error{"microbatches: must be at least 1 before re-estimating"};
+  PlanModel m;
+  auto graph = plan::graphFromProto(plan.graph());
+  if (!graph) return graph.error();
+  m.graph = std::move(*graph);
+  auto cluster = clusterOf(plan, opts);
+  if (!cluster) return cluster.error();
+  m.cluster = *cluster;
+  m.memory_margin = opts.memory_margin ? *opts.memory_margin : planMargin(plan);
+
+  std::vector<int> boundaries;
+  for (const auto &s : plan.stages()) boundaries.push_back(s.op_begin());
+  const std::vector<cost::Unit> units = unitsSplitAt(m.graph, boundaries);
+
+  PlanOptions sizes; // the micro-batch sizes to cost at: this plan's
+  sizes.batch_size = plan.global_batch_size();
+  sizes.microbatches = plan.microbatches();
+  for (const auto &s : plan.stages()) sizes.replicas.push_back(std::max(1, s.ranks_size()));
+  m.costs = cost::analyticCosts(m.graph, units, m.cluster.device, costBatchSizes(sizes));
+  m.costs.optimizer = plan.estimates().optimizer().empty() ? "adam" : plan.estimates().optimizer();
+
+  PlanOptions lower; // nothing pinned: constraints steer searches, they do not judge a plan
+  lower.batch_size = plan.global_batch_size();
+  lower.memory_margin = m.memory_margin;
+  lower.optimizer = m.costs.optimizer;
+  auto problem = lowerToProblem(m.graph, m.costs, m.cluster, lower);
+  if (!problem) return Error{"cluster: " + problem.error().message};
+  m.problem = std::move(*problem);
+
+  std::map<int, int> unit_at; // op index -> the unit starting there
+  for (int u = 0; u < int(units.size()); ++u) unit_at[units[u].op_begin] = u;
+  unit_at[int(m.graph.nodes.size())] = int(units.size());
+  m.solution.microbatches = plan.microbatches();
+  m.solution.schedule = plan.schedule() == proto::GPIPE ? partition::Schedule::GPipe : partition::Schedule::OneFOneB;
+  for (const auto &s : plan.stages())
+    m.solution.stages.push_back({unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), false});
+  m.evaluation = partition::evaluate(m.problem, m.solution);
+
+  const std::vector<int64_t> unit_params = unitParameterCounts(m.graph, units);
+  double slowest_optimizer = 0;
+  for (const auto &st : m.solution.stages) {
+    int64_t params = 0;
+    for (int u = st.block_begin; u < st.block_end; ++u) params += unit_params[u];
+    m.stage_params.push_back(params);
+    m.stage_optimizer_s.push_back(double(params) * m.costs.optimizer_s_per_param);
+    slowest_optimizer = std::max(slowest_optimizer, m.stage_optimizer_s.back());
+  }
+  m.step_time_s = m.evaluation.step_time_s + slowest_optimizer;
+  return m;
+}
+
+void refreshEstimates(proto::Plan &plan, const PlanModel &m) {
+  // The same fields, filled the same way, as planGraph (planner.cpp) fills them.
+  for (int s = 0; s < plan.stages_size() && s < int(m.evaluation.stages.size()); ++s) {
+    const partition::StageCost &c = m.evaluation.stages[s];
+    auto *e = plan.mutable_stages(s)->mutable_estimates();
+    e->set_num_params(m.stage_params[s]);
+    e->set_fwd_time_s(c.forwardSlot());
+    e->set_bwd_time_s(c.backwardSlot());
+    e->set_param_bytes(int64_t(c.memory.params));
+    e->set_grad_bytes(int64_t(c.memory.grads));
+    e->set_optimizer_bytes(int64_t(c.memory.optimizer));
+    e->set_activation_bytes(int64_t(c.memory.activations));
+    e->set_buffer_bytes(int64_t(c.memory.buffers));
+    e->set_working_bytes(int64_t(c.memory.working));
+    e->set_peak_memory_bytes(int64_t(c.memory.total()));
+    e->set_memory_capacity_bytes(int64_t(m.evaluation.capacity_bytes));
+    e->set_allreduce_time_s(c.allreduce_s);
+  }
+  plan.mutable_estimates()->set_step_time_s(m.step_time_s);
+  plan.mutable_estimates()->set_optimizer(m.costs.optimizer);
+  *plan.mutable_cluster() = plan::clusterToProto(m.cluster);
+}
+
+Status runConvert(const std::string &input, const std::string &output, std::ostream &log) {
+  if (output.empty()) return Error{"no output file: pass -o OUT (.pb, .pbtxt or .json)"};
+  auto plan = plan::readPlan(input);
+  if (!plan) return plan.error();
+  if (Status st = plan::writePlan(*plan, output); !st) return st;
+  log << "rannc-plan: wrote " << output << "\n";
+  return Status::success();
+}
+
+Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) {
+  if (opts.update && opts.output.empty()) return Error{"--update: pass -o OUT for the updated plan"};
+  if (!opts.update && !opts.output.empty()) return Error{"-o: only with --update"};
+  auto read = plan::readPlan(opts.plan);
+  if (!read) return read.error();
+  proto::Plan plan = std::move(*read);
+  std::vector<std::string> problems = plan::structuralProblems(plan), notes;
+  auto graph = plan::graphFromProto(plan.graph());
+  if (!graph) {
+    // Its message names the graph field; report it unless the structural
+    // checks already found the graph's problems.
+    bool reported = false;
+    for (const auto &p : problems) reported = reported || p.rfind("graph", 0) == 0;
+    if (!reported) problems.push_back(graph.error().message);
+  }
+
+  // The model file, when it can be read.
+  const std::string model = opts.model.empty() ? plan.model().path() : opts.model;
+  if (std::ifstream in(model, std::ios::binary); in) {
+    const std::string sha = sha256Hex(in);
+    if (sha != plan.model().sha256())
+      problems.push_back("model.sha256: " + model + " has SHA-256 " + sha.substr(0, 12) + "..., the plan names " +
+                         plan.model().sha256().substr(0, 12) + "... (the model changed since planning; re-plan)");
+    else
+      notes.push_back("model: " + model + " matches model.sha256");
+  } else {
+    notes.push_back("model: " + model + " cannot be read, so its SHA-256 was not checked (pass --model PATH)");
+  }
+
+  auto cluster = clusterOf(plan, opts.reestimate);
+  if (!cluster) return cluster.error();
+  const std::string cluster_field = opts.reestimate.cluster_file.empty() ? "cluster" : opts.reestimate.cluster_file;
+  if (plan::worldSize(plan) > cluster->worldSize())
+    problems.push_back(cluster_field + ": the stages use " + std::to_string(plan::worldSize(plan)) +
+                       " ranks, the cluster has " + std::to_string(cluster->worldSize()) +
+                       " devices (edit cluster.devices_per_node or pass --cluster)");
+
+  // Re-estimate when the stage ranges allow it, so memory problems are listed
+  // together with the others.
+  std::optional<PlanModel> model_est;
+  if (graph && rangesSound(plan)) {
+    auto m = rebuildPlanModel(plan, opts.reestimate);
+    if (!m)
+      problems.push_back(m.error().message);
+    else
+      model_est = std::move(*m);
+  } else {
+    notes.push_back("memory and time were not re-estimated: fix the stage ranges and the graph first");
+  }
+  if (model_est) {
+    const partition::Evaluation &ev = model_est->evaluation;
+    if (!ev.well_formed) {
+      if (plan::worldSize(plan) <= cluster->worldSize())
+        for (const auto &v : ev.violations) problems.push_back("stages: " + v);
+    } else {
+      for (int s = 0; s < int(ev.stages.size()); ++s) {
+        const partition::StageMemory &mem = ev.stages[s].memory;
+        if (mem.total() > ev.capacity_bytes)
+          problems.push_back(
+              "stages[" + std::to_string(s) + "]: needs " + plan::bytesText(mem.total()) + " per device (" +
+              memoryBreakdown(mem) + ") but a device holds " + plan::bytesText(ev.capacity_bytes) + " (" +
+              plan::bytesText(double(model_est->cluster.device.memory_bytes)) + " less the " +
+              fixed(model_est->memory_margin * 100, 0) +
+              "% margin); move ops to another stage, add replicas or micro-batches, or use larger devices");
+      }
+    }
+    // Ranks not handed out in stage order: evaluate assumed they were.
+    int next = 0;
+    bool in_order = true;
+    for (const auto &s : plan.stages())
+      for (int r : s.ranks()) in_order = in_order && r == next++;
+    if (!in_order)
+      notes.push_back("estimates: links assume ranks 0, 1, ... in stage order; this plan orders them differently");
+    if (plan.planner().find("analytic") == std::string::npos)
+      notes.push_back("estimates: the plan's figures come from '" + plan.planner() +
+                      "', the re-estimate from analytic costs: they differ even without an edit");
+  }
+
+  for (const auto &n : notes) out << opts.plan << ": note: " << n << "\n";
+  if (!problems.empty()) {
+    for (const auto &p : problems) out << opts.plan << ": error: " << p << "\n";
+    return Error{opts.plan + ": invalid plan: " + std::to_string(problems.size()) +
+                 (problems.size() == 1 ? " problem" : " problems") + " (listed on stdout)"};
+  }
+
+  const PlanModel &m = *model_est;
+  const partition::Evaluation &ev = m.evaluation;
+  out << opts.plan << ": valid: " << counted(plan.stages_size(), "stage") << " on "
+      << counted(plan::worldSize(plan), "rank") << ", " << counted(plan.microbatches(), "micro-batch") << " of "
+      << plan.global_batch_size() / plan.microbatches() << ", " << plan::scheduleName(plan.schedule()) << "\n";
+  out << "re-estimated with analytic costs on " << m.cluster.worldSize() << " x " << m.cluster.device.name << " ("
+      << plan::bytesText(double(m.cluster.device.memory_bytes)) << ", " << plan::bytesText(ev.capacity_bytes)
+      << " usable per device):\n";
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const auto &old = plan.stages(s).estimates();
+    const partition::StageCost &c = ev.stages[s];
+    out << "stage " << s << ": forward " << timeVersus(c.forwardSlot(), old.fwd_time_s()) << ", backward "
+        << timeVersus(c.backwardSlot(), old.bwd_time_s());
+    if (c.allreduce_s > 0 || old.allreduce_time_s() > 0)
+      out << ", all-reduce " << timeVersus(c.allreduce_s, old.allreduce_time_s());
+    out << "\n";
+    out << "stage " << s << ": peak memory " << bytesVersus(c.memory.total(), double(old.peak_memory_bytes())) << " of "
+        << plan::bytesText(ev.capacity_bytes) << " [" << memoryBreakdown(c.memory) << "]\n";
+  }
+  const double step = m.step_time_s;
+  out << "step time " << timeVersus(step, plan.estimates().step_time_s()) << ", "
+      << fixed(plan.global_batch_size() / step, 1) << " samples/s\n";
+  if (opts.update) {
+    refreshEstimates(plan, m);
+    if (Status st = plan::writePlan(plan, opts.output); !st) return st;
+    log << "rannc-plan: wrote " << opts.output << " with the re-estimated figures\n";
+  }
+  return Status::success();
+}
+
+Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::ostream &log) {
+  auto plan = readSoundPlan(opts.plan);
+  if (!plan) return plan.error();
+  if (auto c = clusterOf(*plan, opts.reestimate); !c) return c.error(); // names the cluster file
+  auto m = rebuildPlanModel(*plan, opts.reestimate);
+  if (!m) return Error{opts.plan + ": " + m.error().message};
+  partition::SimulateOptions so;
+  so.overlap_allreduce = opts.overlap_allreduce;
+  auto sim = partition::simulate(m->problem, m->solution, so);
+  if (!sim) return Error{opts.plan + ": " + sim.error().message};
+
+  // Per rank: time by kind; then its optimizer step after its last event.
+  const int world = m->solution.devicesUsed();
+  std::vector<int> stage_of_rank(world, 0);
+  for (int s = 0; s < m->solution.numStages(); ++s)
+    for (int r = 0; r < m->solution.stages[s].replicas; ++r) stage_of_rank[m->solution.firstRank(s) + r] = s;
+  std::vector<std::map<std::string, double>> by_kind(world);
+  std::vector<double> last_end(world, 0);
+  std::vector<plan::TraceEvent> events;
+  for (const partition::TimelineEvent &e : sim->timeline) {
+    std::string cat, name;
+    std::map<std::string, int64_t> numbers{{"stage", e.stage}};
+    std::map<std::string, std::string> args;
+    switch (e.kind) {
+    case partition::EventKind::RecvActivations:
+      cat = "recv";
+      args["what"] = "activations";
+      break;
+    case partition::EventKind::Forward: cat = "forward"; break;
+    case partition::EventKind::RecvGradients:
+      cat = "recv";
+      args["what"] = "gradients";
+      break;
+    case partition::EventKind::Recompute: cat = "recompute"; break;
+    case partition::EventKind::Backward: cat = "backward"; break;
+    case partition::EventKind::AllReduce: cat = "all-reduce"; break;
+    }
+    name = cat;
+    if (e.microbatch >= 0) {
+      name += " " + std::to_string(e.microbatch);
+      numbers["microbatch"] = e.microbatch;
+    }
+    by_kind[e.rank][cat] += e.end_s - e.start_s;
+    last_end[e.rank] = std::max(last_end[e.rank], e.end_s);
+    events.push_back({e.rank, 0, name, cat, e.start_s, e.end_s - e.start_s, numbers, args});
+  }
+  double step = 0;
+  for (int r = 0; r < world; ++r) {
+    const int s = stage_of_rank[r];
+    const double t = m->stage_optimizer_s[s];
+    if (t > 0) events.push_back({r, 0, "optimizer", "optimizer", last_end[r], t, {{"stage", s}}, {}});
+    by_kind[r]["optimizer"] += t;
+    step = std::max(step, last_end[r] + t);
+  }
+  std::stable_sort(events.begin(), events.end(), [](const plan::TraceEvent &a, const plan::TraceEvent &b) {
+    return std::tie(a.pid, a.start_s) < std::tie(b.pid, b.start_s);
+  });
+
+  out << opts.plan << ": one step of " << counted(m->solution.numStages(), "stage") << " on " << counted(world, "rank")
+      << ", " << counted(m->solution.microbatches, "micro-batch") << ", " << plan::scheduleName(plan->schedule())
+      << " (analytic costs" << (opts.overlap_allreduce ? ", all-reduce overlapped" : "") << ")\n";
+  out << "predicted step time " << plan::timeText(step) << " (" << fixed(plan->global_batch_size() / step, 1)
+      << " samples/s); closed form " << plan::timeText(m->step_time_s) << ", the plan says "
+      << plan::timeText(plan->estimates().step_time_s()) << "\n\n";
+  const plan::TimeUnit unit = plan::timeUnitFor(step);
+  out << std::left << std::setw(6) << "rank" << std::setw(7) << "stage" << std::right;
+  static const char *kKinds[] = {"forward", "backward", "recv", "recompute", "all-reduce", "optimizer"};
+  for (const char *k : kKinds) out << std::setw(12) << k;
+  out << std::setw(12) << "idle" << std::setw(8) << "busy"
+      << "\n";
+  for (int r = 0; r < world; ++r) {
+    double busy = 0;
+    out << std::left << std::setw(6) << r << std::setw(7) << stage_of_rank[r] << std::right;
+    for (const char *k : kKinds) {
+      const double t = by_kind[r].count(k) ? by_kind[r].at(k) : 0.0;
+      busy += t;
+      out << std::setw(12) << plan::timeIn(t, unit);
+    }
+    out << std::setw(12) << plan::timeIn(step - busy, unit) << std::setw(7)
+        << fixed(step > 0 ? busy / step * 100 : 0, 1) << "%\n";
+  }
+  out << "(times in " << unit.name << " per step)\n";
+
+  if (!opts.trace.empty()) {
+    std::map<int, std::string> names;
+    for (int r = 0; r < world; ++r)
+      names[r] = "rank " + std::to_string(r) + " (stage " + std::to_string(stage_of_rank[r]) + ")";
+    std::ostringstream trace;
+    plan::writeChromeTrace(events, names, trace);
+    if (Status st = writeFileAtomic(opts.trace, trace.str()); !st) return st;
+    log << "rannc-plan: wrote " << opts.trace << " (" << events.size()
+        << " events; open it in ui.perfetto.dev or chrome://tracing)\n";
+  }
+  return Status::success();
+}
+
+Status runDot(const DotCommandOptions &opts, std::ostream &out, std::ostream &log) {
+  auto plan = readSoundPlan(opts.plan);
+  if (!plan) return plan.error();
+  auto graph = plan::graphFromProto(plan->graph());
+  if (!graph) return Error{opts.plan + ": " + graph.error().message};
+  plan::DotOptions dot;
+  if (int(graph->nodes.size()) > opts.max_ops) {
+    std::vector<int> boundaries;
+    for (const auto &s : plan->stages()) boundaries.push_back(s.op_begin());
+    for (const cost::Unit &u : unitsSplitAt(*graph, boundaries)) dot.groups.emplace_back(u.op_begin, u.op_end);
+  }
+  std::ostringstream text;
+  plan::printPlanDot(*plan, *graph, dot, text);
+  if (opts.output.empty()) {
+    out << text.str();
+    return Status::success();
+  }
+  if (Status st = writeFileAtomic(opts.output, text.str()); !st) return st;
+  log << "rannc-plan: wrote " << opts.output << " (" << graph->nodes.size() << " ops"
+      << (dot.groups.empty() ? "" : " drawn as " + std::to_string(dot.groups.size()) + " units") << ")\n";
+  return Status::success();
+}
+
+Status runDiff(const std::string &a, const std::string &b, std::ostream &out) {
+  auto pa = plan::readPlan(a);
+  if (!pa) return pa.error();
+  auto pb = plan::readPlan(b);
+  if (!pb) return pb.error();
+  out << "--- " << a << "\n+++ " << b << "\n";
+  plan::printPlanDiff(*pa, *pb, out);
+  return Status::success();
+}
+
+} // namespace rannc::planner

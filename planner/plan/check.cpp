@@ -1,0 +1,218 @@
+// The structural checks every consumer of a plan runs before trusting it
+// (rannc-exec at start-up, rannc-plan check). They need only the plan: no
+// model file, no cluster, no cost model.
+//
+// Note [plan structure]
+// A plan is runnable when
+//  - every op of graph.ops is in exactly one stage and the stages own
+//    consecutive ranges in pipeline order (stage i+1 starts where stage i
+//    ends), so the partitioner's block model applies to it;
+//  - every value an op reads is computed by an earlier op of the same or an
+//    earlier stage: values only ever flow forward through the pipeline (a
+//    stage never waits for a later one, which would deadlock the schedule);
+//  - the ranks are 0..W-1, each in exactly one stage (W = the number listed);
+//  - the micro-batches divide the global batch and every replica gets samples.
+// The checks collect every problem rather than stopping at the first, so a
+// hand edit can be fixed in one go; each message starts with the plan field to
+// edit.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+
+#include "planner/plan/plan.h"
+
+namespace rannc::plan {
+namespace {
+
+std::string opRef(const proto::Plan &plan, int i) {
+  return std::to_string(i) + " '" + plan.graph().ops(i).name() + "'";
+}
+
+/// "[a, b) 'first' .. 'last'" for a run of ops.
+std::string opRun(const proto::Plan &plan, int begin, int end) {
+  std::string s =
+      "[" + std::to_string(begin) + ", " + std::to_string(end) + ") '" + plan.graph().ops(begin).name() + "'";
+  if (end - begin > 1) s += " .. '" + plan.graph().ops(end - 1).name() + "'";
+  return s;
+}
+
+bool validRange(const proto::Stage &s, int num_ops) {
+  return s.op_begin() >= 0 && s.op_end() <= num_ops && s.op_begin() < s.op_end();
+}
+
+/// Every op in exactly one stage, found by sorting the ranges (so swapped
+/// stages are reported as out of order, not as gaps and overlaps).
+void coverageProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
+  const int num_ops = plan.graph().ops_size();
+  std::vector<std::tuple<int, int, int>> ranges; // begin, end, stage
+  for (int i = 0; i < plan.stages_size(); ++i)
+    if (validRange(plan.stages(i), num_ops)) ranges.emplace_back(plan.stages(i).op_begin(), plan.stages(i).op_end(), i);
+  std::sort(ranges.begin(), ranges.end());
+  int covered = 0, last = -1; // ops [0, covered) are in some stage; `last` ends furthest
+  for (auto [begin, end, i] : ranges) {
+    const std::string where = "stages[" + std::to_string(i) + "].op_begin: is " + std::to_string(begin) +
+                              ", expected " + std::to_string(covered);
+    if (begin > covered) problems.push_back(where + " (ops in no stage: " + opRun(plan, covered, begin) + ")");
+    if (begin < covered)
+      problems.push_back(where + " (ops in two stages, " + std::to_string(last) + " and " + std::to_string(i) + ": " +
+                         opRun(plan, begin, std::min(end, covered)) + ")");
+    if (end > covered) {
+      covered = end;
+      last = i;
+    }
+  }
+  if (last >= 0 && covered < num_ops)
+    problems.push_back("stages[" + std::to_string(last) + "].op_end: is " + std::to_string(covered) +
+                       ", the graph has " + std::to_string(num_ops) +
+                       " ops (ops in no stage: " + opRun(plan, covered, num_ops) + ")");
+  for (int i = 1; i < plan.stages_size(); ++i) {
+    const auto &a = plan.stages(i - 1), &b = plan.stages(i);
+    if (validRange(a, num_ops) && validRange(b, num_ops) && b.op_begin() < a.op_begin())
+      problems.push_back("stages[" + std::to_string(i) + "]: op range [" + std::to_string(b.op_begin()) + ", " +
+                         std::to_string(b.op_end()) + ") comes before stage " + std::to_string(i - 1) + "'s [" +
+                         std::to_string(a.op_begin()) + ", " + std::to_string(a.op_end()) +
+                         "); stages must own consecutive op ranges in pipeline order");
+  }
+}
+
+/// Values flow forward: through the op order (topological) and through the
+/// stages (an op reads only what its own or an earlier stage computes).
+void dependencyProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
+  const auto &graph = plan.graph();
+  const int num_ops = graph.ops_size();
+  std::unordered_map<std::string, int> producer; // value -> op; -1 for declared values
+  for (const auto &v : graph.values()) producer.emplace(v.name(), -1);
+  std::vector<int> owners(num_ops, 0), stage_of(num_ops, -1);
+  for (int s = 0; s < plan.stages_size(); ++s)
+    if (validRange(plan.stages(s), num_ops))
+      for (int n = plan.stages(s).op_begin(); n < plan.stages(s).op_end(); ++n) {
+        ++owners[n];
+        stage_of[n] = s;
+      }
+  for (int n = 0; n < num_ops; ++n)
+    if (owners[n] != 1) stage_of[n] = -1; // reported by coverageProblems
+  for (int n = 0; n < num_ops; ++n)
+    for (const auto &out : graph.ops(n).outputs())
+      if (!out.name().empty() && !producer.emplace(out.name(), n).second)
+        problems.push_back("graph.ops[" + opRef(plan, n) + "]: output '" + out.name() + "' is already " +
+                           (producer[out.name()] < 0
+                                ? "declared in graph.values"
+                                : "computed by graph.ops[" + opRef(plan, producer[out.name()]) + "]"));
+
+  // Backward flows between stages are summarised per (reader, producer) pair:
+  // a swapped pair of stages breaks hundreds of edges, one line says it.
+  struct Backflow {
+    int count = 0;
+    std::string example;
+  };
+  std::map<std::pair<int, int>, Backflow> backflows;
+  int order_errors = 0;
+  constexpr int kMaxOrderErrors = 10;
+  for (int n = 0; n < num_ops; ++n)
+    for (const auto &in : graph.ops(n).inputs()) {
+      if (in.empty()) continue;
+      auto it = producer.find(in);
+      if (it == producer.end()) {
+        if (++order_errors <= kMaxOrderErrors)
+          problems.push_back("graph.ops[" + opRef(plan, n) + "]: input '" + in +
+                             "' is neither declared in graph.values nor computed by an op");
+        continue;
+      }
+      const int p = it->second;
+      if (p < 0) continue; // graph input, parameter or constant
+      if (p >= n) {
+        if (++order_errors <= kMaxOrderErrors)
+          problems.push_back("graph.ops[" + opRef(plan, n) + "]: reads '" + in + "' before graph.ops[" +
+                             opRef(plan, p) + "] computes it (graph.ops must be in topological order)");
+        continue;
+      }
+      if (stage_of[n] >= 0 && stage_of[p] > stage_of[n]) {
+        Backflow &b = backflows[{stage_of[n], stage_of[p]}];
+        if (b.count++ == 0) b.example = "op " + opRef(plan, n) + " reads '" + in + "' from op " + opRef(plan, p);
+      }
+    }
+  if (order_errors > kMaxOrderErrors)
+    problems.push_back("graph.ops: " + std::to_string(order_errors - kMaxOrderErrors) + " more inputs out of order");
+  for (const auto &[pair, b] : backflows)
+    problems.push_back("stages[" + std::to_string(pair.first) + "]: reads " + std::to_string(b.count) +
+                       (b.count == 1 ? " value" : " values") + " that stage " + std::to_string(pair.second) +
+                       " computes later in the pipeline (stages out of dependency order), e.g. " + b.example);
+}
+
+void rankProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
+  std::map<int, int> seen; // rank -> its first stage
+  const int world = worldSize(plan);
+  for (int i = 0; i < plan.stages_size(); ++i)
+    for (int r : plan.stages(i).ranks()) {
+      std::string where = "stages[" + std::to_string(i) + "].ranks";
+      if (r < 0 || r >= world)
+        problems.push_back(where + ": rank " + std::to_string(r) + " is outside 0.." + std::to_string(world - 1) +
+                           " (the stages list " + std::to_string(world) + " ranks)");
+      else if (auto [it, fresh] = seen.emplace(r, i); !fresh)
+        problems.push_back(where + ": rank " + std::to_string(r) +
+                           (it->second == i ? " is listed twice" : " is used by more than one stage"));
+    }
+  std::string missing;
+  int num_missing = 0;
+  for (int r = 0; r < world; ++r)
+    if (!seen.count(r)) {
+      if (++num_missing <= 8) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+  if (num_missing > 0)
+    problems.push_back("stages[*].ranks: rank" + std::string(num_missing > 1 ? "s " : " ") + missing +
+                       (num_missing > 8 ? ", ..." : "") + " in no stage (the stages list " + std::to_string(world) +
+                       " ranks, which must be 0.." + std::to_string(world - 1) + " once each)");
+}
+
+void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
+  if (plan.global_batch_size() < 1) problems.push_back("global_batch_size: must be at least 1");
+  if (plan.microbatches() < 1)
+    problems.push_back("microbatches: must be at least 1");
+  else if (plan.global_batch_size() % plan.microbatches() != 0)
+    problems.push_back("microbatches: " + std::to_string(plan.microbatches()) + " does not divide global_batch_size " +
+                       std::to_string(plan.global_batch_size()));
+  if (plan.schedule() != proto::GPIPE && plan.schedule() != proto::ONE_F_ONE_B)
+    problems.push_back("schedule: must be GPIPE or ONE_F_ONE_B");
+  if (plan.microbatches() >= 1 && plan.global_batch_size() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)
+    for (int i = 0; i < plan.stages_size(); ++i)
+      if (plan.stages(i).ranks_size() > plan.global_batch_size() / plan.microbatches())
+        problems.push_back("stages[" + std::to_string(i) + "].ranks: " + std::to_string(plan.stages(i).ranks_size()) +
+                           " replicas for micro-batches of " +
+                           std::to_string(plan.global_batch_size() / plan.microbatches()) +
+                           " samples leaves a replica without samples");
+}
+
+} // namespace
+
+std::vector<std::string> structuralProblems(const proto::Plan &plan) {
+  std::vector<std::string> problems;
+  if (plan.format_version() == 0 || plan.format_version() > kFormatVersion)
+    problems.push_back("format_version: " + std::to_string(plan.format_version()) +
+                       " is not a version this rannc reads (1.." + std::to_string(kFormatVersion) + ")");
+  const int num_ops = plan.graph().ops_size();
+  if (num_ops == 0) problems.push_back("graph.ops: the graph has no ops");
+  if (plan.stages_size() == 0) problems.push_back("stages: the plan has no stages");
+  for (int i = 0; i < plan.stages_size(); ++i) {
+    const auto &s = plan.stages(i);
+    std::string where = "stages[" + std::to_string(i) + "]";
+    if (s.id() != i)
+      problems.push_back(where + ".id: is " + std::to_string(s.id()) + ", expected " + std::to_string(i));
+    if (s.op_end() <= s.op_begin())
+      problems.push_back(where + ": op range [" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) +
+                         ") is empty");
+    else if (s.op_begin() < 0 || s.op_end() > num_ops)
+      problems.push_back(where + ": op range [" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) +
+                         ") is outside the graph's ops [0, " + std::to_string(num_ops) + ")");
+    if (s.ranks_size() == 0) problems.push_back(where + ".ranks: the stage has no ranks");
+  }
+  coverageProblems(plan, problems);
+  dependencyProblems(plan, problems);
+  rankProblems(plan, problems);
+  batchProblems(plan, problems);
+  if (plan.model().sha256().size() != 64) problems.push_back("model.sha256: not a SHA-256 hex digest");
+  return problems;
+}
+
+} // namespace rannc::plan
