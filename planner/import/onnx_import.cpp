@@ -4,7 +4,11 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <unordered_map>
 
@@ -12,7 +16,6 @@
 #include "planner/support/files.h"
 
 namespace rannc::import {
-namespace {
 
 using onnx::TensorProto;
 
@@ -32,6 +35,8 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t t) {
   }
 }
 
+namespace {
+
 template <typename Src, typename Dst> void appendAs(std::string &out, const Src &values) {
   for (auto v : values) {
     Dst d = static_cast<Dst>(v);
@@ -39,7 +44,8 @@ template <typename Src, typename Dst> void appendAs(std::string &out, const Src 
   }
 }
 
-/// TensorProto -> ir::Tensor; handles raw_data and the typed repeated fields.
+} // namespace
+
 Expected<ir::Tensor> tensorFromOnnx(const TensorProto &p, const std::string &where) {
   auto dt = dtypeFromOnnx(p.data_type());
   if (!dt)
@@ -51,7 +57,16 @@ Expected<ir::Tensor> tensorFromOnnx(const TensorProto &p, const std::string &whe
   ir::Tensor t;
   t.dtype = *dt;
   t.dims.assign(p.dims().begin(), p.dims().end());
-  const int64_t bytes = t.numel() * ir::dtypeSize(t.dtype);
+  // Check the dims before multiplying them: a damaged file can hold any int64.
+  int64_t numel = 1;
+  for (int64_t d : t.dims) {
+    if (d < 0)
+      return Error{where + ": tensor '" + p.name() + "' has a negative dimension " + std::to_string(d)};
+    if (d != 0 && numel > (int64_t(1) << 40) / d)
+      return Error{where + ": tensor '" + p.name() + "' is implausibly large (over 2^40 elements)"};
+    numel *= d;
+  }
+  const int64_t bytes = numel * ir::dtypeSize(t.dtype);
   if (p.has_raw_data()) {
     t.data = p.raw_data();
   } else {
@@ -75,6 +90,8 @@ Expected<ir::Tensor> tensorFromOnnx(const TensorProto &p, const std::string &whe
   return t;
 }
 
+namespace {
+
 Expected<ir::AttrValue> attrFromOnnx(const onnx::AttributeProto &a, const std::string &where) {
   using A = onnx::AttributeProto;
   switch (a.type()) {
@@ -94,6 +111,155 @@ Expected<ir::AttrValue> attrFromOnnx(const onnx::AttributeProto &a, const std::s
     return Error{where + ": attribute '" + a.name() + "' has a type rannc does not support (" +
                  std::to_string(a.type()) + ")"};
   }
+}
+
+/// The ops whose inference divides by or indexes with window attributes.
+bool isWindowOp(const std::string &op) {
+  return op == "Conv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
+         op == "LpPool" || op == "MaxUnpool";
+}
+
+/// Checks what ONNX's inference and data-propagation functions assume about
+/// a node's inputs: every required input has a tensor type. Throws
+/// InferenceError (which inference reports as a node failure) instead of
+/// letting the function dereference a null type.
+template <typename Ctx>
+void guardInputs(Ctx &ctx, const onnx::OpSchema &schema) {
+  const auto &formal = schema.inputs();
+  for (size_t i = 0; i < ctx.getNumInputs(); ++i) {
+    const onnx::TypeProto *t = ctx.getInputType(i);
+    bool optional = !formal.empty() && i < formal.size() &&
+                    formal[i].GetOption() == onnx::OpSchema::Optional;
+    if (!t) {
+      if (!optional) fail_type_inference("input ", i, " has no inferred type");
+      continue;
+    }
+    if (t->value_case() != onnx::TypeProto::kTensorType) fail_type_inference("input ", i, " is not a tensor");
+  }
+}
+
+/// For the window ops: ranks that agree ([N, C, spatial...] input, weight of
+/// the same rank) and window attributes of the right length, positive where
+/// inference divides by them. ONNX 1.12 indexes with them unchecked.
+void guardWindowOp(onnx::InferenceContext &ctx, const std::string &op) {
+  auto rankOf = [&](size_t i) -> int {
+    if (i >= ctx.getNumInputs() || !ctx.getInputType(i)) return -1;
+    const auto &tt = ctx.getInputType(i)->tensor_type();
+    return tt.has_shape() ? tt.shape().dim_size() : -1;
+  };
+  int r = rankOf(0);
+  if (r >= 0 && r < 3) fail_shape_inference("input must be [N, C, spatial...]");
+  if ((op == "Conv" || op == "ConvTranspose") && r >= 0) {
+    int w = rankOf(1);
+    if (w >= 0 && w != r) fail_shape_inference("weight rank differs from input rank");
+  }
+  // MaxUnpool's inference reads the indices' dim 1 whether or not it is known.
+  if (op == "MaxUnpool" && (rankOf(1) < 2 || (r >= 0 && rankOf(1) != r)))
+    fail_shape_inference("indices must have the input's shape");
+  auto ints = [&](const char *name, size_t want, bool positive) {
+    const onnx::AttributeProto *a = ctx.getAttribute(name);
+    if (!a) return;
+    if (r >= 0 && size_t(a->ints_size()) != want && !(std::string(name) == "output_shape" && a->ints_size() == r))
+      fail_shape_inference("attribute ", name, " has the wrong length");
+    for (int64_t v : a->ints())
+      if (positive ? v <= 0 : v < 0) fail_shape_inference("attribute ", name, " has a bad value");
+  };
+  size_t n = r >= 0 ? size_t(r - 2) : 0;
+  ints("kernel_shape", n, true);
+  ints("strides", n, true);
+  ints("dilations", n, true);
+  ints("pads", 2 * n, false);
+  ints("output_padding", n, false);
+  ints("output_shape", n, false);
+  if (const onnx::AttributeProto *g = ctx.getAttribute("group"))
+    if (g->i() <= 0) fail_shape_inference("group must be positive");
+}
+
+/// The signal ops (opset 17) index their inputs' dims unchecked in ONNX 1.12:
+/// STFT's signal must be [batch, length, 1 or 2] and its window 1-D; DFT's axis
+/// must name a dimension before the last.
+void guardSignalOp(onnx::InferenceContext &ctx, const std::string &op) {
+  auto rankOf = [&](size_t i) -> int {
+    if (i >= ctx.getNumInputs() || !ctx.getInputType(i)) return -1;
+    const auto &tt = ctx.getInputType(i)->tensor_type();
+    return tt.has_shape() ? tt.shape().dim_size() : -1;
+  };
+  int r = rankOf(0);
+  if (op == "STFT") {
+    if (r >= 0 && r != 3) fail_shape_inference("signal must be [batch, length, 1 or 2]");
+    if (rankOf(2) > 1) fail_shape_inference("window must be 1-D");
+    for (size_t i : {size_t(1), size_t(3)})
+      if (rankOf(i) > 0) fail_shape_inference("frame_step and frame_length must be scalars");
+  } else if (op == "DFT") {
+    int64_t axis = 1;
+    if (const onnx::AttributeProto *a = ctx.getAttribute("axis")) axis = a->i();
+    if (r >= 0 && (r < 2 || axis < -r || axis >= r - 1 || (axis < 0 && axis + r >= r - 1)))
+      fail_shape_inference("axis must name a dimension before the last");
+    if (rankOf(1) > 0) fail_shape_inference("dft_length must be a scalar");
+  }
+}
+
+/// Whether ONNX 1.12's data propagation for `op` can run on these values:
+/// the elementwise propagators index an empty (Shape of a scalar) operand,
+/// and Gather's indexes with unchecked indices. Propagation only sharpens
+/// shapes, so where it cannot run safely it is skipped, not failed.
+bool dataPropagationIsSafe(onnx::DataPropagationContext &ctx, const std::string &op) {
+  for (size_t i = 0; i < ctx.getNumInputs(); ++i)
+    if (const onnx::TensorShapeProto *d = ctx.getInputData(i); d && d->dim_size() == 0) return false;
+  if (op == "Gather" && ctx.getNumInputs() >= 2) {
+    const onnx::TensorShapeProto *data = ctx.getInputData(0), *idx = ctx.getInputData(1);
+    if (data && idx) {
+      const int64_t n = data->dim_size();
+      for (const auto &d : idx->dim())
+        if (!d.has_dim_value() || d.dim_value() < -n || d.dim_value() >= n) return false;
+    }
+  }
+  return true;
+}
+
+/// ONNX's schemas with each inference and data-propagation function wrapped
+/// in the guards above (Note [robust shape inference]).
+class GuardedRegistry : public onnx::ISchemaRegistry {
+public:
+  const onnx::OpSchema *GetSchema(const std::string &key, const int version,
+                                  const std::string &domain) const override {
+    const onnx::OpSchema *s = onnx::OpSchemaRegistry::Schema(key, version, domain);
+    if (!s) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = wrapped_.find(s); // lookup only: the order of this map is never observed
+    if (it != wrapped_.end()) return it->second.get();
+    auto copy = std::make_unique<onnx::OpSchema>(*s);
+    const onnx::OpSchema *orig_schema = s;
+    auto infer = s->GetTypeAndShapeInferenceFunction();
+    auto propagate = s->GetDataPropagationFunction();
+    std::string op = key;
+    // Only existing functions are wrapped: an op without an inference function
+    // is inferred through its function body, which a wrapper would disable.
+    if (s->has_type_and_shape_inference_function())
+      copy->TypeAndShapeInferenceFunction([infer, orig_schema, op](onnx::InferenceContext &ctx) {
+        guardInputs(ctx, *orig_schema);
+        if (isWindowOp(op)) guardWindowOp(ctx, op);
+        if (op == "STFT" || op == "DFT") guardSignalOp(ctx, op);
+        if (const onnx::AttributeProto *a = ctx.getAttribute("blocksize"))
+          if (a->i() <= 0) fail_shape_inference("attribute blocksize must be positive");
+        infer(ctx);
+      });
+    if (s->has_data_propagation_function())
+      copy->PartialDataPropagationFunction([propagate, orig_schema, op](onnx::DataPropagationContext &ctx) {
+        guardInputs(ctx, *orig_schema);
+        if (dataPropagationIsSafe(ctx, op)) propagate(ctx);
+      });
+    return wrapped_.emplace(s, std::move(copy)).first->second.get();
+  }
+
+private:
+  mutable std::mutex mu_;
+  mutable std::map<const onnx::OpSchema *, std::unique_ptr<onnx::OpSchema>> wrapped_;
+};
+
+const onnx::ISchemaRegistry *guardedRegistry() {
+  static const GuardedRegistry registry;
+  return &registry;
 }
 
 /// Concrete shapes of every typed value after ONNX shape inference with the
@@ -117,19 +283,40 @@ ShapeMap inferConcreteShapes(const onnx::ModelProto &model, const std::set<std::
     auto *shape = in.mutable_type()->mutable_tensor_type()->mutable_shape();
     if (shape->dim_size() > 0) shape->mutable_dim(0)->set_dim_value(batch);
   }
-  ShapeMap shapes;
+  // Note [robust shape inference]
+  // ONNX 1.12's inference carries on past a node it cannot infer, leaving that
+  // node's outputs untyped, and some inference and data-propagation functions
+  // (Shape's, for one) dereference an input's type without checking: a
+  // damaged model would crash the importer. So inference runs twice. First
+  // strictly and without data propagation: any error means the shapes stay
+  // unknown (they are estimates only). Then, with every value typed by that
+  // first run (element types only), with data propagation, which turns
+  // Shape -> Gather -> Concat -> Reshape chains into concrete sizes; a node
+  // that fails there leaves its outputs typed, shapeless, and harmless.
+  const onnx::ISchemaRegistry *registry = guardedRegistry();
   try {
-    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(false, 0, true));
+    onnx::shape_inference::InferShapes(m, registry, onnx::ShapeInferenceOptions(false, 1, false));
   } catch (const std::exception &) {
-    return shapes; // shapes are estimates only: an inference failure leaves them unknown
+    return {};
   }
+  for (auto &vi : *g->mutable_value_info())
+    if (vi.type().has_tensor_type()) vi.mutable_type()->mutable_tensor_type()->clear_shape();
+  for (auto &out : *g->mutable_output())
+    if (out.type().has_tensor_type()) out.mutable_type()->mutable_tensor_type()->clear_shape();
+  try {
+    onnx::shape_inference::InferShapes(m, registry, onnx::ShapeInferenceOptions(false, 0, true));
+  } catch (const std::exception &) {
+    return {};
+  }
+  ShapeMap shapes;
   auto record = [&](const onnx::ValueInfoProto &vi) {
     if (!vi.type().has_tensor_type()) return;
     Inferred &inf = shapes[vi.name()];
     if (auto dt = dtypeFromOnnx(vi.type().tensor_type().elem_type())) inf.dtype = *dt;
     if (!vi.type().tensor_type().has_shape()) return;
+    // A value can be listed twice (value_info and output): the last one wins.
     inf.has_shape = true;
+    inf.dims.clear();
     for (const auto &d : vi.type().tensor_type().shape().dim())
       inf.dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
   };
@@ -165,13 +352,113 @@ ir::DType elemType(const onnx::ValueInfoProto &vi) {
   return dt ? *dt : ir::DType::Undefined;
 }
 
-} // namespace
+/// The newest default-domain opset every supported op is checked against.
+int64_t maxSupportedOpset() {
+  int64_t v = 0;
+  for (const ir::OpInfo &op : ir::supportedOps()) v = std::max(v, op.max_opset);
+  return v;
+}
 
-Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where) {
-  onnx::ModelProto model;
-  if (bytes.empty()) return Error{where + ": empty file, not an ONNX model"};
-  if (!model.ParseFromString(bytes))
-    return Error{where + ": not a valid ONNX model (protobuf parse failed; truncated or another format?)"};
+std::string attrTypeName(int t) {
+  return onnx::AttributeProto::AttributeType_IsValid(t)
+             ? onnx::AttributeProto::AttributeType_Name(onnx::AttributeProto::AttributeType(t))
+             : std::to_string(t);
+}
+
+/// Checks a node against its ONNX schema: input and output counts, attribute
+/// types, required attributes. Kernels and cost models index inputs and read
+/// attributes by type, so a damaged or hand-made model is refused here with a
+/// clear message rather than failing (or worse) later.
+std::string checkAgainstSchema(const onnx::NodeProto &n, int64_t opset) {
+  const onnx::OpSchema *schema =
+      onnx::OpSchemaRegistry::Schema(n.op_type(), static_cast<int>(opset), "");
+  if (!schema) return "";
+  auto range = [](int lo, int hi) {
+    return hi == std::numeric_limits<int>::max() ? "at least " + std::to_string(lo)
+           : lo == hi                            ? std::to_string(lo)
+                                                 : std::to_string(lo) + " to " + std::to_string(hi);
+  };
+  if (n.input_size() < schema->min_input() || n.input_size() > schema->max_input())
+    return "has " + std::to_string(n.input_size()) + " inputs, the ONNX schema (opset " +
+           std::to_string(schema->since_version()) + ") allows " +
+           range(schema->min_input(), schema->max_input());
+  if (n.output_size() < schema->min_output() || n.output_size() > schema->max_output())
+    return "has " + std::to_string(n.output_size()) + " outputs, the ONNX schema (opset " +
+           std::to_string(schema->since_version()) + ") allows " +
+           range(schema->min_output(), schema->max_output());
+  const auto &attrs = schema->attributes();
+  std::set<std::string> seen;
+  for (const auto &a : n.attribute()) {
+    if (!seen.insert(a.name()).second) return "repeats attribute '" + a.name() + "'";
+    auto it = attrs.find(a.name());
+    if (it == attrs.end())
+      return "has attribute '" + a.name() + "', which the ONNX schema (opset " +
+             std::to_string(schema->since_version()) + ") does not define";
+    if (int(a.type()) != int(it->second.type))
+      return "attribute '" + a.name() + "' is " + attrTypeName(a.type()) + ", the ONNX schema wants " +
+             attrTypeName(it->second.type);
+  }
+  for (const auto &[name, attr] : attrs)
+    if (attr.required && !seen.count(name)) return "lacks required attribute '" + name + "'";
+  return "";
+}
+
+/// Checks what ONNX shape inference assumes without checking: every node
+/// input is a graph input, an initializer or an earlier node's output; no
+/// value is defined twice; graph inputs are tensors with sane dims;
+/// initializer dims are sane. Returns the problem, or "".
+std::string checkStructure(const onnx::GraphProto &mg, const std::string &where) {
+  std::set<std::string> defined;
+  auto badDims = [](const auto &dims) {
+    int64_t numel = 1;
+    for (int64_t d : dims) {
+      if (d < 0 || (d != 0 && numel > (int64_t(1) << 40) / d)) return true;
+      numel *= d;
+    }
+    return false;
+  };
+  for (const auto &t : mg.initializer()) {
+    if (!defined.insert(t.name()).second) return where + ": initializer '" + t.name() + "' is defined twice";
+    if (badDims(t.dims()))
+      return where + ": initializer '" + t.name() + "' has a negative or implausibly large shape";
+  }
+  std::set<std::string> inputs;
+  for (const auto &in : mg.input()) {
+    if (!inputs.insert(in.name()).second) return where + ": graph input '" + in.name() + "' is declared twice";
+    if (defined.count(in.name())) continue; // an initializer listed as an input (old exporters)
+    defined.insert(in.name());
+    if (!in.type().has_tensor_type() || !dtypeFromOnnx(in.type().tensor_type().elem_type()))
+      return where + ": graph input '" + in.name() + "' has no supported tensor element type";
+    for (const auto &d : in.type().tensor_type().shape().dim())
+      if (d.has_dim_value() && d.dim_value() < 0)
+        return where + ": graph input '" + in.name() + "' has a negative dimension";
+  }
+  for (int i = 0; i < mg.node_size(); ++i) {
+    const auto &n = mg.node(i);
+    std::string node_where =
+        where + ": node '" + (n.name().empty() ? n.op_type() + "_" + std::to_string(i) : n.name()) + "' (" +
+        n.op_type() + ")";
+    for (const auto &in : n.input())
+      if (!in.empty() && !defined.count(in))
+        return node_where + ": input '" + in + "' is not produced by any earlier node "
+                                               "(graph not in topological order, or a subgraph reference)";
+    for (const auto &out : n.output())
+      if (!out.empty() && !defined.insert(out).second)
+        return node_where + ": output '" + out + "' is already defined";
+  }
+  for (const auto &out : mg.output())
+    if (!defined.count(out.name()))
+      return where + ": graph output '" + out.name() + "' is not produced by any node";
+  return "";
+}
+
+/// The part of the import shared by training and inference imports.
+/// `outputs`, when given, receives every graph output (inference);
+/// otherwise the graph must have one scalar floating-point output, the loss.
+/// `weights`, when given, receives the floating-point initializers' contents.
+Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::string &where,
+                                     std::vector<ir::ValueId> *outputs,
+                                     std::map<std::string, ir::Tensor> *weights) {
   if (!model.has_graph() || model.graph().node_size() == 0)
     return Error{where + ": ONNX model has no graph nodes"};
 
@@ -180,7 +467,12 @@ Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string 
   g.name = mg.name();
   for (const auto &os : model.opset_import())
     if (os.domain().empty() || os.domain() == "ai.onnx") g.opset = os.version();
-  if (g.opset == 0) return Error{where + ": model imports no default-domain opset"};
+  if (g.opset <= 0) return Error{where + ": model imports no default-domain opset"};
+  const int64_t max_opset = maxSupportedOpset();
+  if (g.opset > max_opset)
+    return Error{where + ": model uses ONNX opset " + std::to_string(g.opset) +
+                 ", newer than rannc supports (up to " + std::to_string(max_opset) +
+                 "); export with opset_version=" + std::to_string(max_opset) + " or lower"};
 
   // Validate the op vocabulary first, so an unsupported op is reported before
   // anything else about the graph.
@@ -195,7 +487,15 @@ Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string 
       return Error{where + ": op '" + n.op_type() + "' (node '" + node_name + "') is supported for opsets " +
                    std::to_string(info->min_opset) + "-" + std::to_string(info->max_opset) +
                    ", the model uses opset " + std::to_string(g.opset)};
+    std::string problem = checkAgainstSchema(n, g.opset);
+    if (!problem.empty())
+      return Error{where + ": node '" + node_name + "' (" + n.op_type() + ") " + problem};
   }
+
+  // ONNX shape inference trusts the graph (a dangling input name crashes it),
+  // so the structure is checked before it runs.
+  std::string problem = checkStructure(mg, where);
+  if (!problem.empty()) return Error{problem};
 
   std::set<std::string> initializer_names;
   for (const auto &t : mg.initializer()) initializer_names.insert(t.name());
@@ -217,6 +517,8 @@ Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string 
 
   for (const auto &in : mg.input()) {
     if (initializer_names.count(in.name())) continue;
+    if (g.findValue(in.name()) != ir::kNoValue)
+      return Error{where + ": graph input '" + in.name() + "' is declared twice"};
     ir::Value v;
     v.name = in.name();
     v.kind = ir::ValueKind::Input;
@@ -233,6 +535,8 @@ Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string 
     if (!dt)
       return Error{where + ": initializer '" + t.name() + "' has unsupported element type " +
                    std::to_string(t.data_type())};
+    if (g.findValue(t.name()) != ir::kNoValue)
+      return Error{where + ": initializer '" + t.name() + "' is defined twice"};
     ir::Value v;
     v.name = t.name();
     v.dtype = *dt;
@@ -240,6 +544,11 @@ Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string 
     for (int64_t d : t.dims()) v.shape.push_back(ir::Dim::fixed(d));
     if (ir::isFloating(*dt)) {
       v.kind = ir::ValueKind::Parameter;
+      if (weights) {
+        auto data = tensorFromOnnx(t, where);
+        if (!data) return data.error();
+        weights->emplace(t.name(), std::move(*data));
+      }
       g.parameters.push_back(g.addValue(std::move(v)));
     } else {
       v.kind = ir::ValueKind::Constant;
@@ -288,15 +597,71 @@ Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string 
     g.addNode(std::move(node));
   }
 
-  if (mg.output_size() != 1)
-    return Error{where + ": the graph must have exactly one output, the scalar training loss (it has " +
-                 std::to_string(mg.output_size()) + ")"};
-  g.loss = g.findValue(mg.output(0).name());
-  if (g.loss == ir::kNoValue)
-    return Error{where + ": graph output '" + mg.output(0).name() + "' is not produced by any node"};
-  std::string problem = g.verify();
+  if (outputs) {
+    if (mg.output_size() == 0) return Error{where + ": the graph has no outputs"};
+    for (const auto &out : mg.output()) {
+      ir::ValueId id = g.findValue(out.name());
+      if (id == ir::kNoValue)
+        return Error{where + ": graph output '" + out.name() + "' is not produced by any node"};
+      outputs->push_back(id);
+    }
+    g.loss = outputs->front();
+  } else {
+    if (mg.output_size() != 1)
+      return Error{where + ": the graph must have exactly one output, the scalar training loss (it has " +
+                   std::to_string(mg.output_size()) + ")"};
+    const auto &out = mg.output(0);
+    g.loss = g.findValue(out.name());
+    if (g.loss == ir::kNoValue)
+      return Error{where + ": graph output '" + out.name() + "' is not produced by any node"};
+    // The loss must be a scalar: a model that returns logits (or a per-sample
+    // loss) would otherwise train on whatever the executor made of it.
+    const ir::Value &loss = g.values[g.loss];
+    std::string shape;
+    if (loss.shape_known && !loss.shape.empty()) {
+      shape = ir::shapeString(loss.shape);
+    } else if (!loss.shape_known && out.type().tensor_type().has_shape() &&
+               out.type().tensor_type().shape().dim_size() > 0) {
+      shape = "of rank " + std::to_string(out.type().tensor_type().shape().dim_size());
+    }
+    if (!shape.empty())
+      return Error{where + ": graph output '" + out.name() + "' has shape " + shape +
+                   ", but the output must be the scalar training loss (as in "
+                   "`loss = model(input, labels)`)"};
+    ir::DType dt = loss.dtype != ir::DType::Undefined ? loss.dtype : elemType(out);
+    if (dt != ir::DType::Undefined && !ir::isFloating(dt))
+      return Error{where + ": graph output '" + out.name() + "' is " + std::string(ir::dtypeName(dt)) +
+                   ", but the output must be the scalar floating-point training loss"};
+  }
+  problem = g.verify();
   if (!problem.empty()) return Error{where + ": " + problem};
   return g;
+}
+
+Expected<onnx::ModelProto> parseModel(const std::string &bytes, const std::string &where) {
+  onnx::ModelProto model;
+  if (bytes.empty()) return Error{where + ": empty file, not an ONNX model"};
+  if (!model.ParseFromString(bytes))
+    return Error{where + ": not a valid ONNX model (protobuf parse failed; truncated or another format?)"};
+  return model;
+}
+
+} // namespace
+
+Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where) {
+  auto model = parseModel(bytes, where);
+  if (!model) return model.error();
+  return importModelProto(*model, where, nullptr, nullptr);
+}
+
+Expected<InferenceModel> importOnnxInference(const std::string &bytes, const std::string &where) {
+  auto model = parseModel(bytes, where);
+  if (!model) return model.error();
+  InferenceModel m;
+  auto g = importModelProto(*model, where, &m.outputs, &m.weights);
+  if (!g) return g.error();
+  m.graph = std::move(*g);
+  return m;
 }
 
 Expected<ir::Graph> importModel(const std::string &path) {

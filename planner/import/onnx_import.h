@@ -2,20 +2,46 @@
 // file; the executor loads the ones its stage needs with loadModelWeights.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
+namespace onnx {
+class TensorProto;
+} // namespace onnx
+
 namespace rannc::import {
 
 /// Imports a model by extension (.onnx; TorchScript .pt is not supported yet).
 Expected<ir::Graph> importModel(const std::string &path);
 
-/// Imports a serialized ONNX ModelProto; `where` names it in error messages.
+/// Imports a serialized ONNX ModelProto as a training graph; `where` names it
+/// in error messages. The graph must have exactly one output, the scalar loss.
 Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where);
+
+/// A model imported for inference (the conformance runner): any outputs.
+struct InferenceModel {
+  ir::Graph graph;                  ///< graph.loss is set to outputs[0] so verify() holds
+  std::vector<ir::ValueId> outputs; ///< every graph output, in model order
+  /// Contents of the floating-point initializers (the graph's parameters).
+  std::map<std::string, ir::Tensor> weights;
+};
+
+/// Imports a serialized ONNX ModelProto like importOnnxBytes, but accepts any
+/// number (at least one) of outputs of any shape, and returns the weights too.
+Expected<InferenceModel> importOnnxInference(const std::string &bytes, const std::string &where);
+
+/// ONNX TensorProto.DataType code -> IR element type; nullopt for the types rannc
+/// lacks (strings, unsigned 16/32/64-bit, complex).
+std::optional<ir::DType> dtypeFromOnnx(int32_t onnx_type);
+
+/// TensorProto -> ir::Tensor (raw_data or the typed fields); `where` prefixes errors.
+Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &p, const std::string &where);
 
 /// Reads the named initializers (parameters and constants) from a model file.
 /// A name that is not an initializer of the model is an error.

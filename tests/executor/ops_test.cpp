@@ -64,7 +64,8 @@ TEST(OpsTest, KernelTableMatchesOpSet) {
   EXPECT_EQ(kernelOpTypes(), names);
   ASSERT_NE(ir::findOp("LayerNormalization"), nullptr);
   EXPECT_EQ(ir::findOp("LayerNormalization")->min_opset, 17);
-  EXPECT_EQ(ir::findOp("Conv"), nullptr);
+  EXPECT_NE(ir::findOp("Conv"), nullptr);
+  EXPECT_EQ(ir::findOp("Frobnicate"), nullptr);
 }
 
 TEST(OpsTest, ReshapeZeroAndMinusOne) {
@@ -304,10 +305,163 @@ TEST(OpsTest, ErrorsNameNodeAndProblem) {
     run1("LayerNormalization", {torch::zeros({2, 3}), torch::ones({3})}, {}, 16);
   });
   EXPECT_NE(err.find("opset 16"), std::string::npos) << err;
-  err = errorOf([] { run1("Conv", {torch::zeros({1})}); });
+  err = errorOf([] { run1("Frobnicate", {torch::zeros({1})}); });
   EXPECT_NE(err.find("unsupported op type"), std::string::npos) << err;
+  err = errorOf([] { run1("Conv", {torch::zeros({1, 1, 3}), torch::ones({1, 1, 2, 2})}); });
+  EXPECT_NE(err.find("does not fit a 2-D kernel"), std::string::npos) << err;
   err = errorOf([] { run1("Cast", {f32({1})}, {{"to", int64_t(8)}}); }); // STRING
   EXPECT_NE(err.find("element type"), std::string::npos) << err;
+}
+
+TEST(OpsTest, LegacyBroadcastOpset6) {
+  // Add-6 with broadcast=1, axis=0: B [2] lines up with A's dim 0.
+  Tensor y = run1("Add", {torch::zeros({2, 3}), f32({1, 2})},
+                  {{"broadcast", int64_t(1)}, {"axis", int64_t(0)}}, 6);
+  EXPECT_TRUE(torch::equal(y, torch::tensor({{1.f, 1.f, 1.f}, {2.f, 2.f, 2.f}})));
+  // Opset 7 broadcasts numpy-style: [2] would align with the last dim (3).
+  EXPECT_NE(errorOf([] { run1("Add", {torch::zeros({2, 3}), f32({1, 2})}, {}, 7); }), "");
+}
+
+TEST(OpsTest, ConvPadsStridesGroups) {
+  Tensor x = f32({1, 2, 3, 4}).reshape({1, 1, 1, 4}), w = torch::ones({1, 1, 1, 2});
+  // pads [H0, W1, H0, W0]: [0,1,2,3,4] summed in pairs = [1,3,5,7].
+  Tensor y = run1("Conv", {x, w}, {{"pads", std::vector<int64_t>{0, 1, 0, 0}}});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 3, 5, 7}));
+  // Stride 2 keeps windows 0 and 2: [1, 5].
+  y = run1("Conv", {x, w}, {{"pads", std::vector<int64_t>{0, 1, 0, 0}}, {"strides", std::vector<int64_t>{1, 2}}});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 5}));
+  // SAME_UPPER, kernel 2: total pad 1 goes at the end: [1,2,3,4,0] -> [3,5,7,4].
+  y = run1("Conv", {x, w}, {{"auto_pad", std::string("SAME_UPPER")}});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{3, 5, 7, 4}));
+  y = run1("Conv", {x, w}, {{"auto_pad", std::string("SAME_LOWER")}});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 3, 5, 7}));
+  // group 2: each channel with its own 1x1 filter: [1*3, 2*4] = [3, 8], bias +1.
+  y = run1("Conv", {f32({1, 2}).reshape({1, 2, 1, 1}), f32({3, 4}).reshape({2, 1, 1, 1}), f32({1, 1})},
+           {{"group", int64_t(2)}});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{4, 9}));
+}
+
+TEST(OpsTest, ConvTransposeOutputShapeAndPadding) {
+  // 1-D, stride 2, kernel 2 of ones: each input spreads over 2 outputs:
+  // [1,2] -> [1,1,2,2]; output_padding 1 appends a 0; bias +1 everywhere.
+  Tensor x = f32({1, 2}).reshape({1, 1, 2}), w = torch::ones({1, 1, 2});
+  Tensor y = run1("ConvTranspose", {x, w, f32({1})},
+                  {{"strides", std::vector<int64_t>{2}}, {"output_padding", std::vector<int64_t>{1}}});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{2, 2, 3, 3, 1}));
+  // pads [1, 0] crop the first element.
+  y = run1("ConvTranspose", {x, w}, {{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 0}}});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 2, 2}));
+}
+
+TEST(OpsTest, MaxPoolIndicesAreOnnxFlat) {
+  // Channel 0 [[1,4],[3,2]] max 4 at (0,1); channel 1 [[5,6],[8,7]] max 8 at (1,0).
+  Tensor x = f32({1, 4, 3, 2, 5, 6, 8, 7}).reshape({1, 2, 2, 2});
+  auto out = runAll("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}}, 2);
+  EXPECT_EQ(longs(out[0]), (std::vector<int64_t>{4, 8}));
+  // Row-major over the whole input: 1, and 4 (channel 1's plane) + 2 = 6.
+  EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{1, 6}));
+  // storage_order 1 (column-major): (0,1) -> 0 + 1*2 = 2; (1,0) -> 4 + 1 = 5.
+  out = runAll("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"storage_order", int64_t(1)}}, 2);
+  EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{2, 5}));
+  // Pads torch cannot apply (begin only): windows over [-inf row/col] + x.
+  // Outputs max(x00)=1, max(x00,x01)=4, max(x00,x10)=3, max(all)=4.
+  out = runAll("MaxPool", {x.narrow(1, 0, 1)},
+               {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 0, 0}}}, 2);
+  EXPECT_EQ(longs(out[0]), (std::vector<int64_t>{1, 4, 3, 4}));
+  EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{0, 1, 2, 1}));
+  // MaxUnpool puts them back.
+  Tensor back = run1("MaxUnpool", {out[0], out[1], i64({1, 1, 2, 2})},
+                     {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 0, 0}}});
+  EXPECT_EQ(longs(back), (std::vector<int64_t>{1, 4, 3, 0}));
+  // Integer inputs pool exactly.
+  Tensor xi = torch::tensor({7, 200, 3, 9}, torch::kByte).reshape({1, 1, 2, 2});
+  Tensor yi = run1("MaxPool", {xi}, {{"kernel_shape", std::vector<int64_t>{2, 2}}});
+  EXPECT_EQ(yi.scalar_type(), torch::kByte);
+  EXPECT_EQ(longs(yi), (std::vector<int64_t>{200}));
+}
+
+TEST(OpsTest, AveragePoolAsymmetricPads) {
+  // [1,2,3] with one pad at the beginning: windows [0,1], [1,2], [2,3].
+  Tensor x = f32({1, 2, 3}).reshape({1, 1, 3});
+  ir::AttrMap a = {{"kernel_shape", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 0}}};
+  // Without count_include_pad the pad is not counted: 1/1, 3/2, 5/2.
+  Tensor y = run1("AveragePool", {x}, a);
+  EXPECT_TRUE(torch::allclose(y.reshape({-1}), f32({1, 1.5, 2.5})));
+  a["count_include_pad"] = int64_t(1); // 1/2, 3/2, 5/2
+  y = run1("AveragePool", {x}, a);
+  EXPECT_TRUE(torch::allclose(y.reshape({-1}), f32({0.5, 1.5, 2.5})));
+  // Global pools keep [N, C, 1].
+  EXPECT_EQ(sizes(run1("GlobalAveragePool", {x})), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_EQ(run1("GlobalMaxPool", {x}).item<float>(), 3);
+}
+
+TEST(OpsTest, BatchNormalizationTrainingUpdatesRunningStats) {
+  // One channel holding 1,2,3,4: batch mean 2.5, biased variance
+  // (1.5^2 + 0.5^2 + 0.5^2 + 1.5^2) / 4 = 1.25.
+  Tensor x = f32({1, 2, 3, 4}).reshape({2, 1, 2});
+  Tensor scale = f32({1}), bias = f32({0}), mean = f32({0}), var = f32({1});
+  ir::AttrMap a = {{"epsilon", 0.0}, {"momentum", 0.9}, {"training_mode", int64_t(1)}};
+  auto out = runAll("BatchNormalization", {x, scale, bias, mean, var}, a, 3, 15);
+  Tensor want = (x - 2.5) / std::sqrt(1.25);
+  EXPECT_TRUE(torch::allclose(out[0], want, 1e-5, 1e-6));
+  // running = input * 0.9 + batch * 0.1: 0*0.9 + 2.5*0.1 = 0.25; 1*0.9 + 1.25*0.1 = 1.025.
+  EXPECT_NEAR(out[1].item<float>(), 0.25, 1e-6);
+  EXPECT_NEAR(out[2].item<float>(), 1.025, 1e-6);
+  // Opset 12 has no training_mode: asking for the running stats means training.
+  out = runAll("BatchNormalization", {x, scale, bias, mean, var}, {{"epsilon", 0.0}}, 3, 12);
+  EXPECT_NEAR(out[1].item<float>(), 0.25, 1e-6);
+  // Inference with those statistics gives the same Y.
+  Tensor y = run1("BatchNormalization", {x, scale, bias, f32({2.5}), f32({1.25})}, {{"epsilon", 0.0}}, 15);
+  EXPECT_TRUE(torch::allclose(y, want, 1e-5, 1e-6));
+}
+
+TEST(OpsTest, ResizeModes) {
+  Tensor x = f32({1, 2}).reshape({1, 1, 1, 2});
+  Tensor none;
+  // nearest, half_pixel, round_prefer_floor, scale 2: source coordinates
+  // -0.25, 0.25, 0.75, 1.25 -> 0, 0, 1, 1.
+  Tensor y = run1("Resize", {x, none, f32({1, 1, 1, 2})}, {{"mode", std::string("nearest")}}, 13);
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 1, 2, 2}));
+  // linear, align_corners, size 3: coordinates 0, 0.5, 1 -> 1, 1.5, 2.
+  y = run1("Resize", {x, none, none, i64({1, 1, 1, 3})},
+           {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}}, 13);
+  EXPECT_TRUE(torch::allclose(y.reshape({-1}), f32({1, 1.5, 2})));
+  // Upsample-9 (asymmetric, floor): [1,2] x3 -> [1,1,1,2,2,2].
+  y = run1("Upsample", {x, f32({1, 1, 1, 3})}, {}, 9);
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 1, 1, 2, 2, 2}));
+}
+
+TEST(OpsTest, PadModes) {
+  Tensor x = f32({1, 2, 3});
+  ir::AttrMap reflect = {{"mode", std::string("reflect")}}, edge = {{"mode", std::string("edge")}};
+  EXPECT_EQ(longs(run1("Pad", {x, i64({2, 1})}, reflect)), (std::vector<int64_t>{3, 2, 1, 2, 3, 2}));
+  EXPECT_EQ(longs(run1("Pad", {x, i64({2, 1})}, edge)), (std::vector<int64_t>{1, 1, 1, 2, 3, 3}));
+  EXPECT_EQ(longs(run1("Pad", {x, i64({2, 1}), f32({9}).reshape({})})), (std::vector<int64_t>{9, 9, 1, 2, 3, 9}));
+  // Negative pads crop; opset 2 takes pads and value as attributes.
+  EXPECT_EQ(longs(run1("Pad", {x, i64({-1, 0})})), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(longs(run1("Pad", {x}, {{"pads", std::vector<int64_t>{1, 0}}, {"value", 7.0}}, 10)),
+            (std::vector<int64_t>{7, 1, 2, 3}));
+}
+
+TEST(OpsTest, TopKOneHotScatterGatherND) {
+  // Ties keep index order: the two largest of [1,3,3,2] are 3 (index 1), 3 (2).
+  auto out = runAll("TopK", {f32({1, 3, 3, 2}), i64({2})}, {}, 2);
+  EXPECT_EQ(longs(out[0]), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{1, 2}));
+  out = runAll("TopK", {f32({1, 3, 3, 2}), i64({2})}, {{"largest", int64_t(0)}}, 2);
+  EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{0, 3}));
+  // OneHot: index -1 counts from depth (3): row 1 is hot at 2.
+  Tensor y = run1("OneHot", {i64({0, -1}), i64({3}), f32({0, 5})});
+  EXPECT_EQ(longs(y), (std::vector<int64_t>{5, 0, 0, 0, 0, 5}));
+  // GatherND picks row 1 column 0 = 3; ScatterND writes 9 there.
+  Tensor data = f32({1, 2, 3, 4}).reshape({2, 2});
+  EXPECT_EQ(longs(run1("GatherND", {data, i64({1, 0}).reshape({1, 2})})), (std::vector<int64_t>{3}));
+  EXPECT_EQ(longs(run1("ScatterND", {data, i64({1, 0}).reshape({1, 2}), f32({9})})),
+            (std::vector<int64_t>{1, 2, 9, 4}));
+  // ScatterElements with reduction add along axis 1: row 0 col 1 += 10.
+  EXPECT_EQ(longs(run1("ScatterElements", {data, i64({1}).reshape({1, 1}), f32({10}).reshape({1, 1})},
+                       {{"axis", int64_t(1)}, {"reduction", std::string("add")}})),
+            (std::vector<int64_t>{1, 12, 3, 4}));
 }
 
 TEST(OpsTest, TensorConversionRoundTrip) {
@@ -363,6 +517,28 @@ TEST(OpsGradTest, LayerNormalizationBothPaths) {
   expectNonZero(g_full);
   EXPECT_TRUE(torch::allclose(g_fused, g_full, 1e-4, 1e-5));
   expectNonZero(gradOf(full[0], scale));
+}
+
+TEST(OpsGradTest, ConvNetOps) {
+  // A small torchvision-style block: Conv (asymmetric pads) -> BatchNorm
+  // (training) -> HardSwish -> MaxPool -> Resize (linear) -> mean.
+  torch::manual_seed(0);
+  Tensor x = torch::randn({2, 3, 6, 6}, torch::requires_grad());
+  Tensor w = torch::randn({4, 3, 3, 3}, torch::requires_grad());
+  Tensor scale = torch::ones({4}, torch::requires_grad()), bias = torch::zeros({4}, torch::requires_grad());
+  Tensor y = run1("Conv", {x, w}, {{"pads", std::vector<int64_t>{0, 1, 1, 0}}});
+  // The same as torch's conv on the explicitly padded input.
+  Tensor ref = torch::conv2d(torch::constant_pad_nd(x, {1, 0, 0, 1}), w);
+  EXPECT_TRUE(torch::allclose(y, ref, 1e-4, 1e-5));
+  y = runAll("BatchNormalization", {y, scale, bias, torch::zeros({4}), torch::ones({4})},
+             {{"training_mode", int64_t(1)}}, 3)[0];
+  y = run1("HardSwish", {y});
+  y = run1("MaxPool", {y}, {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  y = run1("Resize", {y, Tensor(), f32({1, 1, 2, 2})}, {{"mode", std::string("linear")}}, 13);
+  expectNonZero(gradOf(y, x));
+  expectNonZero(gradOf(y, w));
+  expectNonZero(gradOf(y, scale));
+  expectNonZero(gradOf(y, bias));
 }
 
 TEST(OpsGradTest, SoftmaxAndCrossEntropy) {
