@@ -65,6 +65,22 @@ std::vector<int64_t> costBatchSizes(const PlanOptions &opts) {
   return {sizes.begin(), sizes.end()};
 }
 
+void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params,
+                        proto::StageEstimates *e) {
+  e->set_num_params(num_params);
+  e->set_fwd_time_s(c.forwardSlot());
+  e->set_bwd_time_s(c.backwardSlot());
+  e->set_param_bytes(int64_t(c.memory.params));
+  e->set_grad_bytes(int64_t(c.memory.grads));
+  e->set_optimizer_bytes(int64_t(c.memory.optimizer));
+  e->set_activation_bytes(int64_t(c.memory.activations));
+  e->set_buffer_bytes(int64_t(c.memory.buffers));
+  e->set_working_bytes(int64_t(c.memory.working));
+  e->set_peak_memory_bytes(int64_t(c.memory.total()));
+  e->set_memory_capacity_bytes(int64_t(capacity_bytes));
+  e->set_allreduce_time_s(c.allreduce_s);
+}
+
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
                                 const PlanOptions &opts, const std::string &model_sha256) {
   if (opts.batch_size < 1) return Error{"--batch-size must be at least 1"};
@@ -116,19 +132,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     st->set_op_end(costs.units[stage.block_end - 1].op_end);
     int64_t num_params = 0;
     for (int u = stage.block_begin; u < stage.block_end; ++u) num_params += param_counts[u];
-    auto *e = st->mutable_estimates();
-    e->set_num_params(num_params);
-    e->set_fwd_time_s(c.forwardSlot());
-    e->set_bwd_time_s(c.backwardSlot());
-    e->set_param_bytes(int64_t(c.memory.params));
-    e->set_grad_bytes(int64_t(c.memory.grads));
-    e->set_optimizer_bytes(int64_t(c.memory.optimizer));
-    e->set_activation_bytes(int64_t(c.memory.activations));
-    e->set_buffer_bytes(int64_t(c.memory.buffers));
-    e->set_working_bytes(int64_t(c.memory.working));
-    e->set_peak_memory_bytes(int64_t(c.memory.total()));
-    e->set_memory_capacity_bytes(int64_t(ev.capacity_bytes));
-    e->set_allreduce_time_s(c.allreduce_s);
+    fillStageEstimates(c, ev.capacity_bytes, num_params, st->mutable_estimates());
     optimizer = std::max(optimizer, double(num_params) * costs.optimizer_s_per_param);
   }
   // The partitioner's step (pipeline, transfers, all-reduce) plus the slowest
@@ -146,20 +150,39 @@ Expected<cluster::ClusterSpec> clusterFor(const PlanOptions &opts) {
   return c;
 }
 
-Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
-  auto cluster = clusterFor(opts);
-  if (!cluster) return cluster.error();
-  auto graph = import::importModel(opts.model);
+namespace {
+/// The graph as the planner works on it (weight-only ops sunk to their
+/// consumers), its units, and the model file's hash.
+struct Imported {
+  ir::Graph graph;
+  std::vector<cost::Unit> units;
+  std::string sha;
+};
+
+Expected<Imported> importForPlanning(const std::string &model) {
+  auto graph = import::importModel(model);
   if (!graph) return graph.error();
-  auto sha = fileSha256(opts.model);
+  auto sha = fileSha256(model);
   if (!sha) return sha.error();
   ir::sinkParameterOps(*graph);
   auto units = cost::formUnits(*graph);
-  log << "rannc-plan: " << opts.model << ": " << graph->nodes.size() << " ops in " << units.size() << " units, "
-      << graph->parameters.size() << " parameters, opset " << graph->opset << "\n";
-  auto costs = loadCosts(*graph, units, *cluster, opts, *sha, log);
+  return Imported{std::move(*graph), std::move(units), std::move(*sha)};
+}
+} // namespace
+
+Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
+  auto cluster = clusterFor(opts);
+  if (!cluster) return cluster.error();
+  auto imported = importForPlanning(opts.model);
+  if (!imported) return imported.error();
+  auto &graph = imported->graph;
+  auto &units = imported->units;
+  auto &sha = imported->sha;
+  log << "rannc-plan: " << opts.model << ": " << graph.nodes.size() << " ops in " << units.size() << " units, "
+      << graph.parameters.size() << " parameters, opset " << graph.opset << "\n";
+  auto costs = loadCosts(graph, units, *cluster, opts, sha, log);
   if (!costs) return costs.error();
-  auto plan = planGraph(*graph, *costs, *cluster, opts, *sha);
+  auto plan = planGraph(graph, *costs, *cluster, opts, sha);
   if (!plan) return plan.error();
   for (const auto &s : plan->stages())
     if (s.estimates().peak_memory_bytes() > s.estimates().memory_capacity_bytes())
@@ -189,16 +212,15 @@ Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, s
   if (opts.device_type != "cpu")
     return Error{"rannc-plan profile measures this machine's device (cpu); '" + opts.device_type +
                  "' is not here"};
-  auto graph = import::importModel(opts.model);
-  if (!graph) return graph.error();
-  auto sha = fileSha256(opts.model);
-  if (!sha) return sha.error();
-  ir::sinkParameterOps(*graph);
-  auto units = cost::formUnits(*graph);
+  auto imported = importForPlanning(opts.model);
+  if (!imported) return imported.error();
+  auto &graph = imported->graph;
+  auto &units = imported->units;
+  auto &sha = imported->sha;
   log << "rannc-plan: profiling " << units.size() << " units of " << opts.model << "\n";
-  auto table = measure(*graph, units, opts.batch_sizes);
+  auto table = measure(graph, units, opts.batch_sizes);
   if (!table) return table.error();
-  if (Status st = cost::writeProfile(*table, {*sha, opts.device_type, opts.threads}, opts.output); !st) return st;
+  if (Status st = cost::writeProfile(*table, {sha, opts.device_type, opts.threads}, opts.output); !st) return st;
   log << "rannc-plan: wrote " << opts.output << "\n";
   return Status::success();
 }

@@ -11,6 +11,7 @@
 #include "plan.pb.h"
 #include "planner/cluster/cluster.h"
 #include "planner/cost/cost.h"
+#include "planner/partition/evaluate.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
@@ -66,6 +67,11 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log);
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs,
                                 const cluster::ClusterSpec &cluster, const PlanOptions &opts,
                                 const std::string &model_sha256);
+
+/// Fills a stage's estimates from the partitioner's evaluation of it (planGraph
+/// and `check --update` both use it, so plans always carry the same fields).
+void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params,
+                        proto::StageEstimates *e);
 
 /// The micro-batch sizes a plan needs costs at.
 std::vector<int64_t> costBatchSizes(const PlanOptions &opts);

@@ -190,22 +190,9 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
 }
 
 void refreshEstimates(proto::Plan &plan, const PlanModel &m) {
-  // The same fields, filled the same way, as planGraph (planner.cpp) fills them.
   for (int s = 0; s < plan.stages_size() && s < int(m.evaluation.stages.size()); ++s) {
     const partition::StageCost &c = m.evaluation.stages[s];
-    auto *e = plan.mutable_stages(s)->mutable_estimates();
-    e->set_num_params(m.stage_params[s]);
-    e->set_fwd_time_s(c.forwardSlot());
-    e->set_bwd_time_s(c.backwardSlot());
-    e->set_param_bytes(int64_t(c.memory.params));
-    e->set_grad_bytes(int64_t(c.memory.grads));
-    e->set_optimizer_bytes(int64_t(c.memory.optimizer));
-    e->set_activation_bytes(int64_t(c.memory.activations));
-    e->set_buffer_bytes(int64_t(c.memory.buffers));
-    e->set_working_bytes(int64_t(c.memory.working));
-    e->set_peak_memory_bytes(int64_t(c.memory.total()));
-    e->set_memory_capacity_bytes(int64_t(m.evaluation.capacity_bytes));
-    e->set_allreduce_time_s(c.allreduce_s);
+    fillStageEstimates(c, m.evaluation.capacity_bytes, m.stage_params[s], plan.mutable_stages(s)->mutable_estimates());
   }
   plan.mutable_estimates()->set_step_time_s(m.step_time_s);
   plan.mutable_estimates()->set_optimizer(m.costs.optimizer);
