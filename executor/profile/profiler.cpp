@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <sstream>
+#include <type_traits>
 
 #include "executor/runtime/memory.h"
 #include "executor/runtime/ops.h"
@@ -29,6 +31,48 @@ torch::Tensor syntheticInput(const ir::Value &v, int64_t b) {
   for (const ir::Dim &d : v.shape) dims.push_back(d.known ? d.at(b) : 1);
   auto opts = torch::TensorOptions().dtype(runtime::toScalarType(v.dtype));
   return ir::isFloating(v.dtype) ? torch::randn(dims, opts) : torch::zeros(dims, opts);
+}
+
+/// A unit's structure: its ops with attributes and the dtype and shape of
+/// every value they read and write, naming values by position inside the unit
+/// rather than by name. Units with equal signatures (the layers of a
+/// transformer) cost the same, so each is measured once.
+std::string unitSignature(const ir::Graph &g, const cost::Unit &u) {
+  std::ostringstream os;
+  std::map<ir::ValueId, int> local;
+  auto value = [&](ir::ValueId v) {
+    if (v == ir::kNoValue) return std::string("_");
+    const ir::Value &val = g.values[v];
+    auto it = local.find(v);
+    std::string id = it != local.end() ? "l" + std::to_string(it->second) : std::string(ir::valueKindName(val.kind));
+    return id + ":" + std::string(ir::dtypeName(val.dtype)) + (val.shape_known ? ir::shapeString(val.shape) : "[*]");
+  };
+  for (int n = u.op_begin; n < u.op_end; ++n) {
+    const ir::Node &node = g.nodes[n];
+    os << node.op_type << '(';
+    for (ir::ValueId in : node.inputs) os << value(in) << ',';
+    os << ")->(";
+    for (ir::ValueId out : node.outputs) {
+      if (out != ir::kNoValue) local.emplace(out, int(local.size()));
+      os << value(out) << ',';
+    }
+    os << "){";
+    for (const auto &[name, attr] : node.attrs) {
+      os << name << '=';
+      std::visit(
+          [&](const auto &v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, ir::Tensor>) os << ir::dtypeName(v.dtype) << v.data.size() << ':' << v.data;
+            else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string>) os << v;
+            else
+              for (const auto &x : v) os << x << ' ';
+          },
+          attr);
+      os << ';';
+    }
+    os << "}\n";
+  }
+  return os.str();
 }
 
 class Progress {
@@ -94,6 +138,13 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
     for (size_t u = 0; u < units.size(); ++u)
       runners.emplace_back(g, schedule::buildStageProgram(g, ranges, int(u)), params, constants);
 
+    // Structurally identical units are measured once (the first of them).
+    std::vector<size_t> same_as(units.size());
+    {
+      std::map<std::string, size_t> first;
+      for (size_t u = 0; u < units.size(); ++u) same_as[u] = first.emplace(unitSignature(g, units[u]), u).first->second;
+    }
+
     for (int64_t b : table.batch_sizes) {
       std::unordered_map<ir::ValueId, torch::Tensor> data;
       for (ir::ValueId in : g.inputs) data[in] = syntheticInput(g.values[in], b);
@@ -103,6 +154,12 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
       }
       std::vector<cost::UnitCost> row;
       for (size_t u = 0; u < units.size(); ++u) {
+        if (same_as[u] != u) {
+          row.push_back(row[same_as[u]]);
+          progress.tick("batch " + std::to_string(b) + ", unit " + std::to_string(u + 1) + " (same as " +
+                        std::to_string(same_as[u] + 1) + ")");
+          continue;
+        }
         runtime::StageRunner &r = runners[u];
         const auto &prog = r.program();
         std::vector<double> fwd, bwd;
