@@ -1,14 +1,19 @@
 #include "executor/runtime/memory.h"
 
 #include <c10/core/Allocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 
 namespace rannc::runtime {
 namespace {
 
 std::atomic<int64_t> g_current{0};
 std::atomic<int64_t> g_peak{0};
+std::mutex g_mu;
+std::unordered_map<void *, size_t> g_sizes; // live allocations
 
 void raisePeak(int64_t now) {
   int64_t seen = g_peak.load();
@@ -16,42 +21,43 @@ void raisePeak(int64_t now) {
   }
 }
 
-/// Owns the wrapped allocator's DataPtr and remembers its size.
-struct Counted {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
-
-void deleteCounted(void *ctx) {
-  auto *c = static_cast<Counted *>(ctx);
-  g_current -= c->bytes;
-  delete c; // frees through the wrapped allocator's deleter
+// Data and context are the same pointer, as LibTorch's raw_allocate requires;
+// the size lives in a table instead.
+void countedFree(void *p) {
+  if (!p) return;
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_sizes.find(p);
+    if (it != g_sizes.end()) {
+      n = it->second;
+      g_sizes.erase(it);
+    }
+  }
+  g_current -= static_cast<int64_t>(n);
+  c10::free_cpu(p);
 }
 
 class CountingAllocator final : public c10::Allocator {
 public:
-  explicit CountingAllocator(c10::Allocator *inner) : inner_(inner) {}
-
   c10::DataPtr allocate(size_t n) const override {
-    c10::DataPtr p = inner_->allocate(n);
-    void *data = p.get();
-    c10::Device device = p.device();
-    auto *ctx = new Counted{std::move(p), static_cast<int64_t>(n)};
-    raisePeak(g_current += ctx->bytes);
-    return {data, ctx, &deleteCounted, device};
+    void *p = c10::alloc_cpu(n);
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_sizes[p] = n;
+    }
+    raisePeak(g_current += static_cast<int64_t>(n));
+    return {p, p, &countedFree, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-
-private:
-  c10::Allocator *inner_;
+  c10::DeleterFnPtr raw_deleter() const override { return &countedFree; }
 };
 
 } // namespace
 
 void installCountingAllocator() {
   static CountingAllocator *installed = [] {
-    auto *a = new CountingAllocator(c10::GetAllocator(c10::DeviceType::CPU));
+    auto *a = new CountingAllocator();
     // Priority above the default registration so LibTorch's own allocations
     // (every CPU tensor) go through it.
     c10::SetAllocator(c10::DeviceType::CPU, a, /*priority=*/10);
