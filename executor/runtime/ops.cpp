@@ -692,7 +692,8 @@ Outputs opDropout(const OpCtx &c) {
     // Opsets 7-11 (ratio attribute) describe inference only: the identity.
     // The mask is all true (bool from opset 10, the input's type before).
     torch::Tensor mask;
-    if (c.wants(1)) mask = torch::ones_like(x, torch::TensorOptions(c.opset() >= 10 ? torch::kBool : x.scalar_type()));
+    if (c.wants(1))
+      mask = torch::ones_like(x, torch::TensorOptions(c.opset() >= 10 ? torch::kBool : x.scalar_type()));
     return {x, mask};
   }
   double ratio = c.has(1) ? c.in(1).item<double>() : 0.5;
@@ -912,7 +913,8 @@ Outputs opConvTranspose(const OpCtx &c) {
   std::vector<int64_t> strides = intsOr(c, "strides", n, 1), dil = intsOr(c, "dilations", n, 1);
   std::vector<int64_t> out_pad = intsOr(c, "output_padding", n, 0);
   std::vector<int64_t> pads = intsOr(c, "pads", 2 * n, 0);
-  std::vector<int64_t> begin(pads.begin(), pads.begin() + int64_t(n)), end(pads.begin() + int64_t(n), pads.end());
+  std::vector<int64_t> begin(pads.begin(), pads.begin() + int64_t(n)),
+      end(pads.begin() + int64_t(n), pads.end());
   std::string auto_pad = c.attrString("auto_pad", "NOTSET");
   auto out_shape = c.attrInts("output_shape");
   if (out_shape && out_shape->size() == n + 2)
@@ -989,11 +991,14 @@ Outputs opMaxPool(const OpCtx &c) {
   }
   torch::Tensor y, idx;
   if (n == 1)
-    std::tie(y, idx) = torch::max_pool1d_with_indices(xf, win.kernel, win.strides, pad, win.dilations, ceil_mode);
+    std::tie(y, idx) =
+        torch::max_pool1d_with_indices(xf, win.kernel, win.strides, pad, win.dilations, ceil_mode);
   else if (n == 2)
-    std::tie(y, idx) = torch::max_pool2d_with_indices(xf, win.kernel, win.strides, pad, win.dilations, ceil_mode);
+    std::tie(y, idx) =
+        torch::max_pool2d_with_indices(xf, win.kernel, win.strides, pad, win.dilations, ceil_mode);
   else
-    std::tie(y, idx) = torch::max_pool3d_with_indices(xf, win.kernel, win.strides, pad, win.dilations, ceil_mode);
+    std::tie(y, idx) =
+        torch::max_pool3d_with_indices(xf, win.kernel, win.strides, pad, win.dilations, ceil_mode);
   if (!x.is_floating_point()) y = y.to(x.scalar_type());
   if (!c.wants(1)) return {y};
 
@@ -1151,7 +1156,8 @@ Outputs opLRN(const OpCtx &c) {
   if (x.dim() < 3) c.fail("input must be [N, C, spatial...]");
   int64_t size = c.attrInt("size");
   if (size <= 0) c.fail("size must be positive");
-  double alpha = c.attrFloat("alpha", 1e-4), beta = c.attrFloat("beta", 0.75), bias = c.attrFloat("bias", 1.0);
+  double alpha = c.attrFloat("alpha", 1e-4), beta = c.attrFloat("beta", 0.75),
+         bias = c.attrFloat("bias", 1.0);
   // Sum of squares over channels [c - floor((size-1)/2), c + ceil((size-1)/2)].
   int64_t before = (size - 1) / 2, after = size - 1 - before;
   std::vector<int64_t> pad(size_t(2 * (x.dim() - 2)), 0);
@@ -1164,7 +1170,8 @@ Outputs opLRN(const OpCtx &c) {
 
 Outputs opMeanVarianceNormalization(const OpCtx &c) {
   const auto &x = c.in(0);
-  std::vector<int64_t> axes = normAxes(c, c.attrInts("axes").value_or(std::vector<int64_t>{0, 2, 3}), x.dim());
+  std::vector<int64_t> axes =
+      normAxes(c, c.attrInts("axes").value_or(std::vector<int64_t>{0, 2, 3}), x.dim());
   torch::Tensor mean = x.mean(axes, true);
   torch::Tensor var = (x * x).mean(axes, true) - mean * mean;
   return {(x - mean) / (torch::sqrt(var) + 1e-9)};
@@ -1437,7 +1444,8 @@ Outputs opUnique(const OpCtx &c) {
   int64_t axis = has_axis ? normAxis(c, c.attrInt("axis"), x.dim()) : 0;
   torch::Tensor flat = has_axis ? x : x.reshape({-1});
   int64_t n = flat.size(axis);
-  torch::Tensor rows = flat.movedim(axis, 0).reshape({n, -1}).detach().to(torch::kCPU, torch::kDouble).contiguous();
+  torch::Tensor rows =
+      flat.movedim(axis, 0).reshape({n, -1}).detach().to(torch::kCPU, torch::kDouble).contiguous();
   RowLess less{rows.data_ptr<double>(), rows.size(1)};
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
@@ -1583,7 +1591,8 @@ torch::Tensor resizeAxis(const OpCtx &c, const torch::Tensor &x, int64_t axis, i
     std::vector<int64_t> mshape(size_t(x.dim()), 1);
     mshape[axis] = out_len;
     std::vector<uint8_t> raw(outside.begin(), outside.end());
-    torch::Tensor mask = torch::tensor(c10::ArrayRef<uint8_t>(raw), torch::kByte).to(x.device(), torch::kBool);
+    torch::Tensor mask =
+        torch::tensor(c10::ArrayRef<uint8_t>(raw), torch::kByte).to(x.device(), torch::kBool);
     y = torch::where(mask.reshape(mshape), torch::full({}, m.extrapolation, y.options()), y);
   }
   return y;
@@ -1617,7 +1626,8 @@ std::vector<double> doubleValues(const OpCtx &c, const torch::Tensor &t, const c
 std::vector<int64_t> scaledSizes(const OpCtx &c, const torch::Tensor &x, const std::vector<double> &scales) {
   if (int64_t(scales.size()) != x.dim()) c.fail("scales must have one entry per input dimension");
   std::vector<int64_t> sizes;
-  for (int64_t d = 0; d < x.dim(); ++d) sizes.push_back(int64_t(std::floor(double(x.size(d)) * scales[size_t(d)])));
+  for (int64_t d = 0; d < x.dim(); ++d)
+    sizes.push_back(int64_t(std::floor(double(x.size(d)) * scales[size_t(d)])));
   return sizes;
 }
 
@@ -1785,7 +1795,8 @@ Outputs opSTFT(const OpCtx &c) {
   torch::Tensor frames = s.unfold(1, len, step); // [batch, frames, len]
   if (window.defined()) frames = frames * window.to(x.scalar_type());
   bool onesided = c.attrInt("onesided", 1) != 0 && !frames.is_complex();
-  torch::Tensor y = onesided ? torch::fft_rfft(frames, c10::nullopt, -1) : torch::fft_fft(frames, c10::nullopt, -1);
+  torch::Tensor y =
+      onesided ? torch::fft_rfft(frames, c10::nullopt, -1) : torch::fft_fft(frames, c10::nullopt, -1);
   return {torch::view_as_real(y).contiguous()};
 }
 
@@ -1819,7 +1830,9 @@ using Activation = std::function<torch::Tensor(const torch::Tensor &)>;
 Activation recurrentActivation(const OpCtx &c, std::string name, const std::vector<double> &alphas,
                                const std::vector<double> &betas, size_t &ai, size_t &bi) {
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  auto next = [](const std::vector<double> &v, size_t &i, double dflt) { return i < v.size() ? v[i++] : dflt; };
+  auto next = [](const std::vector<double> &v, size_t &i, double dflt) {
+    return i < v.size() ? v[i++] : dflt;
+  };
   if (name == "sigmoid") return [](const torch::Tensor &x) { return torch::sigmoid(x); };
   if (name == "tanh") return [](const torch::Tensor &x) { return torch::tanh(x); };
   if (name == "relu") return [](const torch::Tensor &x) { return torch::relu(x); };

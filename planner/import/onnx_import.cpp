@@ -159,7 +159,8 @@ void guardWindowOp(onnx::InferenceContext &ctx, const std::string &op) {
   auto ints = [&](const char *name, size_t want, bool positive) {
     const onnx::AttributeProto *a = ctx.getAttribute(name);
     if (!a) return;
-    if (r >= 0 && size_t(a->ints_size()) != want && !(std::string(name) == "output_shape" && a->ints_size() == r))
+    if (r >= 0 && size_t(a->ints_size()) != want &&
+        !(std::string(name) == "output_shape" && a->ints_size() == r))
       fail_shape_inference("attribute ", name, " has the wrong length");
     for (int64_t v : a->ints())
       if (positive ? v <= 0 : v < 0) fail_shape_inference("attribute ", name, " has a bad value");
@@ -424,7 +425,8 @@ std::string checkStructure(const onnx::GraphProto &mg, const std::string &where)
   }
   std::set<std::string> inputs;
   for (const auto &in : mg.input()) {
-    if (!inputs.insert(in.name()).second) return where + ": graph input '" + in.name() + "' is declared twice";
+    if (!inputs.insert(in.name()).second)
+      return where + ": graph input '" + in.name() + "' is declared twice";
     if (defined.count(in.name())) continue; // an initializer listed as an input (old exporters)
     defined.insert(in.name());
     if (!in.type().has_tensor_type() || !dtypeFromOnnx(in.type().tensor_type().elem_type()))
@@ -479,7 +481,8 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::s
   for (int i = 0; i < mg.node_size(); ++i) {
     const auto &n = mg.node(i);
     std::string node_name = n.name().empty() ? "#" + std::to_string(i) : n.name();
-    const ir::OpInfo *info = (n.domain().empty() || n.domain() == "ai.onnx") ? ir::findOp(n.op_type()) : nullptr;
+    const ir::OpInfo *info =
+        (n.domain().empty() || n.domain() == "ai.onnx") ? ir::findOp(n.op_type()) : nullptr;
     if (!info)
       return Error{where + ": unsupported op '" + (n.domain().empty() ? "" : n.domain() + ".") +
                    n.op_type() + "' (node '" + node_name + "', opset " + std::to_string(g.opset) + ")"};

@@ -1,11 +1,18 @@
 // Unit tests for the ONNX kernels: expected values follow the ONNX operator
-// specification, with the arithmetic in a comment next to each.
+// specification, with the arithmetic in a comment next to each; and for the
+// conformance runner's verdicts.
 #include "executor/runtime/ops.h"
 
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "executor/runtime/conformance.h"
 #include "planner/ir/op_set.h"
 
 namespace rannc::runtime {
@@ -328,7 +335,8 @@ TEST(OpsTest, ConvPadsStridesGroups) {
   Tensor y = run1("Conv", {x, w}, {{"pads", std::vector<int64_t>{0, 1, 0, 0}}});
   EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 3, 5, 7}));
   // Stride 2 keeps windows 0 and 2: [1, 5].
-  y = run1("Conv", {x, w}, {{"pads", std::vector<int64_t>{0, 1, 0, 0}}, {"strides", std::vector<int64_t>{1, 2}}});
+  y = run1("Conv", {x, w},
+           {{"pads", std::vector<int64_t>{0, 1, 0, 0}}, {"strides", std::vector<int64_t>{1, 2}}});
   EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 5}));
   // SAME_UPPER, kernel 2: total pad 1 goes at the end: [1,2,3,4,0] -> [3,5,7,4].
   y = run1("Conv", {x, w}, {{"auto_pad", std::string("SAME_UPPER")}});
@@ -349,7 +357,8 @@ TEST(OpsTest, ConvTransposeOutputShapeAndPadding) {
                   {{"strides", std::vector<int64_t>{2}}, {"output_padding", std::vector<int64_t>{1}}});
   EXPECT_EQ(longs(y), (std::vector<int64_t>{2, 2, 3, 3, 1}));
   // pads [1, 0] crop the first element.
-  y = run1("ConvTranspose", {x, w}, {{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 0}}});
+  y = run1("ConvTranspose", {x, w},
+           {{"strides", std::vector<int64_t>{2}}, {"pads", std::vector<int64_t>{1, 0}}});
   EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 2, 2}));
 }
 
@@ -361,7 +370,8 @@ TEST(OpsTest, MaxPoolIndicesAreOnnxFlat) {
   // Row-major over the whole input: 1, and 4 (channel 1's plane) + 2 = 6.
   EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{1, 6}));
   // storage_order 1 (column-major): (0,1) -> 0 + 1*2 = 2; (1,0) -> 4 + 1 = 5.
-  out = runAll("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"storage_order", int64_t(1)}}, 2);
+  out = runAll("MaxPool", {x}, {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"storage_order", int64_t(1)}},
+               2);
   EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{2, 5}));
   // Pads torch cannot apply (begin only): windows over [-inf row/col] + x.
   // Outputs max(x00)=1, max(x00,x01)=4, max(x00,x10)=3, max(all)=4.
@@ -370,8 +380,9 @@ TEST(OpsTest, MaxPoolIndicesAreOnnxFlat) {
   EXPECT_EQ(longs(out[0]), (std::vector<int64_t>{1, 4, 3, 4}));
   EXPECT_EQ(longs(out[1]), (std::vector<int64_t>{0, 1, 2, 1}));
   // MaxUnpool puts them back.
-  Tensor back = run1("MaxUnpool", {out[0], out[1], i64({1, 1, 2, 2})},
-                     {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 0, 0}}});
+  Tensor back =
+      run1("MaxUnpool", {out[0], out[1], i64({1, 1, 2, 2})},
+           {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"pads", std::vector<int64_t>{1, 1, 0, 0}}});
   EXPECT_EQ(longs(back), (std::vector<int64_t>{1, 4, 3, 0}));
   // Integer inputs pool exactly.
   Tensor xi = torch::tensor({7, 200, 3, 9}, torch::kByte).reshape({1, 1, 2, 2});
@@ -423,8 +434,10 @@ TEST(OpsTest, ResizeModes) {
   Tensor y = run1("Resize", {x, none, f32({1, 1, 1, 2})}, {{"mode", std::string("nearest")}}, 13);
   EXPECT_EQ(longs(y), (std::vector<int64_t>{1, 1, 2, 2}));
   // linear, align_corners, size 3: coordinates 0, 0.5, 1 -> 1, 1.5, 2.
-  y = run1("Resize", {x, none, none, i64({1, 1, 1, 3})},
-           {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}}, 13);
+  y = run1(
+      "Resize", {x, none, none, i64({1, 1, 1, 3})},
+      {{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}},
+      13);
   EXPECT_TRUE(torch::allclose(y.reshape({-1}), f32({1, 1.5, 2})));
   // Upsample-9 (asymmetric, floor): [1,2] x3 -> [1,1,1,2,2,2].
   y = run1("Upsample", {x, f32({1, 1, 1, 3})}, {}, 9);
@@ -436,7 +449,8 @@ TEST(OpsTest, PadModes) {
   ir::AttrMap reflect = {{"mode", std::string("reflect")}}, edge = {{"mode", std::string("edge")}};
   EXPECT_EQ(longs(run1("Pad", {x, i64({2, 1})}, reflect)), (std::vector<int64_t>{3, 2, 1, 2, 3, 2}));
   EXPECT_EQ(longs(run1("Pad", {x, i64({2, 1})}, edge)), (std::vector<int64_t>{1, 1, 1, 2, 3, 3}));
-  EXPECT_EQ(longs(run1("Pad", {x, i64({2, 1}), f32({9}).reshape({})})), (std::vector<int64_t>{9, 9, 1, 2, 3, 9}));
+  EXPECT_EQ(longs(run1("Pad", {x, i64({2, 1}), f32({9}).reshape({})})),
+            (std::vector<int64_t>{9, 9, 1, 2, 3, 9}));
   // Negative pads crop; opset 2 takes pads and value as attributes.
   EXPECT_EQ(longs(run1("Pad", {x, i64({-1, 0})})), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(longs(run1("Pad", {x}, {{"pads", std::vector<int64_t>{1, 0}}, {"value", 7.0}}, 10)),
@@ -462,6 +476,54 @@ TEST(OpsTest, TopKOneHotScatterGatherND) {
   EXPECT_EQ(longs(run1("ScatterElements", {data, i64({1}).reshape({1, 1}), f32({10}).reshape({1, 1})},
                        {{"axis", int64_t(1)}, {"reduction", std::string("add")}})),
             (std::vector<int64_t>{1, 12, 3, 4}));
+}
+
+TEST(ConformanceTest, PassSkipFailAndExitStatus) {
+  namespace fs = std::filesystem;
+  const fs::path node = "/usr/share/libonnx-testdata/data/node";
+  if (!fs::exists(node / "test_relu")) GTEST_SKIP() << "libonnx-testdata is not installed";
+  EXPECT_EQ(runConformanceCase((node / "test_relu").string()).outcome, CaseOutcome::Pass);
+  CaseResult skip = runConformanceCase((node / "test_cast_FLOAT_to_STRING").string());
+  EXPECT_EQ(skip.outcome, CaseOutcome::Skip);
+  EXPECT_EQ(skip.reason, "string tensors");
+
+  // test_relu with a wrong reference: element 0 becomes relu(x0) + 1.
+  fs::path dir = fs::temp_directory_path() / "rannc_conformance_test" / "wrong_relu";
+  fs::remove_all(dir.parent_path());
+  fs::create_directories(dir);
+  fs::copy(node / "test_relu", dir, fs::copy_options::recursive);
+  fs::path out = dir / "test_data_set_0" / "output_0.pb";
+  onnx::TensorProto t;
+  {
+    std::ifstream in(out, std::ios::binary);
+    ASSERT_TRUE(t.ParseFromIstream(&in));
+  }
+  std::string raw = t.raw_data();
+  float v;
+  std::memcpy(&v, raw.data(), 4);
+  float wrong = v + 1;
+  std::memcpy(raw.data(), &wrong, 4);
+  t.set_raw_data(raw);
+  {
+    std::ofstream o(out, std::ios::binary | std::ios::trunc);
+    ASSERT_TRUE(t.SerializeToOstream(&o));
+  }
+  CaseResult fail = runConformanceCase(dir.string());
+  EXPECT_EQ(fail.outcome, CaseOutcome::Fail);
+  EXPECT_EQ(fail.reason.rfind("output 0 differs at index 0: ", 0), 0u) << fail.reason;
+
+  // The summary and the exit status, with and without --min-pass-rate.
+  ConformanceOptions o;
+  o.dirs = {dir.parent_path().string()};
+  o.quiet = true;
+  std::ostringstream os, es;
+  EXPECT_EQ(runConformance(o, os, es), 1);
+  EXPECT_NE(os.str().find("FAIL rannc_conformance_test/wrong_relu: output 0 differs"), std::string::npos)
+      << os.str();
+  EXPECT_NE(os.str().find("\n0 passed, 1 failed, 0 skipped\n"), std::string::npos) << os.str();
+  o.min_pass_rate = 0.0;
+  EXPECT_EQ(runConformance(o, os, es), 0);
+  fs::remove_all(dir.parent_path());
 }
 
 TEST(OpsTest, TensorConversionRoundTrip) {
@@ -533,7 +595,8 @@ TEST(OpsGradTest, ConvNetOps) {
   y = runAll("BatchNormalization", {y, scale, bias, torch::zeros({4}), torch::ones({4})},
              {{"training_mode", int64_t(1)}}, 3)[0];
   y = run1("HardSwish", {y});
-  y = run1("MaxPool", {y}, {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
+  y = run1("MaxPool", {y},
+           {{"kernel_shape", std::vector<int64_t>{2, 2}}, {"strides", std::vector<int64_t>{2, 2}}});
   y = run1("Resize", {y, Tensor(), f32({1, 1, 2, 2})}, {{"mode", std::string("linear")}}, 13);
   expectNonZero(gradOf(y, x));
   expectNonZero(gradOf(y, w));

@@ -276,7 +276,13 @@ TEST(ImportErrors, IntegerOrShapedOutputIsNotALoss) {
   EXPECT_EQ(importError(m), "");
   m = tinyModel("ArgMax");
   *m.mutable_graph()->mutable_node(0)->add_attribute() = keep;
-  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim()->RemoveLast();
+  m.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim()
+      ->RemoveLast();
   EXPECT_EQ(importError(m), "m.onnx: graph output 'y' is i64, but the output must be the scalar "
                             "floating-point training loss");
 }
