@@ -24,15 +24,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-/// Synthetic data of the right shape: normal floats, zero indices (valid for
-/// every lookup and label), at batch size b.
-torch::Tensor syntheticInput(const ir::Value &v, int64_t b) {
-  std::vector<int64_t> dims;
-  for (const ir::Dim &d : v.shape) dims.push_back(d.known ? d.at(b) : 1);
-  auto opts = torch::TensorOptions().dtype(runtime::toScalarType(v.dtype));
-  return ir::isFloating(v.dtype) ? torch::randn(dims, opts) : torch::zeros(dims, opts);
-}
-
 /// A unit's structure: its ops with attributes and the dtype and shape of
 /// every value they read and write, naming values by position inside the unit
 /// rather than by name. Units with equal signatures (the layers of a
@@ -147,7 +138,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
 
     for (int64_t b : table.batch_sizes) {
       std::unordered_map<ir::ValueId, torch::Tensor> data;
-      for (ir::ValueId in : g.inputs) data[in] = syntheticInput(g.values[in], b);
+      for (ir::ValueId in : g.inputs) data[in] = runtime::syntheticInput(g.values[in], b, uint64_t(b));
       {
         torch::NoGradGuard no_grad;
         full.forward(0, data);

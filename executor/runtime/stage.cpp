@@ -98,6 +98,15 @@ torch::Tensor StageRunner::inputGrad(int mb, ir::ValueId v) const {
   return g.defined() ? g : torch::zeros_like(t);
 }
 
+torch::Tensor syntheticInput(const ir::Value &v, int64_t samples, uint64_t seed) {
+  std::vector<int64_t> dims;
+  for (const ir::Dim &d : v.shape) dims.push_back(d.known ? d.at(samples) : 1);
+  auto opts = torch::TensorOptions().dtype(toScalarType(v.dtype));
+  if (!ir::isFloating(v.dtype)) return torch::zeros(dims, opts);
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::randn(dims, gen, opts);
+}
+
 namespace {
 constexpr uint32_t kTensorMagic = 0x524e4e54; // "RNNT"
 }

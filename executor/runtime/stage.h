@@ -56,6 +56,10 @@ private:
   std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> envs_;
 };
 
+/// Random data of `v`'s shape at `samples` samples: normal floats, zero
+/// indices (valid for every lookup and label), drawn from `seed`.
+torch::Tensor syntheticInput(const ir::Value &v, int64_t samples, uint64_t seed);
+
 /// Serializes a tensor (dtype, shape, contiguous bytes) for a message, and back.
 std::string packTensor(const torch::Tensor &t);
 torch::Tensor unpackTensor(const std::string &bytes);

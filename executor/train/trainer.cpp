@@ -168,15 +168,6 @@ torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first
   return t;
 }
 
-torch::Tensor syntheticInput(const ir::Value &v, int64_t count, uint64_t seed) {
-  std::vector<int64_t> dims;
-  for (const ir::Dim &d : v.shape) dims.push_back(d.known ? d.at(count) : 1);
-  auto opts = torch::TensorOptions().dtype(runtime::toScalarType(v.dtype));
-  if (!ir::isFloating(v.dtype)) return torch::zeros(dims, opts); // index 0 is valid for every lookup
-  auto gen = at::detail::createCPUGenerator(seed);
-  return torch::randn(dims, gen, opts);
-}
-
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainOptions &opts, std::vector<torch::Tensor> params) {
   if (opts.optimizer == "adam")
     return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(opts.lr));
@@ -373,7 +364,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         const int64_t first = step * B + int64_t(mb) * b + mine.begin;
         for (ir::ValueId in : prog.data_inputs)
           feeds[in] = opts.synthetic
-                          ? syntheticInput(s.graph.values[in], mine.size(), opts.seed * 1000003 + uint64_t(first))
+                          ? runtime::syntheticInput(s.graph.values[in], mine.size(), opts.seed * 1000003 + uint64_t(first))
                           : gatherSamples(s.data.at(in), order, first, mine.size());
         runner.forward(mb, std::move(feeds));
         if (prog.computes_loss) loss_sum += runner.loss(mb).item<double>() * double(mine.size()) / double(B);

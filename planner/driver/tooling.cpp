@@ -23,11 +23,7 @@
 namespace rannc::planner {
 namespace {
 
-std::string fixed(double v, int decimals) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(decimals) << v;
-  return os.str();
-}
+using plan::formatFixed;
 
 /// "(plan said X, +Y%)", "(unchanged)" or "(plan said 0)".
 std::string versus(double now, double before, const std::string &before_text) {
@@ -270,7 +266,7 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
               "stages[" + std::to_string(s) + "]: needs " + plan::bytesText(mem.total()) + " per device (" +
               memoryBreakdown(mem) + ") but a device holds " + plan::bytesText(ev.capacity_bytes) + " (" +
               plan::bytesText(double(model_est->cluster.device.memory_bytes)) + " less the " +
-              fixed(model_est->memory_margin * 100, 0) +
+              formatFixed(model_est->memory_margin * 100, 0) +
               "% margin); move ops to another stage, add replicas or micro-batches, or use larger devices");
       }
     }
@@ -314,7 +310,7 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
   }
   const double step = m.step_time_s;
   out << "step time " << timeVersus(step, plan.estimates().step_time_s()) << ", "
-      << fixed(plan.global_batch_size() / step, 1) << " samples/s\n";
+      << formatFixed(plan.global_batch_size() / step, 1) << " samples/s\n";
   if (opts.update) {
     refreshEstimates(plan, m);
     if (Status st = plan::writePlan(plan, opts.output); !st) return st;
@@ -384,7 +380,7 @@ Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::o
   out << opts.plan << ": one step of " << counted(m->solution.numStages(), "stage") << " on " << counted(world, "rank")
       << ", " << counted(m->solution.microbatches, "micro-batch") << ", " << plan::scheduleName(plan->schedule())
       << " (analytic costs" << (opts.overlap_allreduce ? ", all-reduce overlapped" : "") << ")\n";
-  out << "predicted step time " << plan::timeText(step) << " (" << fixed(plan->global_batch_size() / step, 1)
+  out << "predicted step time " << plan::timeText(step) << " (" << formatFixed(plan->global_batch_size() / step, 1)
       << " samples/s); closed form " << plan::timeText(m->step_time_s) << ", the plan says "
       << plan::timeText(plan->estimates().step_time_s()) << "\n\n";
   const plan::TimeUnit unit = plan::timeUnitFor(step);
@@ -402,7 +398,7 @@ Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::o
       out << std::setw(12) << plan::timeIn(t, unit);
     }
     out << std::setw(12) << plan::timeIn(step - busy, unit) << std::setw(7)
-        << fixed(step > 0 ? busy / step * 100 : 0, 1) << "%\n";
+        << formatFixed(step > 0 ? busy / step * 100 : 0, 1) << "%\n";
   }
   out << "(times in " << unit.name << " per step)\n";
 

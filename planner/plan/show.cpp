@@ -10,15 +10,16 @@
 #include "planner/plan/plan.h"
 
 namespace rannc::plan {
-namespace {
-
-std::string fixed(double v, int decimals) {
+std::string formatFixed(double v, int decimals) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(decimals) << v;
   return os.str();
 }
 
-std::string percent(double fraction) { return fixed(fraction * 100, 1) + "%"; }
+namespace {
+
+
+std::string percent(double fraction) { return formatFixed(fraction * 100, 1) + "%"; }
 
 /// "0-3,6": consecutive ranks as ranges.
 std::string rankList(const proto::Stage &s) {
@@ -61,14 +62,14 @@ std::string bytesText(double bytes) {
     v /= 1024;
     ++u;
   }
-  return u == 0 ? fixed(v, 0) + " B" : fixed(v, 1) + " " + units[u];
+  return u == 0 ? formatFixed(v, 0) + " B" : formatFixed(v, 1) + " " + units[u];
 }
 
 std::string timeText(double seconds) {
   const double a = seconds < 0 ? -seconds : seconds;
   if (a == 0) return "0 s";
-  if (a >= 1) return fixed(seconds, 3) + " s";
-  if (a >= 1e-3) return fixed(seconds * 1e3, 3) + " ms";
+  if (a >= 1) return formatFixed(seconds, 3) + " s";
+  if (a >= 1e-3) return formatFixed(seconds * 1e3, 3) + " ms";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g us", seconds * 1e6);
   return buf;
@@ -78,7 +79,7 @@ TimeUnit timeUnitFor(double step_seconds) {
   return step_seconds > 0 && step_seconds < 1e-3 ? TimeUnit{1e6, "us"} : TimeUnit{1e3, "ms"};
 }
 
-std::string timeIn(double seconds, TimeUnit unit) { return fixed(seconds * unit.per_second, 3); }
+std::string timeIn(double seconds, TimeUnit unit) { return formatFixed(seconds * unit.per_second, 3); }
 
 const char *scheduleName(proto::Schedule s) {
   switch (s) {
@@ -173,7 +174,7 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
   }
 
   os << "\npredicted step time  " << timeText(step);
-  if (step > 0) os << " (" << fixed(samplesPerSecond(plan), 1) << " samples/s)";
+  if (step > 0) os << " (" << formatFixed(samplesPerSecond(plan), 1) << " samples/s)";
   os << "\npipeline bubble      " << percent(pipelineBubbleFraction(plan)) << " of the pipeline phase idle ("
      << scheduleName(plan.schedule()) << ", " << plan.stages_size()
      << (plan.stages_size() == 1 ? " stage, " : " stages, ") << plan.microbatches()

@@ -13,6 +13,8 @@ namespace rannc::plan {
 void printPlanTable(const proto::Plan &plan, std::ostream &os);
 /// One JSON object with the keys SPEC.md promises scripts (and more).
 void printPlanJson(const proto::Plan &plan, std::ostream &os);
+/// `v` with `decimals` digits after the point.
+std::string formatFixed(double v, int decimals);
 /// "GPIPE" -> "gpipe", "ONE_F_ONE_B" -> "1f1b".
 const char *scheduleName(proto::Schedule s);
 
