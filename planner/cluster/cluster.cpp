@@ -306,7 +306,9 @@ double DeviceSpec::peakFlops(Precision p) const {
 bool DeviceSpec::operator==(const DeviceSpec &o) const {
   return type == o.type && name == o.name && memory_bytes == o.memory_bytes && peak_flops == o.peak_flops &&
          memory_bandwidth == o.memory_bandwidth && peak_flops_tf32 == o.peak_flops_tf32 &&
-         peak_flops_fp16 == o.peak_flops_fp16 && peak_flops_bf16 == o.peak_flops_bf16;
+         peak_flops_fp16 == o.peak_flops_fp16 && peak_flops_bf16 == o.peak_flops_bf16 &&
+         compute_efficiency == o.compute_efficiency && memory_efficiency == o.memory_efficiency &&
+         op_overhead_s == o.op_overhead_s;
 }
 
 bool ClusterSpec::operator==(const ClusterSpec &o) const {
@@ -328,6 +330,8 @@ void ClusterSpec::print(std::ostream &os) const {
   printPeak(os, device.peak_flops_fp16);
   os << ", bf16 ";
   printPeak(os, device.peak_flops_bf16);
+  os << "\nanalytic " << device.compute_efficiency << " of peak compute, " << device.memory_efficiency
+     << " of memory bandwidth, " << formatDuration(device.op_overhead_s) << " per op";
   os << "\nlinks    ";
   printLink(os, "intra-node", intra_node);
   os << ", ";

@@ -29,6 +29,12 @@ struct DeviceSpec {
   double peak_flops_tf32 = 0; ///< FLOP/s
   double peak_flops_fp16 = 0; ///< FLOP/s
   double peak_flops_bf16 = 0; ///< FLOP/s
+  // The analytic cost model's realism (Note [roofline efficiency], cost.cpp):
+  // the fraction of peak compute and of memory bandwidth real kernels reach,
+  // and the fixed cost of issuing one op (a kernel launch, a dispatch).
+  double compute_efficiency = 0.5;
+  double memory_efficiency = 0.8;
+  double op_overhead_s = 5e-6;
 
   /// The peak for `p`, or the fp32 peak where the device has none for `p`.
   double peakFlops(Precision p) const;

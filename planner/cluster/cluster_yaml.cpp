@@ -96,6 +96,7 @@ private:
   Expected<std::string> scalar(const Entry &e, const std::string &expected) const;
   Expected<int> positiveInt(const Entry &e) const;
   Expected<double> quantity(const Entry &e, Quantity q, bool zero_ok) const;
+  Expected<double> fraction(const Entry &e) const;
   Status device(const Entry &e, ClusterSpec &c, bool &preset) const;
   Status peakFlops(const Entry &e, DeviceSpec &d, bool preset) const;
   Status links(const Section &top, ClusterSpec &c, bool preset) const;
@@ -150,6 +151,16 @@ Expected<double> Parser::quantity(const Entry &e, Quantity q, bool zero_ok) cons
   return *v;
 }
 
+Expected<double> Parser::fraction(const Entry &e) const {
+  auto s = scalar(e, "a fraction in (0, 1]");
+  if (!s) return s.error();
+  char *end = nullptr;
+  double v = std::strtod(s->c_str(), &end);
+  if (s->empty() || end != s->c_str() + s->size() || !(v > 0 && v <= 1))
+    return error(e.mark, e.path + " must be a fraction in (0, 1], got '" + *s + "'");
+  return v;
+}
+
 Expected<ClusterSpec> Parser::parse(const std::string &text) {
   // Count the documents first, with a bound: yaml-cpp 0.7 reports an empty
   // document forever at a token it cannot place, such as a stray ','
@@ -195,7 +206,9 @@ Expected<ClusterSpec> Parser::parse(const std::string &text) {
 }
 
 Status Parser::device(const Entry &e, ClusterSpec &c, bool &preset) const {
-  auto s = section(e.value, e.mark, "device", {"preset", "type", "name", "memory", "peak_flops", "memory_bandwidth"});
+  auto s = section(e.value, e.mark, "device",
+                   {"preset", "type", "name", "memory", "peak_flops", "memory_bandwidth", "compute_efficiency",
+                    "memory_efficiency", "op_overhead"});
   if (!s) return s.error();
   DeviceSpec &d = c.device;
   // The preset first: the other keys override its fields.
@@ -243,6 +256,20 @@ Status Parser::device(const Entry &e, ClusterSpec &c, bool &preset) const {
     d.memory_bandwidth = *bw;
   } else if (!preset) {
     return missing(*s, "memory_bandwidth", needed);
+  }
+  // Optional everywhere: the defaults of DeviceSpec (docs/cost-model.md).
+  for (auto [key, field] : {std::pair{"compute_efficiency", &d.compute_efficiency},
+                            std::pair{"memory_efficiency", &d.memory_efficiency}}) {
+    const Entry *f = s->find(key);
+    if (!f) continue;
+    auto v = fraction(*f);
+    if (!v) return v.error();
+    *field = *v;
+  }
+  if (const Entry *o = s->find("op_overhead")) {
+    auto t = quantity(*o, Quantity::kDuration, true);
+    if (!t) return t.error();
+    d.op_overhead_s = *t;
   }
   return Status::success();
 }
@@ -363,6 +390,15 @@ std::string toYaml(const ClusterSpec &c) {
   out << YAML::Key << "bf16" << YAML::Value << formatFlops(c.device.peak_flops_bf16);
   out << YAML::EndMap;
   out << YAML::Key << "memory_bandwidth" << YAML::Value << formatBandwidth(c.device.memory_bandwidth);
+  // Six significant digits: 0.8, not 0.80000000000000004.
+  auto fraction = [](double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  out << YAML::Key << "compute_efficiency" << YAML::Value << fraction(c.device.compute_efficiency);
+  out << YAML::Key << "memory_efficiency" << YAML::Value << fraction(c.device.memory_efficiency);
+  out << YAML::Key << "op_overhead" << YAML::Value << formatDuration(c.device.op_overhead_s);
   out << YAML::EndMap;
   // Links no rank pair uses are left out, as a cluster file may leave them.
   const bool intra = c.devices_per_node > 1 || c.intra_node.bandwidth > 0;

@@ -34,9 +34,23 @@ double optimizerStateFactor(const std::string &optimizer) {
   return 0;
 }
 
+/// Note [roofline efficiency]
+/// A roofline at datasheet peaks predicts what no kernel reaches. Each op's
+/// time is its launch overhead plus the larger of compute and memory time at
+/// the *achieved* rates:
+///   time = op_overhead + max(flops / (peak_flops * compute_efficiency),
+///                            bytes / (memory_bandwidth * memory_efficiency))
+/// Backward issues two kernels for a matrix product (both input gradients)
+/// and one otherwise. The defaults (DeviceSpec) are 0.5 of peak compute —
+/// Megatron-LM's large-GEMM training reaches about half the A100's peak —,
+/// 0.8 of peak bandwidth (what streaming kernels reach on HBM and DRAM) and
+/// 5 us per op (a CUDA kernel launch; LibTorch's CPU dispatch is of the same
+/// order). A cluster file may set all three per device.
 std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpec &device,
                                     int64_t micro_batch) {
   std::vector<OpCost> costs(g.nodes.size());
+  const double bw = std::max(device.memory_bandwidth * device.memory_efficiency, 1.0);
+  const double peak = std::max(device.peak_flops * device.compute_efficiency, 1.0);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node &n = g.nodes[i];
     OpCost &c = costs[i];
@@ -48,7 +62,9 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
     c.bytes_moved = c.output_bytes;
     for (ir::ValueId v : n.inputs) c.bytes_moved += valueBytes(g, v, micro_batch);
 
+    double overhead = device.op_overhead_s, bwd_kernels = 1;
     if (n.op_type == "MatMul" || n.op_type == "Gemm") {
+      bwd_kernels = 2;
       bool trans_a = false;
       if (auto it = n.attrs.find("transA"); it != n.attrs.end())
         if (const auto *v = std::get_if<int64_t>(&it->second)) trans_a = *v != 0;
@@ -59,15 +75,14 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
     } else if (n.op_type == "Constant" || n.op_type == "Shape" || n.op_type == "Size") {
       c.fwd_flops = 0;
       c.bytes_moved = 0;
+      overhead = 0; // host-side: no kernel
     } else {
       // Elementwise-like: a few FLOPs per output element, the same again backward.
       c.fwd_flops = 4.0 * double(out_numel);
       c.bwd_flops = c.fwd_flops;
     }
-    double bw = std::max(device.memory_bandwidth, 1.0);
-    double peak = std::max(device.peak_flops, 1.0);
-    c.fwd_time_s = std::max(c.fwd_flops / peak, double(c.bytes_moved) / bw);
-    c.bwd_time_s = std::max(c.bwd_flops / peak, 2.0 * double(c.bytes_moved) / bw);
+    c.fwd_time_s = overhead + std::max(c.fwd_flops / peak, double(c.bytes_moved) / bw);
+    c.bwd_time_s = bwd_kernels * overhead + std::max(c.bwd_flops / peak, 2.0 * double(c.bytes_moved) / bw);
   }
   return costs;
 }
@@ -140,7 +155,7 @@ CostTable analyticCosts(const ir::Graph &g, const std::vector<Unit> &units, cons
     t.costs.push_back(std::move(row));
   }
   // Optimizer: an elementwise pass over parameters, gradients and state.
-  t.optimizer_s_per_param = 4.0 * 4 / std::max(device.memory_bandwidth, 1.0);
+  t.optimizer_s_per_param = 4.0 * 4 / std::max(device.memory_bandwidth * device.memory_efficiency, 1.0);
   return t;
 }
 

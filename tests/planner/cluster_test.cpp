@@ -128,6 +128,27 @@ links:
   EXPECT_EQ(c.device.memory_bandwidth, 2039e9);
 }
 
+TEST(ClusterYaml, AnalyticFactors) {
+  // Optional, with or without a preset; the defaults otherwise.
+  ClusterSpec c = parseOk("nodes: 1\ndevices_per_node: 1\n"
+                          "device: {preset: a100-40g, compute_efficiency: 0.62, memory_efficiency: 1,\n"
+                          "         op_overhead: 0us}\n");
+  EXPECT_EQ(c.device.compute_efficiency, 0.62);
+  EXPECT_EQ(c.device.memory_efficiency, 1.0);
+  EXPECT_EQ(c.device.op_overhead_s, 0.0);
+  c = parseOk("nodes: 1\ndevices_per_node: 1\n"
+              "device: {type: cpu, memory: 1GiB, peak_flops: 1e11, memory_bandwidth: 10GB/s}\n");
+  EXPECT_EQ(c.device.compute_efficiency, DeviceSpec{}.compute_efficiency);
+  EXPECT_EQ(c.device.op_overhead_s, DeviceSpec{}.op_overhead_s);
+  const std::string head = "nodes: 1\ndevices_per_node: 1\ndevice:\n  preset: a100-40g\n";
+  EXPECT_EQ(errorOf(head + "  compute_efficiency: 1.5\n"),
+            "cluster.yaml:5: device.compute_efficiency must be a fraction in (0, 1], got '1.5'");
+  EXPECT_EQ(errorOf(head + "  memory_efficiency: half\n"),
+            "cluster.yaml:5: device.memory_efficiency must be a fraction in (0, 1], got 'half'");
+  EXPECT_EQ(errorOf(head + "  op_overhead: -1us\n"),
+            "cluster.yaml:5: device.op_overhead must be zero or positive, got '-1us'");
+}
+
 TEST(ClusterYaml, UnusedLinksMayBeLeftOut) {
   ClusterSpec c = parseOk("nodes: 1\ndevices_per_node: 1\n"
                           "device: {type: cpu, memory: 1GiB, peak_flops: 1e11, memory_bandwidth: 10GB/s}\n");
@@ -161,6 +182,9 @@ device:
   memory: 40GiB
   peak_flops: {fp32: 19.5T, tf32: 156T, fp16: 312T, bf16: 312T}
   memory_bandwidth: 1.555TB/s
+  compute_efficiency: 0.5
+  memory_efficiency: 0.8
+  op_overhead: 5us
 links:
   intra_node: {bandwidth: 300GB/s, latency: 5us}
   inter_node: {bandwidth: 25GB/s, latency: 5us}
@@ -175,6 +199,7 @@ TEST(ClusterYaml, Print) {
   EXPECT_EQ(os.str(), "cluster  1 node x 8 devices = 8 ranks\n"
                       "device   v100-16g (cuda), memory 16GiB, memory bandwidth 900GB/s\n"
                       "peak     FLOP/s fp32 15.7T, tf32 -, fp16 125T, bf16 -\n"
+                      "analytic 0.5 of peak compute, 0.8 of memory bandwidth, 5us per op\n"
                       "links    intra-node 150GB/s 5us, inter-node 6.25GB/s 5us\n");
   // A CPU rank's share of this machine is rounded for reading; an unused link says so.
   ClusterSpec cpu = parseOk("nodes: 1\ndevices_per_node: 1\n"
@@ -184,6 +209,7 @@ TEST(ClusterYaml, Print) {
   EXPECT_EQ(os.str(), "cluster  1 node x 1 device = 1 rank\n"
                       "device   cpu (cpu), memory 5.89GiB, memory bandwidth 5GB/s\n"
                       "peak     FLOP/s fp32 40G, tf32 -, fp16 -, bf16 -\n"
+                      "analytic 0.5 of peak compute, 0.8 of memory bandwidth, 5us per op\n"
                       "links    intra-node unused, inter-node unused\n");
 }
 
@@ -294,7 +320,7 @@ TEST(ClusterUnits, FormatsReadBack) {
 TEST(ClusterYamlErrors, UnknownKey) {
   EXPECT_EQ(errorOf(replace(kExplicit, "  memory: 24GiB", "  memroy: 24GiB")),
             "cluster.yaml:6: unknown key 'memroy' in device (known: preset, type, name, memory, peak_flops, "
-            "memory_bandwidth)");
+            "memory_bandwidth, compute_efficiency, memory_efficiency, op_overhead)");
   EXPECT_EQ(errorOf(std::string(kExplicit) + "gpus: 8\n"),
             "cluster.yaml:12: unknown key 'gpus' at top level (known: nodes, devices_per_node, device, links)");
   EXPECT_EQ(errorOf(replace(kExplicit, "bf16: 120T", "fp64: 15T")),
