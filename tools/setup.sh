@@ -9,7 +9,7 @@ PACKAGES=(
   libboost-graph-dev libyaml-cpp-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   llvm-14-tools libonnx-testdata
-  python3-torch python3-onnx python3-numpy
+  python3-torch python3-torchvision python3-onnx python3-numpy
 )
 
 missing=()

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "executor/runtime/weights.h"
 #include "executor/runtime/memory.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
@@ -90,28 +91,28 @@ private:
 } // namespace
 
 Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
-                                       const std::map<std::string, ir::Tensor> &weights, const ProfileOptions &opts,
-                                       std::ostream &progress_os) {
+                                       const ProfileOptions &opts, std::ostream &progress_os) {
   runtime::installCountingAllocator();
   torch::set_num_threads(opts.threads);
   torch::manual_seed(0);
   std::vector<std::pair<int, int>> ranges;
   for (const auto &u : units) ranges.emplace_back(u.op_begin, u.op_end);
 
+  // Parameters are drawn, not loaded: time and memory do not depend on the
+  // values, and reading a large model's weights again costs more than
+  // measuring it (a weightless model can be profiled too).
   std::map<ir::ValueId, torch::Tensor> params, constants;
   for (ir::ValueId p : g.parameters) {
-    auto it = weights.find(g.values[p].name);
-    torch::Tensor t;
-    if (it != weights.end()) {
-      t = runtime::toTorch(it->second);
-    } else {
-      std::vector<int64_t> dims;
-      for (const ir::Dim &d : g.values[p].shape) dims.push_back(d.offset);
-      t = torch::randn(dims, torch::TensorOptions().dtype(runtime::toScalarType(g.values[p].dtype))) * 0.02;
-    }
-    params[p] = t.set_requires_grad(true);
+    std::vector<int64_t> dims;
+    for (const ir::Dim &d : g.values[p].shape) dims.push_back(d.offset);
+    const torch::ScalarType type = runtime::toScalarType(g.values[p].dtype);
+    torch::Tensor t = torch::isFloatingType(type) ? torch::randn(dims, torch::TensorOptions().dtype(type)) * 0.02
+                                                  : torch::zeros(dims, torch::TensorOptions().dtype(type));
+    params[p] = t.set_requires_grad(t.is_floating_point());
   }
   for (const auto &[id, tensor] : g.constant_data) constants[id] = runtime::toTorch(tensor);
+  // Buffers (BatchNorm statistics) at their initial values (Note [initial weights]).
+  std::map<ir::ValueId, torch::Tensor> buffers = runtime::initialTensors(g, g.buffers, 0);
 
   cost::CostTable table;
   table.source = "measured";
@@ -124,10 +125,10 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   try {
     // One runner for the whole graph captures every value a unit reads.
     schedule::StageProgram whole = schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0);
-    runtime::StageRunner full(g, whole, params, constants);
+    runtime::StageRunner full(g, whole, params, constants, buffers);
     std::vector<runtime::StageRunner> runners;
     for (size_t u = 0; u < units.size(); ++u)
-      runners.emplace_back(g, schedule::buildStageProgram(g, ranges, int(u)), params, constants);
+      runners.emplace_back(g, schedule::buildStageProgram(g, ranges, int(u)), params, constants, buffers);
 
     // Structurally identical units are measured once (the first of them).
     std::vector<size_t> same_as(units.size());

@@ -17,18 +17,16 @@ namespace rannc::profile {
 
 struct ProfileOptions {
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
-  int warmup = 2;
-  int repetitions = 5;
+  int warmup = 1;
+  int repetitions = 3;           ///< timed runs per unit and size; the median is kept
   int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
   std::string optimizer = "adam"; ///< whose step time to measure
 };
 
-/// Measures `units` of `g`. Parameters come from `weights` (by name); a
-/// parameter missing there is initialised randomly (timing does not depend
-/// on the values). Progress goes to `progress`: a bar on a terminal, plain
-/// lines otherwise.
+/// Measures `units` of `g` with seeded random parameters (time and memory do
+/// not depend on the values, so the model's weights are never read).
+/// Progress goes to `progress`: a bar on a terminal, plain lines otherwise.
 Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
-                                       const std::map<std::string, ir::Tensor> &weights,
                                        const ProfileOptions &opts, std::ostream &progress);
 
 } // namespace rannc::profile

@@ -229,6 +229,7 @@ void runDataSet(const onnx::ModelProto &proto, const import::InferenceModel &m, 
   std::vector<torch::Tensor> env(g.values.size());
   std::vector<bool> random(g.values.size(), false);
   for (ir::ValueId id : g.parameters) env[id] = toTorch(m.weights.at(g.values[id].name));
+  for (ir::ValueId id : g.buffers) env[id] = toTorch(m.weights.at(g.values[id].name));
   for (ir::ValueId id : g.constants) env[id] = toTorch(g.constant_data.at(id));
 
   // input_i.pb numbers the graph inputs that are not initializers; very old

@@ -1108,10 +1108,12 @@ Outputs opGlobalMaxPool(const OpCtx &c) { return opGlobalPool(c, true); }
 /// running statistics, per the ONNX formula
 ///   running_mean = input_mean * momentum + batch_mean * (1 - momentum)
 ///   running_var  = input_var  * momentum + batch_var  * (1 - momentum)
-/// with the biased batch variance (PyTorch's own module uses the unbiased one).
-/// They are returned detached. The kernel does not write them anywhere: it is
-/// the executor's job to persist them as buffers between steps (until it does,
-/// every step starts from the statistics stored in the model file).
+/// with the biased batch variance. PyTorch's own module updates running_var
+/// with the unbiased one (times n/(n-1), n = samples x spatial positions), so
+/// after training rannc's running_var is slightly smaller than PyTorch's;
+/// running_mean agrees, and so do training-mode losses, which use the batch
+/// statistics only. They are returned detached; the stage copies them into the
+/// running-statistics buffers after the node runs (Note [buffers] in ir.h).
 /// Opsets 9-13 add saved_mean and saved_var outputs: the batch statistics.
 Outputs opBatchNormalization(const OpCtx &c) {
   const auto &x = c.in(0), &scale = c.in(1), &bias = c.in(2), &mean = c.in(3), &var = c.in(4);

@@ -8,13 +8,17 @@
 namespace rannc::runtime {
 
 StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
-                         std::map<ir::ValueId, torch::Tensor> params, std::map<ir::ValueId, torch::Tensor> constants)
+                         std::map<ir::ValueId, torch::Tensor> params, std::map<ir::ValueId, torch::Tensor> constants,
+                         std::map<ir::ValueId, torch::Tensor> buffers)
     : g_(g), program_(std::move(program)), params_(std::move(params)), constants_(std::move(constants)),
-      loss_(g.loss) {
+      buffers_(std::move(buffers)), loss_(g.loss) {
   for (ir::ValueId p : program_.parameters)
     if (!params_.count(p)) throw std::runtime_error("parameter '" + g.values[p].name + "' was not loaded");
   for (ir::ValueId c : program_.constants)
     if (!constants_.count(c)) throw std::runtime_error("constant '" + g.values[c].name + "' was not loaded");
+  for (ir::ValueId b : program_.buffers)
+    if (!buffers_.count(b)) throw std::runtime_error("buffer '" + g.values[b].name + "' was not loaded");
+  for (const ir::BufferUpdate &u : ir::bufferUpdates(g)) updates_[u.node].push_back(u);
 }
 
 std::vector<torch::Tensor> StageRunner::parameters() const {
@@ -43,6 +47,7 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
       switch (g_.values[in].kind) {
       case ir::ValueKind::Parameter: inputs.push_back(params_.at(in)); break;
       case ir::ValueKind::Constant: inputs.push_back(constants_.at(in)); break;
+      case ir::ValueKind::Buffer: inputs.push_back(buffers_.at(in)); break;
       default: {
         auto it = env.find(in);
         if (it == env.end())
@@ -52,6 +57,16 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
       }
     }
     std::vector<torch::Tensor> outs = runOp(node, inputs, g_.opset);
+    // Note [buffers]: a training-mode BatchNormalization's updated running
+    // statistics become the buffers' contents (the kernel returns them
+    // detached; in inference mode it returns none and nothing changes).
+    if (auto u = updates_.find(n); u != updates_.end())
+      for (const ir::BufferUpdate &bu : u->second)
+        for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
+          if (node.outputs[i] == bu.update && outs[i].defined()) {
+            torch::NoGradGuard no_grad;
+            buffers_.at(bu.buffer).copy_(outs[i]);
+          }
     for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
       if (node.outputs[i] != ir::kNoValue) env[node.outputs[i]] = std::move(outs[i]);
   }

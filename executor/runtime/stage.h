@@ -19,13 +19,17 @@ namespace rannc::runtime {
 class StageRunner {
 public:
   /// `params` must hold every parameter of the program (leaf tensors that
-  /// require grad); `constants` every constant it reads.
+  /// require grad); `constants` every constant it reads; `buffers` every
+  /// buffer (no grad), which forward updates in place (Note [buffers] in ir.h).
   StageRunner(const ir::Graph &g, schedule::StageProgram program, std::map<ir::ValueId, torch::Tensor> params,
-              std::map<ir::ValueId, torch::Tensor> constants);
+              std::map<ir::ValueId, torch::Tensor> constants, std::map<ir::ValueId, torch::Tensor> buffers = {});
 
   const schedule::StageProgram &program() const { return program_; }
   /// The stage's trainable tensors, in value-id order.
   std::vector<torch::Tensor> parameters() const;
+  /// The stage's buffers (BatchNorm running statistics) by value id: not
+  /// trained, updated by every training-mode forward.
+  const std::map<ir::ValueId, torch::Tensor> &buffers() const { return buffers_; }
 
   /// Runs the stage's ops for micro-batch `mb`. `feeds` holds the data inputs
   /// and the received values; received floating-point values become leaves
@@ -52,6 +56,8 @@ private:
   schedule::StageProgram program_;
   std::map<ir::ValueId, torch::Tensor> params_;
   std::map<ir::ValueId, torch::Tensor> constants_;
+  std::map<ir::ValueId, torch::Tensor> buffers_;
+  std::map<ir::NodeId, std::vector<ir::BufferUpdate>> updates_; ///< buffer updates by the node that makes them
   ir::ValueId loss_;
   std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> envs_;
 };

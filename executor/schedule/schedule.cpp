@@ -76,6 +76,18 @@ std::vector<Action> build(Kind kind, int stage, int num_stages, int microbatches
   return kind == Kind::GPipe ? gpipe(stage, num_stages, microbatches) : oneFOneB(stage, num_stages, microbatches);
 }
 
+std::vector<Action> accumulate(const std::vector<Action> &one_batch, int batches, int microbatches) {
+  std::vector<Action> a;
+  for (int j = 0; j < batches; ++j)
+    for (Action x : one_batch) {
+      if (x.kind == ActionKind::AllReduce || x.kind == ActionKind::OptimizerStep) continue;
+      x.microbatch += j * microbatches;
+      a.push_back(x);
+    }
+  finish(a);
+  return a;
+}
+
 int peakMicrobatchesInFlight(const std::vector<Action> &actions) {
   int alive = 0, peak = 0;
   for (const auto &a : actions) {
@@ -138,7 +150,7 @@ StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<i
   StageProgram p;
   p.stage = stage;
   p.nodes.assign(r.nodes[stage].begin(), r.nodes[stage].end());
-  std::set<ir::ValueId> data, params, consts;
+  std::set<ir::ValueId> data, params, consts, buffers;
   for (ir::NodeId n : p.nodes)
     for (ir::ValueId in : g.nodes[n].inputs) {
       if (in == ir::kNoValue) continue;
@@ -146,12 +158,22 @@ StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<i
       case ir::ValueKind::Input: data.insert(in); break;
       case ir::ValueKind::Parameter: params.insert(in); break;
       case ir::ValueKind::Constant: consts.insert(in); break;
+      case ir::ValueKind::Buffer: buffers.insert(in); break;
       case ir::ValueKind::Intermediate: break;
       }
     }
   p.data_inputs.assign(data.begin(), data.end());
   p.parameters.assign(params.begin(), params.end());
   p.constants.assign(consts.begin(), consts.end());
+  p.buffers.assign(buffers.begin(), buffers.end());
+  // Note [shared parameters]: which other stages read this stage's parameters.
+  std::map<ir::ValueId, std::set<int>> readers;
+  for (int t = 0; t < static_cast<int>(ranges.size()); ++t)
+    for (ir::NodeId n : r.nodes[t])
+      for (ir::ValueId in : g.nodes[n].inputs)
+        if (in != ir::kNoValue && params.count(in)) readers[in].insert(t);
+  for (const auto &[v, stages] : readers)
+    if (stages.size() > 1) p.shared_parameters.push_back({v, {stages.begin(), stages.end()}});
   for (auto [s, v] : r.recvs[stage]) p.recvs.push_back({v, s});
   std::set<std::pair<int, ir::ValueId>> sends;
   for (int t = 0; t < static_cast<int>(ranges.size()); ++t)

@@ -46,6 +46,14 @@ std::vector<Action> oneFOneB(int stage, int num_stages, int microbatches);
 
 std::vector<Action> build(Kind kind, int stage, int num_stages, int microbatches);
 
+/// Gradient accumulation: `one_batch` (a schedule of `microbatches`
+/// micro-batches) run `batches` times back to back with a single all-reduce
+/// and optimizer step at the end; micro-batch m of run j is renumbered
+/// j * microbatches + m, so every micro-batch of the optimizer step has its
+/// own id (and message tags). Each run drains before the next starts, so
+/// activation memory is that of one batch.
+std::vector<Action> accumulate(const std::vector<Action> &one_batch, int batches, int microbatches);
+
 /// The largest number of micro-batches whose forward ran and whose backward
 /// has not, over the action list (what the stage's activation memory scales with).
 int peakMicrobatchesInFlight(const std::vector<Action> &actions);
@@ -62,6 +70,10 @@ struct StageProgram {
   std::vector<ir::ValueId> data_inputs;  ///< graph inputs this stage reads
   std::vector<ir::ValueId> parameters;   ///< parameters this stage reads
   std::vector<ir::ValueId> constants;    ///< constants this stage reads
+  std::vector<ir::ValueId> buffers;      ///< buffers this stage reads and updates (Note [buffers] in ir.h)
+  /// The parameters of `parameters` that other stages read too (tied weights,
+  /// Note [shared parameters]), each with every stage that reads it, ascending.
+  std::vector<std::pair<ir::ValueId, std::vector<int>>> shared_parameters;
   std::vector<Transfer> recvs;           ///< sorted by (peer stage, value id)
   std::vector<Transfer> sends;           ///< sorted by (peer stage, value id)
   bool computes_loss = false;
@@ -79,6 +91,15 @@ struct StageProgram {
 /// right when stages have different replica counts (a Shape of a 4-sample
 /// shard must say 4, not the sender's 8), and every received value is then a
 /// floating-point activation whose batch dimension can be sliced.
+///
+/// Note [shared parameters]
+/// One initializer read by ops of several stages (tied input/output
+/// embeddings: a Gather in the first stage, the LM head's MatMul in the last)
+/// is one parameter of the graph, listed in `parameters` of every stage that
+/// reads it; each such stage holds its own copy and computes its own part of
+/// the gradient. `shared_parameters` names them with the stages involved: the
+/// parts must be summed across those stages (as across replicas) before the
+/// optimizer step, so that every copy takes the same update.
 StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage);
 
 /// Samples [begin, end) of a micro-batch held by one replica.

@@ -29,19 +29,43 @@ std::vector<int> unitOfNode(const ir::Graph &g, const std::vector<cost::Unit> &u
   return unit_of;
 }
 
+/// Per unit, the sum of `size(v)` over the distinct values of `kind` its ops read.
+template <typename SizeFn>
+std::vector<int64_t> perUnitSum(const ir::Graph &g, const std::vector<cost::Unit> &units, ir::ValueKind kind,
+                                SizeFn size) {
+  std::vector<int> unit_of = unitOfNode(g, units);
+  std::vector<int64_t> sums(units.size(), 0);
+  std::vector<int> counted_in(g.values.size(), -1); // the last unit that counted the value
+  for (ir::NodeId n = 0; n < ir::NodeId(g.nodes.size()); ++n)
+    for (ir::ValueId in : g.nodes[n].inputs)
+      if (in != ir::kNoValue && g.values[in].kind == kind && counted_in[in] != unit_of[n]) {
+        counted_in[in] = unit_of[n];
+        sums[unit_of[n]] += size(g.values[in]);
+      }
+  return sums;
+}
+
 } // namespace
 
 std::vector<int64_t> unitParameterCounts(const ir::Graph &g, const std::vector<cost::Unit> &units) {
-  std::vector<int> unit_of = unitOfNode(g, units);
-  std::vector<int64_t> counts(units.size(), 0);
+  return perUnitSum(g, units, ir::ValueKind::Parameter, [](const ir::Value &v) { return ir::numelAt(v.shape, 1); });
+}
+
+std::vector<int64_t> unitBufferBytes(const ir::Graph &g, const std::vector<cost::Unit> &units) {
+  return perUnitSum(g, units, ir::ValueKind::Buffer,
+                    [](const ir::Value &v) { return ir::numelAt(v.shape, 1) * ir::dtypeSize(v.dtype); });
+}
+
+int64_t rangeParameterCount(const ir::Graph &g, int op_begin, int op_end) {
   std::vector<bool> seen(g.values.size(), false);
-  for (ir::NodeId n = 0; n < ir::NodeId(g.nodes.size()); ++n)
+  int64_t count = 0;
+  for (int n = std::max(0, op_begin); n < op_end && n < int(g.nodes.size()); ++n)
     for (ir::ValueId in : g.nodes[n].inputs)
       if (in != ir::kNoValue && g.values[in].kind == ir::ValueKind::Parameter && !seen[in]) {
         seen[in] = true;
-        counts[unit_of[n]] += ir::numelAt(g.values[in].shape, 1);
+        count += ir::numelAt(g.values[in].shape, 1);
       }
-  return counts;
+  return count;
 }
 
 Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::CostTable &costs,
@@ -51,6 +75,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   partition::Problem p;
   p.batch_size = opts.batch_size;
   std::vector<int64_t> param_counts = unitParameterCounts(g, units);
+  std::vector<int64_t> buffer_bytes = unitBufferBytes(g, units);
   const int64_t largest = costs.batch_sizes.back();
   for (int u = 0; u < n; ++u) {
     std::vector<double> fwd, bwd;
@@ -62,6 +87,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     blk.fwd = fit(costs.batch_sizes, fwd);
     blk.bwd = fit(costs.batch_sizes, bwd);
     blk.param_bytes = double(param_counts[u]) * 4; // float32 parameters
+    blk.buffer_bytes = double(buffer_bytes[u]);
     const cost::UnitCost &at_largest = costs.costs.back()[u];
     blk.activation_bytes_per_sample = double(at_largest.kept_bytes) / double(largest);
     blk.working_bytes_per_sample = double(at_largest.work_bytes) / double(largest);

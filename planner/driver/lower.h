@@ -20,7 +20,16 @@ namespace rannc::planner {
 Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::CostTable &costs,
                                             const cluster::ClusterSpec &cluster, const PlanOptions &opts);
 
-/// Parameter elements each unit owns (first reader), for optimizer-time estimates.
+/// Parameter elements each unit reads, a parameter counted once in every unit
+/// that reads it: a shared (tied) parameter is held, with its gradient and
+/// optimizer state, by every stage that reads it. (Conservative when one stage
+/// holds several of its readers; rangeParameterCount is exact for a stage.)
 std::vector<int64_t> unitParameterCounts(const ir::Graph &g, const std::vector<cost::Unit> &units);
+
+/// Bytes of the buffers (Note [buffers] in ir.h) each unit reads, counted like parameters.
+std::vector<int64_t> unitBufferBytes(const ir::Graph &g, const std::vector<cost::Unit> &units);
+
+/// Distinct parameter elements the ops [op_begin, op_end) read.
+int64_t rangeParameterCount(const ir::Graph &g, int op_begin, int op_end);
 
 } // namespace rannc::planner

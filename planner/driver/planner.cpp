@@ -109,7 +109,6 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     for (const auto &v : ev.violations) msg += "\n  " + v;
     return Error{msg};
   }
-  const std::vector<int64_t> param_counts = unitParameterCounts(g, costs.units);
 
   proto::Plan plan;
   plan.set_format_version(plan::kFormatVersion);
@@ -130,8 +129,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     for (int j = 0; j < stage.replicas; ++j) st->add_ranks(plan_units.firstRank(s) + j);
     st->set_op_begin(costs.units[stage.block_begin].op_begin);
     st->set_op_end(costs.units[stage.block_end - 1].op_end);
-    int64_t num_params = 0;
-    for (int u = stage.block_begin; u < stage.block_end; ++u) num_params += param_counts[u];
+    const int64_t num_params = rangeParameterCount(g, st->op_begin(), st->op_end());
     fillStageEstimates(c, ev.capacity_bytes, num_params, st->mutable_estimates());
     optimizer = std::max(optimizer, double(num_params) * costs.optimizer_s_per_param);
   }

@@ -172,11 +172,9 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
     m.solution.stages.push_back({unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), false});
   m.evaluation = partition::evaluate(m.problem, m.solution);
 
-  const std::vector<int64_t> unit_params = unitParameterCounts(m.graph, units);
   double slowest_optimizer = 0;
-  for (const auto &st : m.solution.stages) {
-    int64_t params = 0;
-    for (int u = st.block_begin; u < st.block_end; ++u) params += unit_params[u];
+  for (const auto &st : plan.stages()) {
+    const int64_t params = rangeParameterCount(m.graph, st.op_begin(), st.op_end());
     m.stage_params.push_back(params);
     m.stage_optimizer_s.push_back(double(params) * m.costs.optimizer_s_per_param);
     slowest_optimizer = std::max(slowest_optimizer, m.stage_optimizer_s.back());

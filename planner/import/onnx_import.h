@@ -28,7 +28,7 @@ Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string 
 struct InferenceModel {
   ir::Graph graph;                  ///< graph.loss is set to outputs[0] so verify() holds
   std::vector<ir::ValueId> outputs; ///< every graph output, in model order
-  /// Contents of the floating-point initializers (the graph's parameters).
+  /// Contents of the floating-point initializers (the graph's parameters and buffers).
   std::map<std::string, ir::Tensor> weights;
 };
 
@@ -43,9 +43,18 @@ std::optional<ir::DType> dtypeFromOnnx(int32_t onnx_type);
 /// TensorProto -> ir::Tensor (raw_data or the typed fields); `where` prefixes errors.
 Expected<ir::Tensor> tensorFromOnnx(const onnx::TensorProto &p, const std::string &where);
 
-/// Reads the named initializers (parameters and constants) from a model file.
-/// A name that is not an initializer of the model is an error.
+/// An initializer whose contents the model file does not hold (Note [weightless models]).
+struct MissingWeight {
+  std::string name;
+  std::string reason; ///< e.g. "its external data file 'w.bin' does not exist"
+};
+
+/// Reads the named initializers (parameters, buffers, constants) from a model
+/// file, external data included. A name that is not an initializer of the
+/// model is an error; so is one without contents (Note [weightless models]),
+/// unless `missing` is given: then it is listed there and left out of the result.
 Expected<std::map<std::string, ir::Tensor>> loadModelWeights(const std::string &path,
-                                                             const std::vector<std::string> &names);
+                                                             const std::vector<std::string> &names,
+                                                             std::vector<MissingWeight> *missing = nullptr);
 
 } // namespace rannc::import

@@ -82,6 +82,7 @@ std::string_view valueKindName(ValueKind k) {
   case ValueKind::Parameter: return "param";
   case ValueKind::Constant: return "const";
   case ValueKind::Intermediate: return "value";
+  case ValueKind::Buffer: return "buffer";
   }
   return "value";
 }
@@ -182,6 +183,7 @@ void Graph::print(std::ostream &os) const {
   for (ValueId v : inputs) printValueDecl(os, values[v]);
   for (ValueId v : parameters) printValueDecl(os, values[v]);
   for (ValueId v : constants) printValueDecl(os, values[v]);
+  for (ValueId v : buffers) printValueDecl(os, values[v]);
   for (const Node &n : nodes) {
     os << "  ";
     for (size_t i = 0; i < n.outputs.size(); ++i) {
@@ -219,6 +221,22 @@ void Graph::print(std::ostream &os) const {
 
 namespace rannc::ir {
 
+std::vector<BufferUpdate> bufferUpdates(const Graph &g) {
+  std::vector<BufferUpdate> out;
+  for (NodeId n = 0; n < static_cast<NodeId>(g.nodes.size()); ++n) {
+    const Node &node = g.nodes[n];
+    if (node.op_type != "BatchNormalization" || !node.domain.empty()) continue;
+    // Inputs 3 and 4 (running mean, variance) are updated by outputs 1 and 2.
+    for (size_t i = 1; i <= 2; ++i) {
+      if (node.inputs.size() <= i + 2 || node.outputs.size() <= i) break;
+      ValueId buffer = node.inputs[i + 2], update = node.outputs[i];
+      if (buffer != kNoValue && update != kNoValue && g.values[buffer].kind == ValueKind::Buffer)
+        out.push_back({n, buffer, update});
+    }
+  }
+  return out;
+}
+
 std::vector<bool> parameterOnlyNodes(const Graph &g) {
   const auto n = static_cast<NodeId>(g.nodes.size());
   std::vector<bool> param_side(n, false);
@@ -227,7 +245,7 @@ std::vector<bool> parameterOnlyNodes(const Graph &g) {
     for (ValueId in : g.nodes[i].inputs) {
       if (in == kNoValue) continue;
       const Value &v = g.values[in];
-      bool weight = v.kind == ValueKind::Parameter || v.kind == ValueKind::Constant ||
+      bool weight = v.kind == ValueKind::Parameter || v.kind == ValueKind::Constant || v.kind == ValueKind::Buffer ||
                     (v.kind == ValueKind::Intermediate && param_side[v.producer]);
       only_weights = only_weights && weight;
     }

@@ -76,6 +76,7 @@ enum class ValueKind : uint8_t {
   Parameter,    ///< trainable weight, loaded from the model file
   Constant,     ///< non-trainable tensor known before training
   Intermediate, ///< produced by a node
+  Buffer,       ///< non-trained state loaded from the model file, updated by forward (Note [buffers])
 };
 std::string_view valueKindName(ValueKind k);
 
@@ -109,6 +110,7 @@ public:
   std::vector<ValueId> inputs;     ///< batch data, in model order
   std::vector<ValueId> parameters; ///< trainable weights, in model order
   std::vector<ValueId> constants;  ///< initializers that are not trained
+  std::vector<ValueId> buffers;    ///< BatchNorm running statistics, in model order (Note [buffers])
   ValueId loss = kNoValue;         ///< the scalar training loss
   int64_t opset = 0;               ///< default-domain opset version
   std::string name;
@@ -137,8 +139,35 @@ private:
 
 namespace rannc::ir {
 
-/// For each node: true when it reads only parameters, constants and the
-/// outputs of other such nodes (a weight's Transpose, a Constant).
+/// Note [buffers]
+/// A buffer is model state that is loaded from the model file like a weight
+/// but never trained: no gradient, no optimizer state, no all-reduce. Today
+/// the only buffers are BatchNormalization's running mean and variance: the
+/// importer makes a floating-point initializer a buffer when every node that
+/// reads it is a BatchNormalization reading it as input 3 (mean) or 4
+/// (variance); every other floating-point initializer is a parameter. In
+/// training mode BatchNormalization's optional outputs 1 and 2 are the updated
+/// running statistics (ONNX semantics; torch.onnx.export emits them at every
+/// opset: 5 outputs up to opset 13, 3 from opset 14). After each micro-batch's
+/// forward, the stage that ran the node copies them into the buffers
+/// (bufferUpdates lists the pairs), so the statistics persist across
+/// micro-batches and steps as in PyTorch. Replicas of a stage each update
+/// their own copy from their own samples (as DDP with broadcast_buffers=False).
+/// The planner counts buffers as buffer memory, not as parameters.
+
+/// One running statistic written back after forward: `update` (an output of
+/// `node`) becomes the new contents of `buffer` (an input of it).
+struct BufferUpdate {
+  NodeId node;
+  ValueId buffer;
+  ValueId update;
+};
+
+/// Every buffer update of the graph, in node order (Note [buffers]).
+std::vector<BufferUpdate> bufferUpdates(const Graph &g);
+
+/// For each node: true when it reads only parameters, buffers, constants and
+/// the outputs of other such nodes (a weight's Transpose, a Constant).
 std::vector<bool> parameterOnlyNodes(const Graph &g);
 
 /// Reorders nodes (keeping a topological order) so that every op computed

@@ -100,7 +100,7 @@ public:
     per_microbatch_ = (p.batch_size + M_ - 1) / M_;
     for (int r : R_) samples_.push_back(static_cast<double>(replicaSamples(p.batch_size, M_, r)));
 
-    f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = act_ = f0_;
+    f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = act_ = f0_;
     for (int i = 0; i < n_; ++i) {
       const Block &b = p.blocks[i];
       f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
@@ -108,6 +108,7 @@ public:
       g0_[i + 1] = g0_[i] + b.bwd.fixed_s;
       g1_[i + 1] = g1_[i] + b.bwd.per_sample_s;
       params_[i + 1] = params_[i] + b.param_bytes;
+      bufs_[i + 1] = bufs_[i] + b.buffer_bytes;
       act_[i + 1] = act_[i] + b.activation_bytes_per_sample;
     }
     // Sparse table for the largest working bytes of any block range.
@@ -288,7 +289,7 @@ private:
   /// (false for every longer range too).
   bool paramsFit(int a, int e) const {
     const double params = params_[e] - params_[a];
-    return params + params + p_.optimizer_bytes_per_param_byte * params <= cap_;
+    return params + params + p_.optimizer_bytes_per_param_byte * params + (bufs_[e] - bufs_[a]) <= cap_;
   }
 
   /// 0: blocks [a, e) on R_[ri] replicas fit with `inflight` micro-batches in
@@ -299,7 +300,7 @@ private:
     const double cut_in = p_.cut_bytes_per_sample[a], cut_out = p_.cut_bytes_per_sample[e];
     const double act = act_[e] - act_[a], b = samples_[ri], k = inflight;
     const double fixed_mem = params + params + p_.optimizer_bytes_per_param_byte * params;
-    const double working = b * maxWork(a, e), buffers = 2 * b * (cut_in + cut_out);
+    const double working = b * maxWork(a, e), buffers = (bufs_[e] - bufs_[a]) + 2 * b * (cut_in + cut_out);
     if (fixed_mem + k * b * (cut_in + act) + working + buffers <= cap_) return 0;
     if (p_.allow_recompute && fixed_mem + (k * b * cut_in + b * act) + working + buffers <= cap_) return 1;
     return -1;
@@ -399,7 +400,7 @@ private:
   const std::vector<int> *per_stage_ = nullptr;
   int64_t per_microbatch_ = 0;
   std::vector<double> samples_;
-  std::vector<double> f0_, f1_, g0_, g1_, params_, act_;
+  std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_, act_;
   std::vector<std::vector<double>> work_; // work_[j][i] = max over blocks [i, i + 2^j)
   int64_t num_states_ = 0;
   std::vector<double> lb_a_, lb_psi_, lb_c_[2];

@@ -46,8 +46,9 @@ namespace rannc::partition {
 //   activations = k b (cut[a] + sum act)       without recomputation
 //               = k b cut[a] + b sum act       with (stage inputs only, plus one
 //                                               micro-batch rebuilt in backward);
-//   working = b max work_i; buffers = 2 b (cut[a] + cut[e]) (one micro-batch's
-//   activations and gradients staged on both cuts).
+//   working = b max work_i; buffers = sum buf_i + 2 b (cut[a] + cut[e]) (the
+//   model buffers, Note [buffers] in ir.h, then one micro-batch's activations
+//   and gradients staged on both cuts).
 //   Feasible when the total <= memory * (1 - margin).
 
 namespace {
@@ -73,12 +74,13 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.samples = replicaSamples(p.batch_size, microbatches, stage.replicas);
   const double b = static_cast<double>(c.samples);
 
-  double act = 0, work = 0;
+  double act = 0, work = 0, model_buffers = 0;
   for (int i = stage.block_begin; i < stage.block_end; ++i) {
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b);
     c.bwd_s += blk.bwd.at(b);
     c.param_bytes += blk.param_bytes;
+    model_buffers += blk.buffer_bytes;
     act += blk.activation_bytes_per_sample;
     work = std::max(work, blk.working_bytes_per_sample);
   }
@@ -111,7 +113,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.memory.optimizer = p.optimizer_bytes_per_param_byte * c.param_bytes;
   c.memory.activations = stage.recompute ? k * b * cut_in + b * act : k * b * (cut_in + act);
   c.memory.working = b * work;
-  c.memory.buffers = 2 * b * (cut_in + cut_out);
+  c.memory.buffers = model_buffers + 2 * b * (cut_in + cut_out);
   return c;
 }
 

@@ -19,7 +19,7 @@ struct StageMemory {
   double optimizer = 0;
   double activations = 0; ///< kept for the micro-batches in flight
   double working = 0;     ///< transient, one op of one micro-batch
-  double buffers = 0;     ///< send/receive staging of one micro-batch
+  double buffers = 0;     ///< model buffers + send/receive staging of one micro-batch
 
   double total() const { return params + grads + optimizer + activations + working + buffers; }
 };

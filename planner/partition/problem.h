@@ -32,6 +32,7 @@ struct Block {
   Affine fwd;                              ///< forward time
   Affine bwd;                              ///< backward time, without recomputation
   double param_bytes = 0;                  ///< trainable parameters the block owns
+  double buffer_bytes = 0;                 ///< model buffers (BatchNorm statistics): no gradient, no optimizer state
   double activation_bytes_per_sample = 0;  ///< block outputs kept from forward until backward
   double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs
 };

@@ -101,6 +101,7 @@ proto::Graph graphToProto(const ir::Graph &g) {
   for (ir::ValueId v : g.inputs) addDecl(v);
   for (ir::ValueId v : g.parameters) addDecl(v);
   for (ir::ValueId v : g.constants) addDecl(v);
+  for (ir::ValueId v : g.buffers) addDecl(v);
   for (const ir::Node &n : g.nodes) {
     proto::Op *op = p.add_ops();
     op->set_name(n.name);
@@ -163,11 +164,13 @@ Expected<ir::Graph> graphFromProto(const proto::Graph &p) {
     if (pv.kind() == "input") v.kind = ir::ValueKind::Input;
     else if (pv.kind() == "param") v.kind = ir::ValueKind::Parameter;
     else if (pv.kind() == "const") v.kind = ir::ValueKind::Constant;
-    else return Error{where + ": kind must be input, param or const (got '" + pv.kind() + "')"};
+    else if (pv.kind() == "buffer") v.kind = ir::ValueKind::Buffer;
+    else return Error{where + ": kind must be input, param, const or buffer (got '" + pv.kind() + "')"};
     ir::ValueKind kind = v.kind;
     ir::ValueId id = g.addValue(std::move(v));
     if (kind == ir::ValueKind::Input) g.inputs.push_back(id);
     if (kind == ir::ValueKind::Parameter) g.parameters.push_back(id);
+    if (kind == ir::ValueKind::Buffer) g.buffers.push_back(id);
     if (kind == ir::ValueKind::Constant) {
       g.constants.push_back(id);
       if (!pv.has_data()) return Error{where + ": constant without data"};
@@ -244,6 +247,9 @@ proto::Cluster clusterToProto(const cluster::ClusterSpec &c) {
   d->set_memory_bytes(c.device.memory_bytes);
   d->set_peak_flops(c.device.peak_flops);
   d->set_memory_bandwidth(c.device.memory_bandwidth);
+  d->set_compute_efficiency(c.device.compute_efficiency);
+  d->set_memory_efficiency(c.device.memory_efficiency);
+  d->set_op_overhead_s(c.device.op_overhead_s);
   p.mutable_intra_node()->set_bandwidth(c.intra_node.bandwidth);
   p.mutable_intra_node()->set_latency_s(c.intra_node.latency_s);
   p.mutable_inter_node()->set_bandwidth(c.inter_node.bandwidth);
@@ -257,6 +263,9 @@ cluster::ClusterSpec clusterFromProto(const proto::Cluster &p) {
   c.devices_per_node = p.devices_per_node();
   c.device = {p.device().type(), p.device().name(), p.device().memory_bytes(), p.device().peak_flops(),
               p.device().memory_bandwidth()};
+  if (p.device().compute_efficiency() > 0) c.device.compute_efficiency = p.device().compute_efficiency();
+  if (p.device().memory_efficiency() > 0) c.device.memory_efficiency = p.device().memory_efficiency();
+  if (p.device().has_op_overhead_s()) c.device.op_overhead_s = p.device().op_overhead_s();
   c.intra_node = {p.intra_node().bandwidth(), p.intra_node().latency_s()};
   c.inter_node = {p.inter_node().bandwidth(), p.inter_node().latency_s()};
   return c;

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -51,9 +52,9 @@ TEST(OneFOneB, KeepsAtMostTheRemainingDepthInFlight) {
 /// Plays every stage's action list against the others with blocking receives
 /// (sends never block) and checks that all of them run to the end: no
 /// deadlock, and every micro-batch's forward precedes its backward.
-bool runsToCompletion(Kind kind, int stages, int mb) {
+bool runsToCompletion(Kind kind, int stages, int mb, int batches = 1) {
   std::vector<std::vector<Action>> lists;
-  for (int s = 0; s < stages; ++s) lists.push_back(build(kind, s, stages, mb));
+  for (int s = 0; s < stages; ++s) lists.push_back(accumulate(build(kind, s, stages, mb), batches, mb));
   std::vector<size_t> pc(stages, 0);
   std::set<std::pair<int, int>> acts, grads; // (stage that may receive, micro-batch)
   bool progress = true;
@@ -80,6 +81,26 @@ TEST(Schedules, NeverDeadlock) {
   for (Kind kind : {Kind::GPipe, Kind::OneFOneB})
     for (int stages = 1; stages <= 5; ++stages)
       for (int mb = 1; mb <= 6; ++mb) EXPECT_TRUE(runsToCompletion(kind, stages, mb)) << stages << " " << mb;
+}
+
+TEST(Accumulate, RunsTheBatchesBackToBackWithOneOptimizerStep) {
+  // Two batches of 2 micro-batches on the last of 2 stages: batch 1's
+  // micro-batches become 2 and 3; one all-reduce and step at the very end.
+  EXPECT_EQ(str(accumulate(oneFOneB(1, 2, 2), 2, 2)),
+            "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) backward(1) send-grad(1) "
+            "recv-act(2) forward(2) backward(2) send-grad(2) recv-act(3) forward(3) backward(3) send-grad(3) "
+            "all-reduce optimizer-step\n");
+  EXPECT_EQ(str(accumulate(gpipe(0, 1, 1), 1, 1)), str(gpipe(0, 1, 1)));
+  for (Kind kind : {Kind::GPipe, Kind::OneFOneB})
+    for (int stages = 1; stages <= 4; ++stages)
+      for (int mb = 1; mb <= 4; ++mb)
+        for (int batches = 1; batches <= 3; ++batches) {
+          EXPECT_TRUE(runsToCompletion(kind, stages, mb, batches)) << stages << " " << mb << " " << batches;
+          // Each batch drains before the next: memory stays that of one batch.
+          for (int s = 0; s < stages; ++s)
+            EXPECT_EQ(peakMicrobatchesInFlight(accumulate(build(kind, s, stages, mb), batches, mb)),
+                      peakMicrobatchesInFlight(build(kind, s, stages, mb)));
+        }
 }
 
 TEST(Samples, SplitAndIntersect) {
@@ -126,6 +147,33 @@ TEST(StageProgram, EverySendHasAMatchingReceive) {
   EXPECT_FALSE(sent.empty());
   EXPECT_EQ(computed.size(), g->nodes.size());
   EXPECT_EQ(loss_stages, 1);
+}
+
+TEST(StageProgram, TiedParameterIsListedByEveryStageThatReadsIt) {
+  // Note [shared parameters]: the GPT with tied embeddings split right before
+  // the LM head's weight Transpose: both stages read tok_emb.weight.
+  const char *dir = std::getenv("RANNC_TEST_MODELS");
+  auto g = import::importModel(std::string(dir ? dir : "models") + "/gpt_tied/model.onnx");
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  ir::sinkParameterOps(*g);
+  const ir::ValueId emb = g->findValue("tok_emb.weight");
+  const auto users = g->users();
+  ASSERT_EQ(users[emb].size(), 2u);
+  const int n = int(g->nodes.size()), cut = users[emb][1];
+  const std::vector<std::pair<int, int>> ranges{{0, cut}, {cut, n}};
+  for (int s = 0; s < 2; ++s) {
+    StageProgram p = buildStageProgram(*g, ranges, s);
+    EXPECT_EQ(std::count(p.parameters.begin(), p.parameters.end(), emb), 1) << "stage " << s;
+    ASSERT_EQ(p.shared_parameters.size(), 1u) << "stage " << s;
+    EXPECT_EQ(p.shared_parameters[0].first, emb);
+    EXPECT_EQ(p.shared_parameters[0].second, (std::vector<int>{0, 1}));
+  }
+  // Three stages: the middle one does not read it, the outer two share it.
+  const std::vector<std::pair<int, int>> three{{0, cut / 2}, {cut / 2, cut}, {cut, n}};
+  EXPECT_TRUE(buildStageProgram(*g, three, 1).shared_parameters.empty());
+  EXPECT_EQ(buildStageProgram(*g, three, 2).shared_parameters[0].second, (std::vector<int>{0, 2}));
+  // One stage: nothing is shared.
+  EXPECT_TRUE(buildStageProgram(*g, {{0, n}}, 0).shared_parameters.empty());
 }
 
 } // namespace

@@ -2,7 +2,10 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -101,6 +104,112 @@ TEST(OnnxImport, LoadsOnlyTheNamedWeights) {
   auto missing = loadModelWeights(modelPath("gpt"), {"no.such.weight"});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().message.find("no.such.weight"), std::string::npos);
+}
+
+TEST(OnnxImport, BatchNormRunningStatisticsAreBuffers) {
+  // torchvision's ResNet-18: 20 BatchNormalization nodes, each reading a
+  // running mean and variance (Note [buffers]); everything else is trained.
+  auto g = importModel(modelPath("resnet18"));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ(g->buffers.size(), 40u);
+  EXPECT_EQ(g->parameters.size(), 62u);
+  for (ir::ValueId b : g->buffers) {
+    const std::string &name = g->values[b].name;
+    EXPECT_EQ(g->values[b].kind, ir::ValueKind::Buffer);
+    EXPECT_TRUE(name.find("running_mean") != std::string::npos || name.find("running_var") != std::string::npos)
+        << name;
+  }
+  for (ir::ValueId p : g->parameters) EXPECT_EQ(g->values[p].name.find("running_"), std::string::npos);
+  EXPECT_EQ(value(*g, "net.bn1.running_var").kind, ir::ValueKind::Buffer);
+  EXPECT_EQ(value(*g, "net.bn1.weight").kind, ir::ValueKind::Parameter);
+  // Every buffer is updated by exactly one training-mode BatchNormalization.
+  auto updates = ir::bufferUpdates(*g);
+  EXPECT_EQ(updates.size(), 40u);
+  for (const auto &u : updates) EXPECT_EQ(g->nodes[u.node].op_type, "BatchNormalization");
+  std::ostringstream os;
+  g->print(os);
+  EXPECT_NE(os.str().find("buffer %net.bn1.running_mean : f32[64]"), std::string::npos);
+}
+
+TEST(OnnxImport, TiedEmbeddingIsOneParameterReadInTwoPlaces) {
+  // GPT with --tie-embeddings: torch.onnx.export writes one initializer, read
+  // by the token Gather and (through a Transpose) by the LM head's MatMul.
+  auto tied = importModel(modelPath("gpt_tied"));
+  auto untied = importModel(modelPath("gpt"));
+  ASSERT_TRUE(tied.ok()) << tied.error().message;
+  ASSERT_TRUE(untied.ok()) << untied.error().message;
+  EXPECT_EQ(tied->parameters.size() + 1, untied->parameters.size()) << "lm_head.weight is gone";
+  EXPECT_EQ(tied->findValue("lm_head.weight"), ir::kNoValue);
+  ir::sinkParameterOps(*tied);
+  const ir::ValueId emb = tied->findValue("tok_emb.weight");
+  ASSERT_NE(emb, ir::kNoValue);
+  EXPECT_EQ(tied->values[emb].kind, ir::ValueKind::Parameter);
+  const auto users = tied->users();
+  ASSERT_EQ(users[emb].size(), 2u);
+  const ir::Node &gather = tied->nodes[users[emb][0]], &transpose = tied->nodes[users[emb][1]];
+  EXPECT_EQ(gather.op_type, "Gather");
+  EXPECT_EQ(transpose.op_type, "Transpose");
+  ASSERT_EQ(users[transpose.outputs[0]].size(), 1u);
+  const ir::NodeId matmul = users[transpose.outputs[0]][0];
+  EXPECT_EQ(tied->nodes[matmul].op_type, "MatMul");
+  // The Gather opens the graph, the Transpose sits right before the LM head
+  // at its end: any stage boundary among the many nodes between them splits
+  // the two readers into different stages.
+  const int n = int(tied->nodes.size());
+  EXPECT_LT(users[emb][0], n / 10);
+  EXPECT_EQ(users[emb][1] + 1, matmul);
+  EXPECT_GT(matmul, n - 10);
+}
+
+/// `model` with every floating-point initializer's contents removed: dims only
+/// when `external` is empty, else pointing to that (absent) external file.
+std::string weightless(const std::string &model, const std::string &external) {
+  auto bytes = readFile(model);
+  EXPECT_TRUE(bytes.ok());
+  onnx::ModelProto m;
+  EXPECT_TRUE(m.ParseFromString(*bytes));
+  for (auto &t : *m.mutable_graph()->mutable_initializer()) {
+    if (t.data_type() != onnx::TensorProto::FLOAT) continue;
+    t.clear_raw_data();
+    t.clear_float_data();
+    if (external.empty()) continue;
+    t.set_data_location(onnx::TensorProto::EXTERNAL);
+    auto *kv = t.add_external_data();
+    kv->set_key("location");
+    kv->set_value(external);
+  }
+  return m.SerializeAsString();
+}
+
+TEST(OnnxImport, WeightlessModelsImportFromShapesAlone) {
+  auto full = importModel(modelPath("gpt"));
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  const std::string dir = (std::filesystem::temp_directory_path() / ("rannc_import_test_" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::create_directories(dir);
+  for (const std::string external : {"", "absent.weights"}) {
+    const std::string path = dir + "/model.onnx";
+    ASSERT_TRUE(writeFileAtomic(path, weightless(modelPath("gpt"), external)).ok());
+    auto g = importModel(path);
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    std::ostringstream a, b;
+    g->print(a);
+    full->print(b);
+    EXPECT_EQ(a.str(), b.str()) << "the same graph, weights or not";
+    // The weights themselves are missing, with the reason.
+    auto w = loadModelWeights(path, {"ln_f.bias"});
+    ASSERT_FALSE(w.ok());
+    const std::string why = external.empty() ? "it has dims but no data"
+                                              : "its external data file 'absent.weights' does not exist";
+    EXPECT_EQ(w.error().message, path + ": initializer 'ln_f.bias' has no weight data (" + why + ")");
+    std::vector<MissingWeight> missing;
+    auto some = loadModelWeights(path, {"ln_f.bias", "tok_emb.weight"}, &missing);
+    ASSERT_TRUE(some.ok()) << some.error().message;
+    EXPECT_TRUE(some->empty());
+    ASSERT_EQ(missing.size(), 2u);
+    EXPECT_EQ(missing[0].reason, why);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(OnnxImport, TorchScriptIsRefusedClearly) {

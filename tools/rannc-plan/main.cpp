@@ -8,24 +8,20 @@
 #include "planner/cluster/cluster.h"
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
-#include "planner/import/onnx_import.h"
 
 namespace {
 
-/// The LibTorch profiler as the driver's measured cost source: real weights
-/// from the model file, this tool's thread count and optimizer.
-rannc::planner::MeasureFn measurer(const std::string &model, int threads, const std::string &optimizer) {
+/// The LibTorch profiler as the driver's measured cost source, with this
+/// tool's thread count, optimizer and repetitions.
+rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions = 3) {
   return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units,
              const std::vector<int64_t> &sizes) -> rannc::Expected<rannc::cost::CostTable> {
-    std::vector<std::string> names;
-    for (rannc::ir::ValueId p : g.parameters) names.push_back(g.values[p].name);
-    auto weights = rannc::import::loadModelWeights(model, names);
-    if (!weights) return weights.error();
     rannc::profile::ProfileOptions po;
     po.batch_sizes = sizes;
     po.threads = threads;
     po.optimizer = optimizer;
-    return rannc::profile::measureUnits(g, units, *weights, po, std::cerr);
+    po.repetitions = repetitions;
+    return rannc::profile::measureUnits(g, units, po, std::cerr);
   };
 }
 
@@ -85,7 +81,7 @@ int planCommand(int argc, char **argv) {
   }
   if (cluster->count() && (gpus->count() || type->count()))
     return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
-  o.measure = measurer(o.model, o.threads, o.optimizer);
+  o.measure = measurer(o.threads, o.optimizer);
   if (!memory.empty()) {
     auto bytes = rannc::cluster::parseByteSize(memory);
     if (!bytes) return fail("--device-memory: " + bytes.error().message);
@@ -125,6 +121,10 @@ int profileCommand(int argc, char **argv) {
   app.add_option("--optimizer", optimizer, "optimizer whose step time to measure: sgd or adam")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
+  int repetitions = 3;
+  app.add_option("--repetitions", repetitions, "timed runs per unit and size after one warm-up; the median is kept")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -132,7 +132,7 @@ int profileCommand(int argc, char **argv) {
   }
   for (int64_t b : o.batch_sizes)
     if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
-  return finish(rannc::planner::runProfile(o, measurer(o.model, o.threads, optimizer), std::cerr));
+  return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions), std::cerr));
 }
 
 int importCommand(int argc, char **argv) {

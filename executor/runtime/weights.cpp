@@ -1,0 +1,107 @@
+#include "executor/runtime/weights.h"
+
+#include "planner/import/onnx_import.h"
+
+#include <stdexcept>
+#include <string_view>
+
+#include "executor/runtime/ops.h"
+
+namespace rannc::runtime {
+namespace {
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+bool isNormalization(const ir::Node &n) {
+  return n.domain.empty() && (n.op_type == "BatchNormalization" || n.op_type == "LayerNormalization" ||
+                              n.op_type == "InstanceNormalization");
+}
+
+} // namespace
+
+std::map<ir::ValueId, torch::Tensor> initialTensors(const ir::Graph &g, const std::vector<ir::ValueId> &values,
+                                                    uint64_t seed) {
+  const auto users = g.users();
+  std::map<ir::ValueId, torch::Tensor> out;
+  for (ir::ValueId v : values) {
+    const ir::Value &val = g.values[v];
+    if (!ir::isFloating(val.dtype) || !val.shape_known)
+      throw std::runtime_error("cannot initialize '" + val.name + "': not a floating-point tensor of known shape");
+    std::vector<int64_t> dims;
+    for (const ir::Dim &d : val.shape) {
+      if (!d.isFixed())
+        throw std::runtime_error("cannot initialize '" + val.name + "': shape " + ir::shapeString(val.shape) +
+                                 " is not fixed");
+      dims.push_back(d.offset);
+    }
+    // The role the first normalization reading it gives it (Note [initial weights]).
+    int fill = -1; // -1: random (or 0 for rank <= 1); 0 or 1: constant
+    for (ir::NodeId n : users[v]) {
+      const ir::Node &node = g.nodes[n];
+      if (!isNormalization(node)) continue;
+      for (size_t i = 1; i < node.inputs.size() && fill < 0; ++i)
+        if (node.inputs[i] == v) fill = (i == 1 || i == 4) ? 1 : 0;
+      break;
+    }
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+    torch::Tensor t;
+    if (fill >= 0) {
+      t = torch::full(dims, double(fill), f32);
+    } else if (dims.size() <= 1) {
+      t = torch::zeros(dims, f32);
+    } else {
+      auto gen = at::detail::createCPUGenerator(splitmix64(seed ^ fnv1a(val.name)));
+      t = torch::randn(dims, gen, f32) * 0.02;
+    }
+    out[v] = t.to(toScalarType(val.dtype));
+  }
+  return out;
+}
+
+Expected<StageWeights> loadStageWeights(const ir::Graph &g, const schedule::StageProgram &program,
+                                        const std::string &model, std::optional<uint64_t> init_seed) {
+  std::vector<ir::ValueId> wanted = program.parameters;
+  wanted.insert(wanted.end(), program.buffers.begin(), program.buffers.end());
+  std::vector<std::string> names;
+  for (ir::ValueId v : wanted) names.push_back(g.values[v].name);
+  std::vector<import::MissingWeight> missing;
+  auto loaded = import::loadModelWeights(model, names, &missing);
+  if (!loaded) return loaded.error();
+  if (!missing.empty() && !init_seed)
+    return Error{model + ": the model file holds no weights for " + std::to_string(missing.size()) +
+                 " of this stage's " + std::to_string(names.size()) + " parameters and buffers (e.g. '" +
+                 missing.front().name + "': " + missing.front().reason +
+                 "); pass --init-weights SEED to train from deterministic initial weights"};
+  std::vector<ir::ValueId> absent;
+  for (const auto &m : missing) absent.push_back(g.findValue(m.name));
+  std::map<ir::ValueId, torch::Tensor> made;
+  try {
+    made = initialTensors(g, absent, init_seed.value_or(0));
+  } catch (const std::exception &e) {
+    return Error{model + ": " + e.what()};
+  }
+  StageWeights w;
+  auto get = [&](ir::ValueId v) {
+    auto it = loaded->find(g.values[v].name);
+    return it != loaded->end() ? toTorch(it->second) : made.at(v);
+  };
+  for (ir::ValueId p : program.parameters) w.params[p] = get(p).set_requires_grad(true);
+  for (ir::ValueId b : program.buffers) w.buffers[b] = get(b);
+  return w;
+}
+
+} // namespace rannc::runtime
