@@ -2,16 +2,25 @@
 """Export a test model to ONNX, write its training data and PyTorch reference losses.
 
 Usage:
-  /usr/bin/python3 models/make_model.py --model {mlp,bert,gpt} --out DIR
+  /usr/bin/python3 models/make_model.py --model {mlp,bert,gpt,resnet18,mobilenet_v3_small,vit_tiny} --out DIR
       [--batch-size 8] [--samples 64] [--steps 10] [--lr-sgd 0.1]
       [--lr-adam 0.001] [--opset 17] [--seed 0]
       [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt)
+      [--tie-embeddings]                                        (gpt)
+      [--image-size S]                                          (torchvision models)
 
 Writes:
   DIR/model.onnx             graph whose single output "loss" is the scalar loss
   DIR/data/<input>.npy       one array per graph input, first dim = samples
   DIR/reference_sgd.json     losses of plain PyTorch training with SGD
   DIR/reference_adam.json    ... and with Adam
+  DIR/reference_{sgd,adam}_params.npz  PyTorch's parameters after those steps
+  DIR/reference_{sgd,adam}_buffers.npz BatchNorm running statistics after them, as
+                             ONNX updates them (models with BatchNorm only)
+  DIR/reference_<variant>.json  ... with each optimizer variant in VARIANTS
+                             (momentum, AdamW, schedules, clipping,
+                             accumulation): losses, gradient norms, learning
+                             rates, and the rannc-exec flags that ask for it
 
 Reference step k uses samples (k*B + i) % N, i in [0, B), i.e. rannc-exec's
 `--shuffle off` order, so rannc's logged losses can be compared one to one.
@@ -21,6 +30,7 @@ Must run with Debian's /usr/bin/python3 (torch 1.13, onnx 1.12).
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 
@@ -28,6 +38,7 @@ try:
     import numpy as np
     import onnx
     import torch
+    from onnx import numpy_helper
 except ImportError as e:  # the usual cause: a python3 without Debian's torch
     sys.exit(f"make_model.py: error: {e}; run it with /usr/bin/python3")
 
@@ -47,6 +58,13 @@ def make_data(name, model, n, seed):
         # Labels from a fixed random linear "teacher": a linearly separable task.
         teacher = rng.standard_normal((model.in_features, model.num_classes))
         y = np.argmax(x @ teacher, axis=1).astype(np.int64)
+        return {"x": x, "y": y}
+    if name in zoo.VISION_MODELS:
+        s = model.image_size
+        x = rng.standard_normal((n, model.in_channels, s, s)).astype(np.float32)
+        # A random linear teacher over the pixels, as for the MLP.
+        teacher = rng.standard_normal((model.in_channels * s * s, model.num_classes))
+        y = np.argmax(x.reshape(n, -1) @ teacher, axis=1).astype(np.int64)
         return {"x": x, "y": y}
 
     vocab, seq = model.vocab, model.seq_len
@@ -82,6 +100,9 @@ def batch(data, names, k, bsz):
 
 def export(model, example, names, path, opset):
     tmp = path + ".tmp"
+    # Exporting in training mode runs a forward, which moves BatchNorm running
+    # statistics; the file must hold the ones training starts from.
+    buffers = {nm: b.detach().clone() for nm, b in model.named_buffers()}
     torch.onnx.export(
         model, tuple(example), tmp,
         export_params=True,
@@ -95,20 +116,57 @@ def export(model, example, names, path, opset):
     m = onnx.load(tmp)
     onnx.checker.check_model(m)
     inits = [i.name for i in m.graph.initializer]
+    # Parameters (tied ones once) and BatchNorm running statistics, which
+    # rannc imports as buffers; num_batches_tracked is not part of the graph.
     params = [nm for nm, _ in model.named_parameters()]
+    params += [nm for nm, _ in model.named_buffers() if not nm.endswith("num_batches_tracked")]
     if sorted(inits) != sorted(params):
         raise RuntimeError(
-            f"initializers {sorted(set(inits) ^ set(params))} differ from the parameters")
+            f"initializers {sorted(set(inits) ^ set(params))} differ from the parameters and buffers")
     if len(m.graph.output) != 1:
         raise RuntimeError(f"expected 1 graph output, got {len(m.graph.output)}")
+    if any(i.name in buffers for i in m.graph.initializer):
+        for i in m.graph.initializer:
+            if i.name in buffers:
+                i.CopyFrom(numpy_helper.from_array(buffers[i.name].numpy(), i.name))
+        onnx.save(m, tmp)
     os.replace(tmp, path)  # never leave a half-written model.onnx behind
 
 
 # --------------------------------------------------------------------------- reference
 
-def train_reference(model, data, names, steps, bsz, make_opt):
+def track_onnx_running_stats(model):
+    """BatchNorm running statistics as ONNX (and rannc) update them, keyed by
+    initializer name: the mean is PyTorch's own, but ONNX updates the variance
+    with the biased batch variance where PyTorch uses the unbiased one (Note
+    [BatchNormalization in training] in executor/runtime/ops.cpp), so the
+    variance is followed here by a hook on every BatchNorm's input."""
+    stats = {}
+
+    def hook(prefix, bn):
+        stats[prefix + "running_var"] = bn.running_var.detach().clone()
+        stats[prefix + "running_mean"] = bn.running_mean  # PyTorch updates it in place
+
+        def update(_, inputs, __):
+            x = inputs[0].detach()
+            var = x.var([d for d in range(x.dim()) if d != 1], unbiased=False)
+            m = 1.0 - bn.momentum  # ONNX's momentum is the kept fraction
+            stats[prefix + "running_var"] = stats[prefix + "running_var"] * m + var * (1.0 - m)
+        bn.register_forward_hook(update)
+
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm) and mod.track_running_stats:
+            hook(name + ".", mod)
+    return stats
+
+
+def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, buffers_out=None):
+    """Losses of `steps` steps; with params_out, also writes the trained
+    parameters there (.npz keyed by parameter = ONNX initializer name); with
+    buffers_out, the BatchNorm running statistics (track_onnx_running_stats)."""
     model = copy.deepcopy(model)  # every optimizer starts from the exported weights
     model.train()
+    stats = track_onnx_running_stats(model) if buffers_out else {}
     opt = make_opt(model.parameters())
     losses = []
     for k in range(steps):
@@ -117,7 +175,116 @@ def train_reference(model, data, names, steps, bsz, make_opt):
         losses.append(float(loss.item()))  # loss of the forward before the update
         loss.backward()
         opt.step()
+    if params_out:
+        tmp = params_out + ".tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, **{nm: p.detach().numpy() for nm, p in model.named_parameters()})
+        os.replace(tmp, params_out)
+    if buffers_out and stats:
+        tmp = buffers_out + ".tmp"
+        with open(tmp, "wb") as f:
+            np.savez(f, **{nm: t.detach().numpy() for nm, t in stats.items()})
+        os.replace(tmp, buffers_out)
     return losses
+
+
+# Optimizer variants: PyTorch trains each here (torch.optim, LambdaLR,
+# clip_grad_norm_, accumulation by loss / K) and the tests run rannc-exec with
+# exec_args(variant), so flags and reference come from this one description.
+# Keys are rannc-exec's flag names with '_' for '-'.
+VARIANTS = {
+    "sgd_nesterov": dict(optimizer="sgd", lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.01),
+    "adamw": dict(optimizer="adamw", lr=0.002, betas=(0.85, 0.95), eps=1e-6, weight_decay=0.1),
+    "adam_cosine": dict(optimizer="adam", lr=0.003, lr_schedule="cosine", warmup_steps=3, min_lr=0.0003),
+    # Unclipped norms of bert and gpt are 0.75-1.1: every step clips.
+    "sgd_clip": dict(optimizer="sgd", lr=0.1, momentum=0.9, clip_grad_norm=0.5),
+    # 2 batches per step, 3 epochs: ceil(3 * samples / (2 * B)) steps.
+    "sgd_accum2": dict(optimizer="sgd", lr=0.1, momentum=0.5, accumulation_steps=2, epochs=3,
+                       lr_schedule="linear", warmup_steps=2),
+}
+
+
+def variant_steps(v, steps, samples, bsz):
+    """Optimizer steps of a variant: --epochs E means ceil(E * N / (B * K))."""
+    if "epochs" in v:
+        per_step = bsz * v.get("accumulation_steps", 1)
+        return -(-v["epochs"] * samples // per_step)
+    return steps
+
+
+def exec_args(v, steps):
+    """The rannc-exec flags that train variant v."""
+    args = []
+    for key, val in v.items():
+        flag = "--" + key.replace("_", "-")
+        if val is True:
+            args.append(flag)
+        elif isinstance(val, tuple):
+            args += [flag, ",".join(repr(x) for x in val)]
+        else:
+            args += [flag, str(val) if isinstance(val, (int, str)) else repr(val)]
+    if "epochs" not in v:
+        args += ["--steps", str(steps)]
+    return args
+
+
+def lr_factor(v, k, total):
+    """LambdaLR factor of step k (docs/training.md): linear warm-up from 0,
+    then constant, or linear/cosine decay to min_lr at step `total`."""
+    w = v.get("warmup_steps", 0)
+    if k < w:
+        return k / w
+    kind = v.get("lr_schedule", "constant")
+    if kind == "constant":
+        return 1.0
+    r = v.get("min_lr", 0.0) / v["lr"]
+    span = max(1, total - w)
+    if kind == "linear":
+        return r + (1 - r) * max(0.0, (total - k) / span)
+    return r + (1 - r) * 0.5 * (1.0 + math.cos(math.pi * (k - w) / span))
+
+
+def make_optimizer(v, params):
+    kw = {"lr": v["lr"]}
+    if "weight_decay" in v:
+        kw["weight_decay"] = v["weight_decay"]
+    if v["optimizer"] == "sgd":
+        for key in ("momentum", "dampening", "nesterov"):
+            if key in v:
+                kw[key] = v[key]
+        return torch.optim.SGD(params, **kw)
+    for key in ("betas", "eps"):
+        if key in v:
+            kw[key] = v[key]
+    return (torch.optim.AdamW if v["optimizer"] == "adamw" else torch.optim.Adam)(params, **kw)
+
+
+def train_variant(model, data, names, steps, bsz, v):
+    """Real PyTorch training of variant v: K batches' (loss / K).backward(),
+    clip_grad_norm_ over all parameters, optimizer step, LambdaLR step."""
+    model = copy.deepcopy(model)
+    model.train()
+    params = list(model.parameters())
+    opt = make_optimizer(v, params)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: lr_factor(v, k, steps))
+    accum = v.get("accumulation_steps", 1)
+    out = {"losses": [], "batch_losses": [], "grad_norms": [], "lrs": []}
+    for k in range(steps):
+        opt.zero_grad()
+        losses = []
+        for j in range(accum):
+            loss = model(*batch(data, names, k * accum + j, bsz))
+            losses.append(float(loss.item()))
+            (loss / accum).backward()
+        # max_norm inf: the total norm, gradients multiplied by exactly 1.
+        norm = torch.nn.utils.clip_grad_norm_(params, v.get("clip_grad_norm", math.inf))
+        out["losses"].append(sum(losses) / accum)
+        out["batch_losses"].append(losses)
+        out["grad_norms"].append(float(norm))
+        out["lrs"].append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
 
 
 def write_json(path, obj):
@@ -146,11 +313,24 @@ def parse_args(argv):
     sizes = p.add_argument_group("transformer sizes (bert, gpt; defaults are the models' own)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
         sizes.add_argument(flag, type=int)
+    p.add_argument("--tie-embeddings", action="store_true",
+                   help="gpt: the LM head's weight is the token embedding's (one shared initializer)")
+    p.add_argument("--image-size", type=int, help="torchvision models: input images are S x S (default 32)")
     a = p.parse_args(argv)
     a.sizes = {k: v for k, v in (("layers", a.layers), ("hidden", a.hidden), ("heads", a.heads),
                                  ("seq_len", a.seq_len), ("vocab", a.vocab)) if v is not None}
-    if a.sizes and a.model == "mlp":
+    if a.sizes and a.model not in zoo.TOKEN_MODELS:
         p.error("transformer size flags apply to bert and gpt only")
+    if a.tie_embeddings:
+        if a.model != "gpt":
+            p.error("--tie-embeddings applies to gpt only")
+        a.sizes["tie_embeddings"] = True
+    if a.image_size is not None:
+        if a.model not in zoo.VISION_MODELS:
+            p.error("--image-size applies to the torchvision models only")
+        if a.image_size < 8:
+            p.error(f"--image-size must be >= 8, got {a.image_size}")
+        a.sizes["image_size"] = a.image_size
     for k, v in a.sizes.items():
         if v < 1:
             p.error(f"--{k.replace('_', '-')} must be >= 1, got {v}")
@@ -203,13 +383,24 @@ def main(argv=None):
         ("sgd", a.lr_sgd, lambda ps: torch.optim.SGD(ps, lr=a.lr_sgd)),
         ("adam", a.lr_adam, lambda ps: torch.optim.Adam(ps, lr=a.lr_adam)),
     ):
-        losses = train_reference(model, data, names, a.steps, a.batch_size, make_opt)
+        losses = train_reference(model, data, names, a.steps, a.batch_size, make_opt,
+                                 params_out=os.path.join(a.out, f"reference_{opt_name}_params.npz"),
+                                 buffers_out=os.path.join(a.out, f"reference_{opt_name}_buffers.npz"))
         write_json(os.path.join(a.out, f"reference_{opt_name}.json"), {
             "model": a.model, "optimizer": opt_name, "lr": lr,
             "batch_size": a.batch_size, "steps": a.steps, "losses": losses,
         })
         if losses:
             summary.append(f"{opt_name} {losses[0]:.4f}->{losses[-1]:.4f}")
+
+    for vname, v in VARIANTS.items():
+        steps = variant_steps(v, a.steps, a.samples, a.batch_size)
+        ref = train_variant(model, data, names, steps, a.batch_size, v)
+        write_json(os.path.join(a.out, f"reference_{vname}.json"), {
+            "model": a.model, "variant": vname, "optimizer": v["optimizer"], "lr": v["lr"],
+            "batch_size": a.batch_size, "steps": steps, "exec_args": exec_args(v, steps),
+            "clip_grad_norm": v.get("clip_grad_norm", 0), **ref,
+        })
 
     nparams = sum(p.numel() for p in model.parameters())
     print(f"make_model: {a.model} opset {a.opset} params {nparams} samples {a.samples} "

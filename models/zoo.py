@@ -6,10 +6,16 @@ loss, because rannc treats the loss as part of the graph (its only output).
 Constraints these definitions respect so that the ONNX export is usable by the
 rannc importer and the equivalence tests:
   * no dropout, no BatchNorm (results must not depend on the micro-batch split);
-  * no float buffers: every float initializer in the ONNX file is treated as a
-    trainable parameter, so masks / positions are computed inside forward;
+  * no float buffers: every float initializer in the ONNX file other than
+    BatchNorm running statistics is treated as a trainable parameter, so masks /
+    positions are computed inside forward;
   * reshapes use the runtime batch size, so the exported graph keeps a
     symbolic batch axis (Shape -> Gather -> Concat -> Reshape chains).
+
+The torchvision classifiers (resnet18, mobilenet_v3_small, vit_tiny) are the
+exception: real-world graphs with BatchNorm (whose running statistics are
+buffers, Note [buffers] in planner/ir/ir.h), so their losses match PyTorch's
+only with the whole batch in one micro-batch on one replica.
 """
 
 import math
@@ -118,7 +124,7 @@ class _TokenModel(nn.Module):
 
     input_names = ("input_ids", "labels")
 
-    def __init__(self, vocab, hidden, heads, layers, seq_len, ffn, block):
+    def __init__(self, vocab, hidden, heads, layers, seq_len, ffn, block, tie_embeddings=False):
         super().__init__()
         self.vocab = vocab
         self.seq_len = seq_len
@@ -129,9 +135,15 @@ class _TokenModel(nn.Module):
         self.pos_emb = nn.Embedding(seq_len, hidden)
         self.blocks = nn.ModuleList([block(hidden, heads, ffn) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(hidden)
-        # Separate LM head (no weight tying: tied weights would be one
-        # initializer used by two stages).
+        # The LM head's weight is its own parameter unless tied to the token
+        # embedding (then it is one initializer that the first and the last
+        # stage both read: Note [shared parameters] in executor/schedule/schedule.h).
         self.lm_head = nn.Linear(hidden, vocab)
+        if tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+            # nn.Embedding's N(0, 1) would make the first logits ~N(0, hidden);
+            # scale the shared table so they start near N(0, 1).
+            nn.init.normal_(self.tok_emb.weight, std=hidden ** -0.5)
 
     # Hooks so BERT and GPT differ only in where the extra LayerNorm sits.
     def embed_norm(self, x):
@@ -165,14 +177,68 @@ class BERT(_TokenModel):
 class GPT(_TokenModel):
     """GPT-style pre-LN decoder with a causal mask; labels are pre-shifted."""
 
-    def __init__(self, vocab=100, hidden=64, heads=4, layers=2, seq_len=16, ffn=None):
-        super().__init__(vocab, hidden, heads, layers, seq_len, ffn, PreLNBlock)
+    def __init__(self, vocab=100, hidden=64, heads=4, layers=2, seq_len=16, ffn=None, tie_embeddings=False):
+        super().__init__(vocab, hidden, heads, layers, seq_len, ffn, PreLNBlock, tie_embeddings)
 
     def final_norm(self, x):
         return self.ln_f(x)
 
 
-MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT}
+class VisionClassifier(nn.Module):
+    """A torchvision classifier + cross-entropy; inputs x [B, 3, S, S], y [B].
+
+    Dropout is disabled (p=0) so rannc's losses can match PyTorch's exactly.
+    """
+
+    input_names = ("x", "y")
+    in_channels = 3
+
+    def __init__(self, net, image_size, num_classes):
+        super().__init__()
+        self.net = net
+        self.image_size = image_size
+        self.num_classes = num_classes
+        for m in self.net.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = 0.0
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.net(x), y)
+
+
+def _torchvision():
+    try:
+        import torchvision
+    except ImportError as e:
+        raise SystemExit(f"zoo.py: the torchvision models need python3-torchvision ({e}); run tools/setup.sh")
+    return torchvision.models
+
+
+def ResNet18(num_classes=10, image_size=32):
+    """torchvision's ResNet-18 (BatchNorm, residual adds) on small images."""
+    return VisionClassifier(_torchvision().resnet18(num_classes=num_classes), image_size, num_classes)
+
+
+def MobileNetV3Small(num_classes=10, image_size=32):
+    """torchvision's MobileNetV3-Small (depthwise convs, BatchNorm, squeeze-excitation, hardswish)."""
+    return VisionClassifier(_torchvision().mobilenet_v3_small(num_classes=num_classes), image_size, num_classes)
+
+
+def VitTiny(num_classes=10, image_size=32):
+    """A tiny torchvision VisionTransformer (patch conv, class token, nn.MultiheadAttention)."""
+    vit = _torchvision().vision_transformer.VisionTransformer(
+        image_size=image_size, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+        num_classes=num_classes)
+    # torchvision zero-initializes the head, which would leave every other
+    # gradient of the first step zero; random weights exercise the whole graph.
+    nn.init.normal_(vit.heads.head.weight, std=0.1)
+    return VisionClassifier(vit, image_size, num_classes)
+
+
+MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
+          "vit_tiny": VitTiny}
+TOKEN_MODELS = ("bert", "gpt")
+VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny")
 
 
 def build(name, seed=0, **kwargs):

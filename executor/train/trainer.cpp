@@ -20,8 +20,11 @@
 #include "executor/runtime/memory.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
+#include "executor/runtime/weights.h"
 #include "executor/schedule/schedule.h"
+#include "executor/train/checkpoint.h"
 #include "executor/train/npy.h"
+#include "executor/train/optim.h"
 #include "planner/import/onnx_import.h"
 #include "planner/plan/plan.h"
 #include "planner/support/sha256.h"
@@ -39,7 +42,7 @@ struct Setup {
   int replica = 0;                           ///< this rank's index among its stage's ranks
   std::map<ir::ValueId, NpyArray> data; ///< every data input (validated on every rank)
   int64_t samples = 0;
-  std::map<ir::ValueId, torch::Tensor> params, constants;
+  std::map<ir::ValueId, torch::Tensor> params, constants, buffers;
 };
 
 int64_t peakRssBytes() {
@@ -67,6 +70,7 @@ Status checkDataShape(const ir::Graph &g, ir::ValueId id, const NpyArray &a, con
 
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm) {
   Setup s;
+  if (Status st = checkOptimizationOptions(opts); !st) return Error{st.message()};
   auto plan = plan::readPlan(opts.plan);
   if (!plan) return plan.error();
   s.plan = std::move(*plan);
@@ -123,12 +127,11 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   }
 
   auto program = schedule::buildStageProgram(s.graph, s.ranges, s.stage);
-  std::vector<std::string> names;
-  for (ir::ValueId p : program.parameters) names.push_back(s.graph.values[p].name);
-  auto weights = import::loadModelWeights(model, names);
+  // Parameters and buffers; a weightless model's made up with --init-weights.
+  auto weights = runtime::loadStageWeights(s.graph, program, model, opts.init_weights);
   if (!weights) return weights.error();
-  for (ir::ValueId p : program.parameters)
-    s.params[p] = runtime::toTorch(weights->at(s.graph.values[p].name)).set_requires_grad(true);
+  s.params = std::move(weights->params);
+  s.buffers = std::move(weights->buffers);
   for (ir::ValueId c : program.constants) s.constants[c] = runtime::toTorch(s.graph.constant_data.at(c));
   return s;
 }
@@ -166,12 +169,6 @@ torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first
   for (int64_t i = 0; i < count; ++i)
     std::memcpy(dst + i * a.sampleBytes(), a.sample(order.at(first + i)), size_t(a.sampleBytes()));
   return t;
-}
-
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainOptions &opts, std::vector<torch::Tensor> params) {
-  if (opts.optimizer == "adam")
-    return std::make_unique<torch::optim::Adam>(std::move(params), torch::optim::AdamOptions(opts.lr));
-  return std::make_unique<torch::optim::SGD>(std::move(params), torch::optim::SGDOptions(opts.lr));
 }
 
 constexpr int kActTag = 0, kGradTag = 1;
@@ -325,28 +322,40 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   auto group = comm.split(s.stage, rank); // this stage's replicas
 
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
-                              std::move(s.constants));
+                              std::move(s.constants), std::move(s.buffers));
   const auto &prog = runner.program();
   auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
-  auto actions = schedule::build(kind, s.stage, num_stages, M);
+  // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
+  // step, each batch's loss weighted 1/K (docs/training.md).
+  const int64_t K = opts.accumulation_steps;
+  const int64_t steps = opts.epochs > 0 ? stepsForEpochs(opts.epochs, s.samples, K * B) : opts.steps;
+  auto actions = schedule::accumulate(schedule::build(kind, s.stage, num_stages, M), int(K), M);
   auto optimizer = makeOptimizer(opts, runner.parameters());
+  // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
+  Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, *optimizer,
+                            [&](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); },
+                            s.samples, K * B});
+  auto first_step = checkpoints.start(log);
+  if (!first_step) return first_step.error();
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
   auto name = [&](ir::ValueId v) { return "value '" + s.graph.values[v].name + "'"; };
   Watchdog watchdog(opts.timeout_s, comm);
 
   std::ofstream jsonl;
   if (rank == 0 && !opts.log.empty()) {
-    jsonl.open(opts.log, std::ios::trunc);
+    jsonl.open(opts.log, *first_step > 0 ? std::ios::app : std::ios::trunc); // resumed: trimmed, then appended
     if (!jsonl) return Error{opts.log + ": cannot write the log"};
   }
   if (rank == 0)
     log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
-        << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << opts.steps
-        << " step(s)\n";
+        << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
+        << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer << "\n";
 
-  for (int64_t step = 0; step < opts.steps; ++step) {
+  for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    double loss_sum = 0;
+    double loss_sum = 0;                        // mean of the K batches' losses
+    std::vector<double> batch_losses(size_t(K), 0.0); // each global batch's loss
+    double lr = opts.lr * lrFactor(opts, step, steps), grad_norm = 0;
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
     bool skipped = false;
     for (const auto &a : actions) {
@@ -361,13 +370,17 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         for (const auto &r : prog.recvs)
           feeds[r.value] = recvPieces(comm, batchAxis(s.graph.values[r.value]), mine, ranks_of[r.peer_stage],
                                       shards[r.peer_stage], tagFor(mb, kActTag));
-        const int64_t first = step * B + int64_t(mb) * b + mine.begin;
+        const int64_t first = checkpoints.samplesBefore(step) + int64_t(mb) * b + mine.begin;
         for (ir::ValueId in : prog.data_inputs)
           feeds[in] = opts.synthetic
                           ? runtime::syntheticInput(s.graph.values[in], mine.size(), opts.seed * 1000003 + uint64_t(first))
                           : gatherSamples(s.data.at(in), order, first, mine.size());
         runner.forward(mb, std::move(feeds));
-        if (prog.computes_loss) loss_sum += runner.loss(mb).item<double>() * double(mine.size()) / double(B);
+        if (prog.computes_loss) {
+          const double weighted = runner.loss(mb).item<double>() * double(mine.size()) / double(B);
+          batch_losses[size_t(mb / M)] += weighted;
+          loss_sum += weighted / double(K);
+        }
         break;
       }
       case schedule::ActionKind::SendActivations:
@@ -386,7 +399,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       }
       case schedule::ActionKind::Backward:
-        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B));
+        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K));
         send_grads.erase(mb);
         if (prog.recvs.empty()) runner.release(mb);
         break;
@@ -410,6 +423,14 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                                        std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
                                  : ""};
         skipped = bad > 0;
+        // The global gradient norm: each stage's (replica-reduced, so equal on
+        // every replica) squared norm, counted once per stage via replica 0.
+        grad_norm = s.replica == 0 ? gradSquaredNorm(runner.parameters()) : 0.0;
+        comm.allReduce(&grad_norm, 1, comm::ReduceOp::Sum);
+        grad_norm = std::sqrt(grad_norm);
+        if (!skipped && opts.clip_grad_norm > 0)
+          scaleGradients(runner.parameters(), clipFactor(grad_norm, opts.clip_grad_norm));
+        setLearningRate(*optimizer, lr);
         if (!skipped) optimizer->step();
         optimizer->zero_grad();
         break;
@@ -427,6 +448,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     sums[1 + world + rank] = double(peakRssBytes());
     comm.allReduce(sums.data(), int(sums.size()), comm::ReduceOp::Sum);
     comm.allReduce(&step_time, 1, comm::ReduceOp::Max);
+    if (K > 1) comm.allReduce(batch_losses.data(), int(K), comm::ReduceOp::Sum);
     const double loss = sums[0];
     if (!std::isfinite(loss) && opts.on_nonfinite == "stop")
       return Error{rank == 0 ? "non-finite loss (" + std::to_string(loss) + ") at step " + std::to_string(step) : ""};
@@ -436,19 +458,26 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       nlohmann::ordered_json j;
       j["step"] = step;
       j["loss"] = loss;
-      j["samples_per_s"] = double(B) / step_time;
+      j["samples_per_s"] = double(K * B) / step_time;
       j["step_time_s"] = step_time;
       j["peak_memory_bytes"] = *std::max_element(mem.begin(), mem.end());
       j["peak_memory_bytes_per_rank"] = mem;
       j["peak_rss_bytes"] = *std::max_element(rss.begin(), rss.end());
-      j["lr"] = opts.lr;
+      j["lr"] = lr;
+      j["grad_norm"] = grad_norm;
+      if (K > 1) j["batch_losses"] = batch_losses;
       if (skipped) j["skipped"] = true;
       if (jsonl) jsonl << j.dump() << "\n" << std::flush;
       if (opts.progress)
-        log << "step " << step + 1 << "/" << opts.steps << "  loss " << loss << "  " << double(B) / step_time
+        log << "step " << step + 1 << "/" << steps << "  loss " << loss << "  " << double(K * B) / step_time
             << " samples/s\n";
     }
+    if (checkpoints.due(step + 1, steps)) {
+      watchdog.progress("writing the checkpoint of step " + std::to_string(step + 1));
+      checkpoints.save(step + 1, log);
+    }
   }
+  if (Status st = checkpoints.exportOnnx(log); !st) return st;
   comm.barrier();
   return Status::success();
 }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 
 #include "executor/comm/comm.h"
 #include "planner/support/status.h"
@@ -16,9 +18,19 @@ struct TrainOptions {
   std::string model;      ///< overrides the model path the plan names
   std::string data_dir;
   bool synthetic = false;
-  int64_t steps = 10;
-  std::string optimizer = "sgd"; ///< sgd | adam
+  int64_t steps = 10;     ///< optimizer steps (each takes accumulation_steps global batches)
+  int64_t epochs = 0;     ///< > 0: train this many passes over --data instead of `steps` (docs/training.md)
+  std::string optimizer = "sgd"; ///< sgd | adam | adamw
   double lr = 0.01;
+  // Optimizer hyper-parameters; unset: PyTorch's default (executor/train/optim.h).
+  std::optional<double> momentum, dampening, weight_decay, eps; ///< momentum, dampening: sgd; eps: adam(w)
+  bool nesterov = false;                                        ///< sgd
+  std::optional<std::pair<double, double>> betas;               ///< adam(w)
+  std::string lr_schedule = "constant"; ///< constant | cosine | linear, after `warmup_steps` of linear warm-up
+  int64_t warmup_steps = 0;
+  std::optional<double> min_lr;   ///< where cosine/linear decay ends (default 0)
+  double clip_grad_norm = 0;      ///< > 0: clip the global gradient norm (over all stages) to this
+  int64_t accumulation_steps = 1; ///< global batches whose gradients one optimizer step applies
   std::string shuffle = "off";   ///< off | on
   uint64_t seed = 0;
   std::string log;        ///< JSONL file written by rank 0; empty: none
@@ -26,6 +38,16 @@ struct TrainOptions {
   std::string on_nonfinite = "stop"; ///< stop | skip: what a non-finite gradient does
   std::string device;     ///< "cpu" runs a plan made for CUDA devices on CPU; empty: the plan's
   bool progress = true;   ///< a line per step on stderr (rank 0)
+  // Checkpoints and export (executor/train/checkpoint.h, docs/training.md).
+  std::string checkpoint_dir;   ///< checkpoints go to <dir>/step-<N>/ (and after the last step); empty: none
+  int64_t checkpoint_every = 0; ///< > 0: also a checkpoint every this many steps
+  int keep = 0;                 ///< > 0: delete all but the newest `keep` checkpoints
+  bool resume = false;          ///< continue from the newest complete checkpoint in checkpoint_dir
+  std::string export_onnx;      ///< at the end, the model with the trained weights goes here
+  /// Seed for the parameters and buffers the model file has no contents for
+  /// (a weightless model; Note [initial weights] in executor/runtime/weights.h);
+  /// unset: such a model is an error.
+  std::optional<uint64_t> init_weights;
 };
 
 /// Trains on every rank of `comm`. Start-up problems (plan, world size, model

@@ -1,7 +1,10 @@
 #!/usr/bin/python3
 """Plans a model from models/ for N ranks, trains it with mpirun rannc-exec and
 compares every logged loss with the losses PyTorch itself got (reference_*.json
-written by models/make_model.py). With --errors, checks that start-up problems
+written by models/make_model.py). With --variant, trains one of make_model.py's
+optimizer variants (momentum, AdamW, schedules, clipping, accumulation) with
+the flags its reference names, and compares the logged gradient norms, batch
+losses and learning rates too. With --errors, checks that start-up problems
 stop every rank with one clear message instead."""
 import argparse
 import json
@@ -37,15 +40,20 @@ def plan(args, model_dir, ranks, microbatches, batch, out):
 
 def check_training(args):
     model_dir = os.path.join(args.models, args.model)
-    ref = json.load(open(os.path.join(model_dir, f"reference_{args.optimizer}.json")))
+    name = args.variant or args.optimizer
+    ref = json.load(open(os.path.join(model_dir, f"reference_{name}.json")))
     layout = args.plan_args.replace("--", "").replace(" ", "_").replace(",", "-")
-    work = os.path.join(args.work, f"{args.model}-{args.ranks}-{args.optimizer}-{args.microbatches}-{layout}")
+    work = os.path.join(args.work, f"{args.model}-{args.ranks}-{name}-{args.microbatches}-{layout}")
     os.makedirs(work, exist_ok=True)
     plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"], os.path.join(work, "plan.pb"))
     log = os.path.join(work, "log.jsonl")
+    train_args = ref["exec_args"] if args.variant else ["--steps", str(ref["steps"]), "--optimizer", args.optimizer,
+                                                        "--lr", repr(ref["lr"])]
+    trained = os.path.join(work, "trained.onnx")
+    if args.check_state:
+        train_args = train_args + ["--export-onnx", trained]
     p = run(mpirun(args, args.ranks) + [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"),
-                                        "--shuffle", "off", "--steps", str(ref["steps"]), "--optimizer",
-                                        args.optimizer, "--lr", repr(ref["lr"]), "--log", log])
+                                        "--shuffle", "off", "--log", log] + train_args)
     print(p.stderr[-3000:])
     if p.returncode != 0:
         sys.exit(f"rannc-exec failed with exit code {p.returncode}")
@@ -63,6 +71,10 @@ def check_training(args):
         worst = max(worst, rel)
         print(f"step {rec['step']}: rannc {rec['loss']:.7f}  pytorch {want:.7f}  rel {rel:.2e}")
     print(f"max relative loss difference {worst:.3e} (tolerance {REL_TOL})")
+    if args.variant:
+        worst = max(worst, check_variant(ref, steps))
+    if args.check_state:
+        worst = max(worst, check_state(trained, model_dir, name))
     if args.device_memory:
         check_memory(args, plan_path, model_dir, ref, steps)
     if args.summary:
@@ -75,6 +87,84 @@ def check_training(args):
                        "max_rel_loss_diff": worst}, f)
     if worst > REL_TOL:
         sys.exit("losses differ from PyTorch's")
+
+
+def check_state(trained, model_dir, name):
+    """Every trained parameter and BatchNorm running statistic of the exported
+    model against PyTorch's (reference_<opt>_{params,buffers}.npz), per tensor
+    max|a - b| / max(max|b|, 1e-3): the floor keeps rounding noise on tensors
+    that are mathematically 0 (a BatchNorm bias feeding another BatchNorm, the
+    running mean of a 1x1 convolution of normalized input: ~1e-9 in both) from
+    counting as a difference (real tensors here are above 5e-4 after a step). The buffers' reference holds the statistics as ONNX
+    updates them (models/make_model.py: track_onnx_running_stats); a buffer
+    left at its initial value fails. Returns the worst difference."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    got = {i.name: numpy_helper.to_array(i) for i in onnx.load(trained).graph.initializer}
+    start = {i.name: numpy_helper.to_array(i) for i in onnx.load(os.path.join(model_dir, "model.onnx")).graph.initializer}
+    want = dict(np.load(os.path.join(model_dir, f"reference_{name}_params.npz")))
+    buffers = os.path.join(model_dir, f"reference_{name}_buffers.npz")
+    n_buffers = 0
+    if os.path.exists(buffers):
+        b = dict(np.load(buffers))
+        n_buffers = len(b)
+        want.update(b)
+    if sorted(want) != sorted(got):
+        sys.exit(f"exported initializers differ from PyTorch's parameters and buffers: {sorted(set(want) ^ set(got))}")
+    worst_name, worst = "", 0.0
+    for nm in sorted(want):
+        a, b = got[nm], want[nm]
+        if a.shape != b.shape:
+            sys.exit(f"'{nm}' has shape {a.shape}, PyTorch's {b.shape}")
+        if np.array_equal(b, start[nm]):
+            continue  # untouched by training (e.g. no gradient reached it)
+        rel = float(np.abs(a.astype(np.float64) - b).max() / max(np.abs(b).max(), 1e-3))
+        if rel > worst:
+            worst_name, worst = nm, rel
+    print(f"trained state: {len(want) - n_buffers} parameters and {n_buffers} buffers, worst tensor {worst_name} "
+          f"max-abs rel {worst:.3e} (tolerance {REL_TOL})")
+    return worst
+
+
+def check_variant(ref, steps):
+    """Per step: each accumulated batch's loss, the pre-clip global gradient
+    norm (rel REL_TOL) and the learning rate used (rel 1e-9) against PyTorch's.
+    Returns the worst relative difference of losses and norms."""
+    worst = 0.0
+
+    def compare(what, got, want, tol=REL_TOL):
+        nonlocal worst
+        rel = abs(got - want) / max(abs(want), 1e-30)
+        if tol == REL_TOL:
+            worst = max(worst, rel)
+        if rel > tol:
+            sys.exit(f"step {rec['step']}: {what} {got!r}, PyTorch {want!r} (rel {rel:.2e} > {tol})")
+
+    accum = len(ref["batch_losses"][0])
+    for rec, k in zip(steps, range(len(steps))):
+        for key in ("grad_norm", "lr") + (("batch_losses",) if accum > 1 else ()):
+            if key not in rec:
+                sys.exit(f"log line lacks '{key}': {rec}")
+        if rec["step"] != k:
+            sys.exit(f"log line {k} is step {rec['step']}")
+        if accum > 1:
+            if len(rec["batch_losses"]) != accum:
+                sys.exit(f"step {k}: {len(rec['batch_losses'])} batch losses, expected {accum}")
+            for j, (got, want) in enumerate(zip(rec["batch_losses"], ref["batch_losses"][k])):
+                compare(f"batch {j} loss", got, want)
+        compare("grad_norm", rec["grad_norm"], ref["grad_norms"][k])
+        if ref["lrs"][k] == 0:
+            if rec["lr"] != 0:
+                sys.exit(f"step {k}: lr {rec['lr']}, PyTorch 0")
+        else:
+            compare("lr", rec["lr"], ref["lrs"][k], tol=1e-9)
+        print(f"step {k}: grad_norm {rec['grad_norm']:.7f} (pytorch {ref['grad_norms'][k]:.7f})  lr {rec['lr']:.6g}")
+    # The test must exercise what it names: clipping that clips, a schedule that moves.
+    if ref["clip_grad_norm"] and not any(n > ref["clip_grad_norm"] for n in ref["grad_norms"]):
+        sys.exit(f"no step's gradient norm exceeds --clip-grad-norm {ref['clip_grad_norm']}: nothing was clipped")
+    print(f"max relative difference of losses and gradient norms {worst:.3e} (tolerance {REL_TOL})")
+    return worst
 
 
 def check_memory(args, plan_path, model_dir, ref, steps):
@@ -209,11 +299,14 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    ap.add_argument("--variant", help="an optimizer variant of models/make_model.py (reference_VARIANT.json)")
     ap.add_argument("--microbatches", type=int, default=1)
     ap.add_argument("--device-memory", help="plan for this much memory per rank and check that ranks stay within it")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
+    ap.add_argument("--check-state", action="store_true",
+                    help="also compare the trained parameters and BatchNorm buffers (--export-onnx) with PyTorch's")
     args = ap.parse_args()
     if args.errors:
         check_errors(args)

@@ -3,22 +3,90 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
+#include "executor/checkpoint/onnx_export.h"
 #include "executor/comm/comm.h"
 #include "executor/train/trainer.h"
 
+namespace {
+
+/// `rannc-exec export`: a checkpoint's weights into the model; no mpirun.
+int exportCommand(int argc, char **argv) {
+  CLI::App app{"Writes the ONNX model with the trained weights of a checkpoint", "rannc-exec export"};
+  rannc::checkpoint::ExportOptions o;
+  app.add_option("checkpoint", o.checkpoint,
+                 "a checkpoint (D/step-<N>), or a --checkpoint-dir D (its newest complete checkpoint)")
+      ->required();
+  app.add_option("--model", o.model, "the ONNX model it was trained from (default: the path the checkpoint records)");
+  app.add_option("-o,--output", o.output, "the ONNX file to write (atomically)")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  rannc::Status st = rannc::checkpoint::exportCheckpoint(o, std::cerr);
+  if (!st.ok()) {
+    std::cerr << "rannc-exec export: error: " << st.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
-  CLI::App app{"Trains a model with a rannc plan: mpirun -np N rannc-exec PLAN --data DIR", "rannc-exec"};
+  // Verbs are reserved words; anything else in first place is a plan.
+  if (argc > 1 && std::string(argv[1]) == "export") return exportCommand(argc - 1, argv + 1);
+  CLI::App app{"Trains a model with a rannc plan: mpirun -np N rannc-exec PLAN --data DIR\n"
+               "Other verbs: export (rannc-exec export --help)",
+               "rannc-exec"};
   rannc::train::TrainOptions o;
   app.add_option("plan", o.plan, "plan file from rannc-plan (.pb, .pbtxt or .json)")->required();
   app.add_option("--model", o.model, "model file, if it is no longer where the plan says");
   auto *data = app.add_option("--data", o.data_dir, "folder with one <input name>.npy per graph input");
   app.add_flag("--synthetic", o.synthetic, "random data of the right shapes instead of --data")->excludes(data);
-  app.add_option("--steps", o.steps, "training steps")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--optimizer", o.optimizer, "sgd or adam (PyTorch's defaults otherwise)")
-      ->check(CLI::IsMember({"sgd", "adam"}))
+  auto *steps = app.add_option("--steps", o.steps, "optimizer steps (each takes --accumulation-steps batches)")
+                    ->capture_default_str()
+                    ->check(CLI::NonNegativeNumber);
+  app.add_option("--epochs", o.epochs, "passes over --data instead of --steps: ceil(E*samples/(B*K)) steps")
+      ->check(CLI::PositiveNumber)
+      ->excludes(steps);
+  // Optimization (docs/training.md); what is not given is PyTorch's default.
+  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw (torch.optim's)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
-  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", o.lr, "learning rate (the peak, with a schedule)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  double momentum = 0, dampening = 0, weight_decay = 0, eps = 0;
+  std::string betas;
+  auto *momentum_opt = app.add_option("--momentum", momentum, "sgd: momentum factor (default 0)");
+  auto *dampening_opt = app.add_option("--dampening", dampening, "sgd: dampening for momentum (default 0)");
+  app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum > 0)");
+  auto *weight_decay_opt = app.add_option("--weight-decay", weight_decay,
+                                          "sgd, adam: L2 penalty in the gradient; adamw: decoupled decay "
+                                          "(defaults 0, 0, 0.01)");
+  auto *betas_opt = app.add_option("--betas", betas, "adam, adamw: B1,B2 (default 0.9,0.999)");
+  auto *eps_opt = app.add_option("--eps", eps, "adam, adamw: term added to the denominator (default 1e-8)");
+  app.add_option("--lr-schedule", o.lr_schedule, "constant, cosine or linear decay to --min-lr at the last step")
+      ->check(CLI::IsMember({"constant", "cosine", "linear"}))
+      ->capture_default_str();
+  app.add_option("--warmup-steps", o.warmup_steps, "steps of linear warm-up from lr 0 (any schedule)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  double min_lr = 0;
+  auto *min_lr_opt = app.add_option("--min-lr", min_lr, "cosine, linear: the learning rate decay ends at (default 0)");
+  app.add_option("--clip-grad-norm", o.clip_grad_norm,
+                 "clip the gradient norm over all stages to MAX, as torch.nn.utils.clip_grad_norm_ (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--accumulation-steps", o.accumulation_steps,
+                 "K: global batches whose gradients (mean) one optimizer step applies")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--shuffle", o.shuffle, "on: a seeded permutation per epoch; off: samples in file order")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
@@ -32,8 +100,45 @@ int main(int argc, char **argv) {
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu: run a plan made for GPUs on CPU ranks (default: the plan's device)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  uint64_t init_seed = 0;
+  auto *init_opt = app.add_option("--init-weights", init_seed,
+                                  "SEED: give the parameters and buffers the model file has no contents for "
+                                  "(a weightless model) deterministic initial values (docs/front-ends.md)");
+  // Checkpoints and export (docs/training.md "Checkpoints, resume and export").
+  auto *ckpt_dir = app.add_option("--checkpoint-dir", o.checkpoint_dir,
+                                  "D: write checkpoints to D/step-<N>/ after the last step (and every "
+                                  "--checkpoint-every steps); a shared file system for several machines");
+  app.add_option("--checkpoint-every", o.checkpoint_every, "K: also a checkpoint every K steps")
+      ->check(CLI::PositiveNumber)
+      ->needs(ckpt_dir);
+  app.add_option("--keep", o.keep, "N: delete all but the newest N checkpoints in --checkpoint-dir")
+      ->check(CLI::PositiveNumber)
+      ->needs(ckpt_dir);
+  app.add_flag("--resume", o.resume,
+               "continue from the newest complete checkpoint in --checkpoint-dir, with any plan of the same model; "
+               "the log is kept up to that step and appended")
+      ->needs(ckpt_dir);
+  app.add_option("--export-onnx", o.export_onnx, "OUT.onnx: at the end, write the model with the trained weights");
   try {
     app.parse(argc, argv);
+    if (init_opt->count()) o.init_weights = init_seed;
+    if (momentum_opt->count()) o.momentum = momentum;
+    if (dampening_opt->count()) o.dampening = dampening;
+    if (weight_decay_opt->count()) o.weight_decay = weight_decay;
+    if (eps_opt->count()) o.eps = eps;
+    if (min_lr_opt->count()) o.min_lr = min_lr;
+    if (betas_opt->count()) {
+      size_t comma = betas.find(',');
+      try {
+        size_t used1 = 0, used2 = 0;
+        if (comma == std::string::npos) throw std::invalid_argument("no comma");
+        double b1 = std::stod(betas.substr(0, comma), &used1), b2 = std::stod(betas.substr(comma + 1), &used2);
+        if (used1 != comma || used2 != betas.size() - comma - 1) throw std::invalid_argument("trailing text");
+        o.betas = std::make_pair(b1, b2);
+      } catch (const std::exception &) {
+        throw CLI::ValidationError("--betas", "'" + betas + "' is not two numbers B1,B2 (e.g. 0.9,0.999)");
+      }
+    }
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }

@@ -1,0 +1,81 @@
+#include "executor/checkpoint/onnx_export.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <set>
+
+#include "executor/checkpoint/checkpoint_dir.h"
+#include "planner/import/onnx_import.h"
+#include "planner/support/files.h"
+#include "planner/support/sha256.h"
+
+namespace rannc::checkpoint {
+namespace {
+
+std::string describe(const std::string &dtype, const std::vector<int64_t> &dims) {
+  std::string s = dtype + "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+} // namespace
+
+Expected<int> writeOnnxWithWeights(const std::string &model_path, const std::map<std::string, ir::Tensor> &weights,
+                                   const std::string &out) {
+  auto bytes = readFile(model_path);
+  if (!bytes) return bytes.error();
+  onnx::ModelProto model;
+  if (!model.ParseFromString(*bytes)) return Error{model_path + ": not a valid ONNX model"};
+  std::set<std::string> replaced;
+  for (auto &init : *model.mutable_graph()->mutable_initializer()) {
+    auto it = weights.find(init.name());
+    if (it == weights.end()) continue;
+    const ir::Tensor &w = it->second;
+    auto dtype = import::dtypeFromOnnx(init.data_type());
+    const std::vector<int64_t> dims(init.dims().begin(), init.dims().end());
+    if (!dtype || *dtype != w.dtype || dims != w.dims)
+      return Error{model_path + ": initializer '" + init.name() + "' is " +
+                   describe(std::string(dtype ? ir::dtypeName(*dtype) : "?"), dims) + ", the trained weight is " +
+                   describe(std::string(ir::dtypeName(w.dtype)), w.dims) + " (not the model it was trained from?)"};
+    // Raw little-endian bytes; the typed fields must go, or readers would see both.
+    init.clear_float_data();
+    init.clear_double_data();
+    init.clear_int32_data();
+    init.clear_int64_data();
+    init.clear_uint64_data();
+    init.clear_external_data();
+    init.clear_data_location();
+    init.set_raw_data(w.data);
+    replaced.insert(init.name());
+  }
+  for (const auto &[name, w] : weights)
+    if (!replaced.count(name))
+      return Error{model_path + ": has no initializer named '" + name + "' (not the model it was trained from?)"};
+  std::string blob;
+  if (!model.SerializeToString(&blob)) return Error{out + ": cannot serialize the model (over 2 GiB?)"};
+  if (Status st = writeFileAtomic(out, blob); !st) return Error{st.message()};
+  return int(replaced.size());
+}
+
+Status exportCheckpoint(const ExportOptions &o, std::ostream &log) {
+  auto c = openCheckpoint(o.checkpoint);
+  if (!c) return Error{c.error().message};
+  const std::string model = o.model.empty() ? c->manifest.model_path : o.model;
+  {
+    auto bytes = readFile(model);
+    if (!bytes)
+      return Error{bytes.error().message + (o.model.empty() ? " (the model the checkpoint names; pass --model PATH)" : "")};
+    if (sha256Hex(*bytes) != c->manifest.model_sha256)
+      return Error{model + ": not the model this checkpoint was trained from (SHA-256 differs from " + c->dir +
+                   "'s " + c->manifest.model_sha256.substr(0, 12) + "...)"};
+  }
+  auto weights = readWeights(*c);
+  if (!weights) return Error{weights.error().message};
+  auto n = writeOnnxWithWeights(model, *weights, o.output);
+  if (!n) return Error{n.error().message};
+  log << "rannc-exec: wrote " << o.output << ": " << *n << " trained initializer(s) from " << c->dir << " (step "
+      << c->manifest.step << ")\n";
+  return Status::success();
+}
+
+} // namespace rannc::checkpoint

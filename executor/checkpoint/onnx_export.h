@@ -1,0 +1,32 @@
+// Trained weights back into the user's ONNX model: the original file with its
+// initializers replaced by name. Torch-free (ONNX protobuf only).
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+
+#include "planner/ir/ir.h"
+#include "planner/support/status.h"
+
+namespace rannc::checkpoint {
+
+/// Writes the ONNX model at `model_path` to `out`, atomically, with every
+/// initializer named in `weights` replaced (its dtype and shape must match).
+/// A weight that is no initializer of the model is an error. Returns the
+/// number of initializers replaced.
+Expected<int> writeOnnxWithWeights(const std::string &model_path, const std::map<std::string, ir::Tensor> &weights,
+                                   const std::string &out);
+
+/// `rannc-exec export`: the weights of a checkpoint into its model.
+struct ExportOptions {
+  std::string checkpoint; ///< a checkpoint folder, or a folder of them (the newest complete one)
+  std::string model;      ///< the ONNX model; empty: the path the checkpoint records
+  std::string output;
+};
+
+/// Checks that `model` is the model the checkpoint was trained from (SHA-256)
+/// and writes `output`; one line of progress to `log`.
+Status exportCheckpoint(const ExportOptions &o, std::ostream &log);
+
+} // namespace rannc::checkpoint

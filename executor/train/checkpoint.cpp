@@ -1,0 +1,422 @@
+#include "executor/train/checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include "executor/checkpoint/checkpoint_dir.h"
+#include "executor/checkpoint/onnx_export.h"
+#include "executor/checkpoint/tensor_file.h"
+#include "executor/runtime/ops.h"
+#include "planner/support/files.h"
+#include "planner/support/sha256.h"
+
+namespace rannc::train {
+namespace fs = std::filesystem;
+using checkpoint::Found;
+using checkpoint::Manifest;
+
+namespace {
+
+// Tags of the checkpoint messages to rank 0; the pipeline's are 2*mb+kind.
+constexpr int kFilesTag = 30001, kRngTag = 30002, kExportTag = 30003;
+
+/// The start-up rule of the trainer: all ranks fail together, the first
+/// failing rank's message is the one printed.
+Status agree(comm::Communicator &comm, const Status &st) {
+  double failed = st.ok() ? 0 : double(comm.size() - comm.rank());
+  comm.allReduce(&failed, 1, comm::ReduceOp::Max);
+  if (failed == 0) return Status::success();
+  const int first = comm.size() - int(failed);
+  return Error{comm.rank() == first ? st.message() : ""};
+}
+
+/// torch::optim's key of a parameter in Optimizer::state().
+std::string stateKey(const torch::Tensor &p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+std::string generatorState() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  torch::Tensor s = gen.get_state();
+  return std::string(static_cast<const char *>(s.data_ptr()), s.nbytes());
+}
+
+void setGeneratorState(const std::string &bytes) {
+  torch::Tensor s = torch::empty({int64_t(bytes.size())}, torch::kUInt8);
+  std::memcpy(s.data_ptr(), bytes.data(), bytes.size());
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(s);
+}
+
+ir::Tensor bytesTensor(std::string blob) {
+  ir::Tensor t;
+  t.dtype = ir::DType::U8;
+  t.dims = {int64_t(blob.size())};
+  t.data = std::move(blob);
+  return t;
+}
+
+std::vector<checkpoint::StageLayout> layoutOf(const proto::Plan &plan) {
+  std::vector<checkpoint::StageLayout> out;
+  for (const auto &s : plan.stages())
+    out.push_back({s.op_begin(), s.op_end(), std::vector<int>(s.ranks().begin(), s.ranks().end())});
+  return out;
+}
+
+std::string describe(const torch::Tensor &t) { return std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes()); }
+
+} // namespace
+
+Checkpointer::Checkpointer(CheckpointContext ctx) : ctx_(std::move(ctx)) {
+  // runner.parameters() is in value-id order; so are the sorted ids.
+  std::vector<ir::ValueId> ids = ctx_.runner.program().parameters;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::vector<torch::Tensor> tensors = ctx_.runner.parameters();
+  if (ids.size() != tensors.size()) throw std::logic_error("checkpoint: the stage's parameters do not match its program");
+  for (size_t i = 0; i < ids.size(); ++i) params_.emplace_back(ctx_.graph.values[ids[i]].name, tensors[i]);
+  for (const auto &[id, t] : ctx_.runner.buffers()) buffers_.emplace_back(ctx_.graph.values[id].name, t);
+  model_path_ = ctx_.opts.model.empty() ? ctx_.plan.model().path() : ctx_.opts.model;
+}
+
+Expected<int64_t> Checkpointer::start(std::ostream &log) {
+  const TrainOptions &o = ctx_.opts;
+  Status st;
+  std::error_code ec;
+  if ((o.checkpoint_every > 0 || o.keep > 0 || o.resume) && o.checkpoint_dir.empty()) {
+    st = Error{"--checkpoint-every, --keep and --resume need --checkpoint-dir"};
+  } else if (ctx_.comm.rank() == 0 && !o.export_onnx.empty()) {
+    const fs::path parent = fs::path(o.export_onnx).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, ec))
+      st = Error{o.export_onnx + ": folder " + parent.string() + " does not exist (--export-onnx)"};
+  }
+  if (st.ok() && ctx_.comm.rank() == 0 && !o.checkpoint_dir.empty() && !o.resume) {
+    // A fresh run must not mix its checkpoints with another run's: a later
+    // --resume would pick whichever is newest.
+    if (fs::exists(o.checkpoint_dir, ec)) {
+      auto latest = checkpoint::findLatest(o.checkpoint_dir);
+      if (!latest) st = Error{latest.error().message};
+      else if (*latest)
+        st = Error{o.checkpoint_dir + ": already holds checkpoints (newest: " + (*latest)->dir +
+                   "); pass --resume to continue from it, or use another --checkpoint-dir"};
+    } else if (!fs::create_directories(o.checkpoint_dir, ec) && ec) {
+      st = Error{o.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message()};
+    }
+  }
+  if (st = agree(ctx_.comm, st); !st) return Error{st.message()};
+  if (o.resume)
+    if (st = load(log); !st) return Error{st.message()};
+  return start_step_;
+}
+
+bool Checkpointer::due(int64_t completed, int64_t total) const {
+  const TrainOptions &o = ctx_.opts;
+  if (o.checkpoint_dir.empty() || completed <= start_step_) return false;
+  return completed == total || (o.checkpoint_every > 0 && completed % o.checkpoint_every == 0);
+}
+
+Status Checkpointer::load(std::ostream &log) {
+  const TrainOptions &o = ctx_.opts;
+  comm::Communicator &comm = ctx_.comm;
+  const int rank = comm.rank();
+
+  // 1. Every rank finds the newest complete checkpoint; they must agree.
+  std::vector<std::string> skipped;
+  auto latest = checkpoint::findLatest(o.checkpoint_dir, &skipped);
+  Status st = latest ? Status::success() : Status(Error{latest.error().message + " (--resume)"});
+  if (st = agree(comm, st); !st) return st;
+  const std::optional<Found> &found = *latest;
+  double seen[2] = {found ? double(found->manifest.step) : -1.0, found ? -double(found->manifest.step) : 1.0};
+  comm.allReduce(seen, 2, comm::ReduceOp::Max);
+  if (seen[0] != -seen[1])
+    return Error{rank == 0 ? o.checkpoint_dir + ": ranks see different newest checkpoints (step " +
+                                 std::to_string(int64_t(-seen[1])) + " and " + std::to_string(int64_t(seen[0])) +
+                                 "); the folder must be on a file system all ranks share"
+                           : ""};
+  if (rank == 0)
+    for (const auto &dir : skipped) log << "rannc-exec: ignoring " << dir << ": no manifest.json (incomplete)\n";
+  if (!found) {
+    if (rank == 0) log << "rannc-exec: " << o.checkpoint_dir << " holds no complete checkpoint; starting at step 0\n";
+    return Status::success();
+  }
+
+  // 2. Each rank checks the checkpoint fits this run and loads what its stage needs.
+  const Manifest &m = found->manifest;
+  const std::string &where = found->dir;
+  auto check = [&]() -> Status {
+    if (m.model_sha256 != ctx_.plan.model().sha256())
+      return Error{where + ": checkpoint of another model (SHA-256 " + m.model_sha256.substr(0, 12) +
+                   "..., the plan's model " + ctx_.plan.model().sha256().substr(0, 12) + "...)"};
+    if (m.optimizer != o.optimizer)
+      return Error{where + ": checkpoint was trained with --optimizer " + m.optimizer + ", this run has --optimizer " +
+                   o.optimizer};
+    if (m.synthetic != o.synthetic)
+      return Error{where + ": checkpoint was trained on " + (m.synthetic ? "--synthetic data" : "--data") +
+                   ", this run uses " + (o.synthetic ? "--synthetic data" : "--data")};
+    if (!o.synthetic && m.dataset_samples != ctx_.dataset_samples)
+      return Error{where + ": checkpoint was trained on " + std::to_string(m.dataset_samples) +
+                   " samples, --data holds " + std::to_string(ctx_.dataset_samples) + " (the data order would not continue)"};
+    const bool seeded = o.synthetic || o.shuffle == "on";
+    if (m.shuffle != o.shuffle || (seeded && m.seed != o.seed))
+      return Error{where + ": checkpoint was trained with --shuffle " + m.shuffle + " --seed " + std::to_string(m.seed) +
+                   ", this run has --shuffle " + o.shuffle + " --seed " + std::to_string(o.seed) +
+                   " (the data order would not continue)"};
+
+    // Parameters, buffers and optimizer state, by name, from whichever files hold them.
+    enum Kind { kParameter, kBuffer, kOptimizerState };
+    for (const Kind kind : {kParameter, kBuffer, kOptimizerState}) {
+      const auto &index = kind == kParameter ? m.parameters : kind == kBuffer ? m.buffers : m.optimizer_state;
+      const auto &tensors = kind == kBuffer ? buffers_ : params_;
+      const char *what = kind == kParameter ? "parameter" : kind == kBuffer ? "buffer" : "optimizer state of";
+      std::map<std::string, std::vector<size_t>> by_file;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        auto it = index.find(tensors[i].first);
+        if (it == index.end())
+          return Error{where + ": has no " + what + " '" + tensors[i].first + "', which stage " +
+                       std::to_string(ctx_.stage) + " of this plan needs"};
+        by_file[it->second].push_back(i);
+      }
+      for (const auto &[file, indices] : by_file) {
+        auto bytes = checkpoint::readVerified(*found, file);
+        if (!bytes) return Error{bytes.error().message};
+        auto decoded = checkpoint::decodeTensors(*bytes, where + "/" + file);
+        if (!decoded) return Error{decoded.error().message};
+        for (size_t i : indices) {
+          const auto &[name, p] = tensors[i];
+          auto it = decoded->tensors.find(name);
+          if (it == decoded->tensors.end())
+            return Error{where + "/" + file + ": has no tensor '" + name + "' (the manifest says it does)"};
+          try {
+            if (kind != kOptimizerState) {
+              torch::Tensor t = runtime::toTorch(it->second);
+              if (t.scalar_type() != p.scalar_type() || t.sizes() != p.sizes())
+                return Error{where + "/" + file + ": " + what + " '" + name + "' is " + describe(t) +
+                             ", the model's is " + describe(p)};
+              torch::NoGradGuard no_grad;
+              p.copy_(t);
+            } else {
+              // The state as torch::optim saved it for a one-parameter optimizer
+              // of this kind; moved over to the run's optimizer by tensor key.
+              auto one = ctx_.make_optimizer({p});
+              torch::serialize::InputArchive archive;
+              archive.load_from(it->second.data.data(), it->second.data.size(), p.device());
+              one->load(archive);
+              auto state = one->state().find(stateKey(p));
+              if (state != one->state().end()) ctx_.optimizer.state()[stateKey(p)] = std::move(state->second);
+            }
+          } catch (const std::exception &e) {
+            std::string msg = e.what();
+            return Error{where + "/" + file + ": cannot load the " + what + " '" + name + "': " +
+                         msg.substr(0, msg.find('\n'))};
+          }
+        }
+      }
+    }
+
+    // The generator streams continue only where the rank does the same work.
+    if (!m.rng_file.empty() && m.world_size == comm.size() && m.stages == layoutOf(ctx_.plan)) {
+      auto bytes = checkpoint::readVerified(*found, m.rng_file);
+      if (!bytes) return Error{bytes.error().message};
+      auto decoded = checkpoint::decodeTensors(*bytes, where + "/" + m.rng_file);
+      if (!decoded) return Error{decoded.error().message};
+      auto it = decoded->tensors.find("rank-" + std::to_string(rank));
+      if (it == decoded->tensors.end()) return Error{where + "/" + m.rng_file + ": no state for rank " + std::to_string(rank)};
+      try {
+        setGeneratorState(it->second.data);
+      } catch (const std::exception &e) {
+        return Error{where + "/" + m.rng_file + ": cannot restore the generator of rank " + std::to_string(rank)};
+      }
+    } else if (rank == 0) {
+      log << "rannc-exec: " << where << " was written with another plan: its generator states are not "
+          << "restored (this matters only to random ops such as dropout)\n";
+    }
+    return Status::success();
+  };
+  if (st = agree(comm, check()); !st) return st;
+
+  start_step_ = m.step;
+  data_offset_ = m.samples_consumed - m.step * ctx_.samples_per_step;
+  if (rank == 0) {
+    if (!o.log.empty())
+      if (Status t = trimLog(o.log, m.step); !t) throw std::runtime_error(t.message());
+    log << "rannc-exec: resuming from " << where << ": step " << m.step << ", " << m.samples_consumed
+        << " samples consumed (epoch " << m.epoch << ")\n";
+  }
+  return Status::success();
+}
+
+void Checkpointer::save(int64_t completed, std::ostream &log) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const TrainOptions &o = ctx_.opts;
+  comm::Communicator &comm = ctx_.comm;
+  const int rank = comm.rank();
+  const std::string final_dir = o.checkpoint_dir + "/" + checkpoint::stepFolderName(completed);
+  const std::string tmp = final_dir + ".tmp";
+  auto fail = [&](const std::string &msg) {
+    throw std::runtime_error("cannot write the checkpoint of step " + std::to_string(completed) + ": " + msg);
+  };
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec); // left by a run killed while writing this step
+    fs::create_directories(tmp, ec);
+    if (ec) fail(tmp + ": " + ec.message());
+  }
+  comm.barrier();
+
+  // The first replica of each stage writes its parameters and optimizer state.
+  nlohmann::json files = nlohmann::json::array();
+  auto write = [&](const std::string &name, const std::string &blob, nlohmann::json index) {
+    if (Status st = checkpoint::writeDurable(tmp + "/" + name, blob); !st) fail(st.message());
+    files.push_back({{"name", name}, {"bytes", blob.size()}, {"sha256", sha256Hex(blob)}, {"index", index}});
+  };
+  if (ctx_.replica == 0) {
+    checkpoint::NamedTensors weights, states;
+    std::vector<std::string> names, buffer_names;
+    for (const auto &[name, b] : buffers_) {
+      buffer_names.push_back(name);
+      weights.emplace_back(name, runtime::fromTorch(b));
+    }
+    for (const auto &[name, p] : params_) {
+      names.push_back(name);
+      weights.emplace_back(name, runtime::fromTorch(p));
+      // torch::optim's own format, for a one-parameter optimizer of the run's
+      // kind and options holding this parameter's state: loadable by any plan.
+      auto one = ctx_.make_optimizer({p});
+      const auto &state = ctx_.optimizer.state();
+      if (auto it = state.find(stateKey(p)); it != state.end()) one->state()[stateKey(p)] = it->second->clone();
+      for (const auto &group : ctx_.optimizer.param_groups())
+        for (const auto &q : group.params())
+          if (q.is_same(p)) one->param_groups()[0].set_options(group.options().clone());
+      torch::serialize::OutputArchive archive;
+      one->save(archive);
+      std::ostringstream os;
+      archive.save_to(os);
+      states.emplace_back(name, bytesTensor(os.str()));
+    }
+    const std::string stage = std::to_string(ctx_.stage);
+    const std::map<std::string, std::string> meta = {{"stage", stage}, {"step", std::to_string(completed)}};
+    write("stage-" + stage + ".safetensors", checkpoint::encodeTensors(weights, meta),
+          {{"parameters", names}, {"buffers", buffer_names}});
+    auto optim_meta = meta;
+    optim_meta["format"] = "per parameter: torch::optim::Optimizer::save of a one-parameter " + o.optimizer;
+    write("stage-" + stage + ".optim.safetensors", checkpoint::encodeTensors(states, optim_meta),
+          {{"optimizer_state", names}});
+  }
+  std::string rng = generatorState();
+  if (rank != 0) {
+    comm.send(std::make_shared<std::string>(files.dump()), 0, kFilesTag);
+    comm.send(std::make_shared<std::string>(std::move(rng)), 0, kRngTag);
+    comm.waitSends();
+    return;
+  }
+
+  // Rank 0 gathers what was written, then writes the manifest last.
+  const int world = comm.size();
+  std::vector<nlohmann::json> written(static_cast<size_t>(world));
+  checkpoint::NamedTensors rngs;
+  written[0] = files;
+  rngs.emplace_back("rank-0", bytesTensor(std::move(rng)));
+  for (int r = 1; r < world; ++r) {
+    written[size_t(r)] = nlohmann::json::parse(comm.recv(r, kFilesTag));
+    rngs.emplace_back("rank-" + std::to_string(r), bytesTensor(comm.recv(r, kRngTag)));
+  }
+  Manifest m;
+  m.step = completed;
+  m.samples_consumed = samplesBefore(completed);
+  m.dataset_samples = o.synthetic ? 0 : ctx_.dataset_samples;
+  m.epoch = m.dataset_samples > 0 ? m.samples_consumed / m.dataset_samples : 0;
+  m.samples_per_step = ctx_.samples_per_step;
+  m.synthetic = o.synthetic;
+  m.shuffle = o.shuffle;
+  m.seed = o.seed;
+  m.optimizer = o.optimizer;
+  m.lr = o.lr;
+  m.model_path = fs::absolute(model_path_).lexically_normal().string();
+  m.model_sha256 = ctx_.plan.model().sha256();
+  m.world_size = world;
+  m.stages = layoutOf(ctx_.plan);
+  int64_t total = 0;
+  for (const auto &stage : ctx_.plan.stages())
+    for (const auto &f : written[size_t(stage.ranks(0))]) {
+      const std::string name = f.at("name");
+      m.files.push_back({name, f.at("bytes").get<int64_t>(), f.at("sha256").get<std::string>()});
+      total += m.files.back().bytes;
+      for (const auto &[kind, names] : f.at("index").items()) {
+        auto &index = kind == "parameters" ? m.parameters : kind == "buffers" ? m.buffers : m.optimizer_state;
+        for (const auto &t : names) index.emplace(t.get<std::string>(), name); // first stage wins
+      }
+    }
+  const std::string rng_blob = checkpoint::encodeTensors(rngs);
+  if (Status st = checkpoint::writeDurable(tmp + "/rng.safetensors", rng_blob); !st) fail(st.message());
+  m.files.push_back({"rng.safetensors", int64_t(rng_blob.size()), sha256Hex(rng_blob)});
+  m.rng_file = "rng.safetensors";
+  if (Status st = checkpoint::writeDurable(tmp + "/manifest.json", checkpoint::manifestToJson(m)); !st)
+    fail(st.message());
+  if (Status st = checkpoint::syncFolder(tmp); !st) fail(st.message());
+  if (Status st = checkpoint::publish(tmp, final_dir); !st) fail(st.message());
+  auto deleted = checkpoint::prune(o.checkpoint_dir, o.keep);
+  if (!deleted) fail(deleted.error().message);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log << "rannc-exec: checkpoint " << final_dir << " (" << total << " bytes, " << secs << " s";
+  for (const auto &d : *deleted) log << "; deleted " << d;
+  log << ")\n";
+}
+
+Status Checkpointer::exportOnnx(std::ostream &log) {
+  const TrainOptions &o = ctx_.opts;
+  if (o.export_onnx.empty()) return Status::success();
+  comm::Communicator &comm = ctx_.comm;
+  std::string mine;
+  if (ctx_.replica == 0) {
+    checkpoint::NamedTensors weights;
+    for (const auto &[name, p] : params_) weights.emplace_back(name, runtime::fromTorch(p));
+    for (const auto &[name, b] : buffers_) weights.emplace_back(name, runtime::fromTorch(b));
+    mine = checkpoint::encodeTensors(weights);
+    if (comm.rank() != 0) comm.send(std::make_shared<std::string>(std::move(mine)), 0, kExportTag);
+  }
+  Status st;
+  if (comm.rank() == 0) {
+    std::vector<std::string> parts;
+    for (const auto &stage : ctx_.plan.stages())
+      parts.push_back(stage.ranks(0) == 0 ? mine : comm.recv(stage.ranks(0), kExportTag));
+    std::map<std::string, ir::Tensor> weights;
+    for (size_t s = 0; s < parts.size() && st.ok(); ++s) {
+      auto decoded = checkpoint::decodeTensors(parts[s], "the weights of stage " + std::to_string(s));
+      if (!decoded) st = Error{decoded.error().message};
+      else
+        for (auto &[name, t] : decoded->tensors) weights.emplace(name, std::move(t)); // first stage wins
+    }
+    if (st.ok()) {
+      auto n = checkpoint::writeOnnxWithWeights(model_path_, weights, o.export_onnx);
+      if (!n) st = Error{n.error().message};
+      else log << "rannc-exec: wrote " << o.export_onnx << " with " << *n << " trained initializer(s)\n";
+    }
+  }
+  comm.waitSends();
+  return agree(comm, st);
+}
+
+Status trimLog(const std::string &path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return Status::success();
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      auto j = nlohmann::json::parse(line);
+      if (j.is_object() && j.contains("step") && j["step"].get<int64_t>() < step) kept += line + "\n";
+    } catch (const nlohmann::json::exception &) {
+      // a record cut short when the run was killed
+    }
+  }
+  return writeFileAtomic(path, kept);
+}
+
+} // namespace rannc::train
