@@ -169,17 +169,28 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
     stats = track_onnx_running_stats(model) if buffers_out else {}
     opt = make_opt(model.parameters())
     losses = []
+    # Parameters whose gradient is rounding noise at every step (below 1e-6 of
+    # the step's largest gradient entry): mathematically zero, such as an
+    # attention key bias (softmax ignores a per-query shift). Adam divides by
+    # the gradient's own scale, so their trained values are amplified noise
+    # that no other implementation can reproduce; train_check.py names and
+    # skips them when comparing trained parameters.
+    noise = {nm for nm, _ in model.named_parameters()}
     for k in range(steps):
         opt.zero_grad()
         loss = model(*batch(data, names, k, bsz))
         losses.append(float(loss.item()))  # loss of the forward before the update
         loss.backward()
+        peak = {nm: float(p.grad.abs().max()) for nm, p in model.named_parameters() if p.grad is not None}
+        top = max(peak.values(), default=0.0)
+        noise -= {nm for nm, v in peak.items() if v > 1e-6 * top}
         opt.step()
     if params_out:
         tmp = params_out + ".tmp"
         with open(tmp, "wb") as f:
             np.savez(f, **{nm: p.detach().numpy() for nm, p in model.named_parameters()})
         os.replace(tmp, params_out)
+        write_json(params_out.replace("_params.npz", "_noise.json"), sorted(noise))
     if buffers_out and stats:
         tmp = buffers_out + ".tmp"
         with open(tmp, "wb") as f:

@@ -27,6 +27,8 @@ public:
   const schedule::StageProgram &program() const { return program_; }
   /// The stage's trainable tensors, in value-id order.
   std::vector<torch::Tensor> parameters() const;
+  /// Parameter `id` of the stage (it must read it).
+  const torch::Tensor &parameter(ir::ValueId id) const { return params_.at(id); }
   /// The stage's buffers (BatchNorm running statistics) by value id: not
   /// trained, updated by every training-mode forward.
   const std::map<ir::ValueId, torch::Tensor> &buffers() const { return buffers_; }

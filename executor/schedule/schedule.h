@@ -98,8 +98,10 @@ struct StageProgram {
 /// is one parameter of the graph, listed in `parameters` of every stage that
 /// reads it; each such stage holds its own copy and computes its own part of
 /// the gradient. `shared_parameters` names them with the stages involved: the
-/// parts must be summed across those stages (as across replicas) before the
-/// optimizer step, so that every copy takes the same update.
+/// trainer sums the parts across those stages (after the replica all-reduce,
+/// SharedParameters in executor/train/trainer.cpp) before the optimizer step,
+/// so every copy takes the same update and stays identical; the gradient norm
+/// counts such a parameter once.
 StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage);
 
 /// Samples [begin, end) of a micro-batch held by one replica.

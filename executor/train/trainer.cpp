@@ -14,8 +14,10 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "executor/runtime/memory.h"
 #include "executor/runtime/ops.h"
@@ -221,13 +223,14 @@ torch::Tensor recvPieces(comm::Communicator &comm, int64_t axis, const schedule:
   return torch::cat(pieces, axis);
 }
 
-/// Sums the stage's parameter gradients over its replicas (one flat buffer).
-void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tensor> &params) {
+/// Sums the gradients of `params` over `group` (one flat buffer); a rank
+/// that does not `contribute` adds zeros and still receives the sum.
+void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tensor> &params, bool contribute = true) {
   std::vector<torch::Tensor> flat;
   for (const auto &p : params) {
     if (p.scalar_type() != torch::kFloat)
       throw std::runtime_error("gradient all-reduce supports float32 parameters only");
-    flat.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
+    flat.push_back(contribute && p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
   }
   if (flat.empty()) return;
   torch::Tensor buffer = torch::cat(flat);
@@ -287,6 +290,47 @@ private:
   std::thread thread_;
 };
 
+/// Parameters read by several stages (Note [shared parameters] in
+/// executor/schedule/schedule.h), grouped by the set of stages that read them.
+/// Each group has a communicator over the ranks of those stages; after the
+/// replica all-reduce, the first replica of each reader stage contributes its
+/// part of the gradient and every rank of the group receives the sum, so every
+/// copy of the parameter takes the same optimizer step.
+struct SharedParameters {
+  struct Group {
+    std::vector<torch::Tensor> params; ///< this stage's copies, in value-id order
+    std::unique_ptr<comm::Communicator> comm;
+  };
+  std::vector<Group> groups;            ///< the groups this rank's stage belongs to
+  std::set<ir::ValueId> counted_elsewhere; ///< shared ones an earlier stage counts in the gradient norm
+
+  /// Collective over `comm`: every rank splits once per group of the graph, in the same order.
+  SharedParameters(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage,
+                   const runtime::StageRunner &runner, comm::Communicator &comm) {
+    std::map<std::vector<int>, std::vector<ir::ValueId>> by_stages; // ordered: the same on every rank
+    for (int t = 0; t < int(ranges.size()); ++t)
+      for (const auto &[v, stages] : schedule::buildStageProgram(g, ranges, t).shared_parameters)
+        if (stages.front() == t) by_stages[stages].push_back(v); // listed once, by its first reader
+    for (const auto &[stages, values] : by_stages) {
+      const bool mine = std::binary_search(stages.begin(), stages.end(), stage);
+      auto c = comm.split(mine ? 1 : 0, comm.rank());
+      if (!mine) continue;
+      Group grp;
+      for (ir::ValueId v : values) {
+        grp.params.push_back(runner.parameter(v));
+        if (stages.front() != stage) counted_elsewhere.insert(v);
+      }
+      grp.comm = std::move(c);
+      groups.push_back(std::move(grp));
+    }
+  }
+
+  /// Sums each shared parameter's gradient over the stages that read it.
+  void allReduce(int replica) {
+    for (auto &grp : groups) allReduceGradients(*grp.comm, grp.params, replica == 0);
+  }
+};
+
 /// True when every gradient of `params` is finite.
 bool gradientsFinite(const std::vector<torch::Tensor> &params) {
   for (const auto &p : params)
@@ -331,6 +375,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   const int64_t steps = opts.epochs > 0 ? stepsForEpochs(opts.epochs, s.samples, K * B) : opts.steps;
   auto actions = schedule::accumulate(schedule::build(kind, s.stage, num_stages, M), int(K), M);
   auto optimizer = makeOptimizer(opts, runner.parameters());
+  SharedParameters shared(s.graph, s.ranges, s.stage, runner, comm);
+  // The gradient norm counts a shared parameter once: in its first reader stage.
+  std::vector<torch::Tensor> norm_params;
+  for (ir::ValueId v : prog.parameters)
+    if (!shared.counted_elsewhere.count(v)) norm_params.push_back(runner.parameter(v));
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
   Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, *optimizer,
                             [&](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); },
@@ -413,6 +462,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       case schedule::ActionKind::AllReduce:
         if (group->size() > 1) allReduceGradients(*group, runner.parameters());
+        shared.allReduce(s.replica);
         break;
       case schedule::ActionKind::OptimizerStep: {
         // All ranks agree on finiteness first, so no stage steps alone.
@@ -424,8 +474,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                                  : ""};
         skipped = bad > 0;
         // The global gradient norm: each stage's (replica-reduced, so equal on
-        // every replica) squared norm, counted once per stage via replica 0.
-        grad_norm = s.replica == 0 ? gradSquaredNorm(runner.parameters()) : 0.0;
+        // every replica) squared norm, counted once per stage via replica 0,
+        // and a shared parameter once, in its first reader stage.
+        grad_norm = s.replica == 0 ? gradSquaredNorm(norm_params) : 0.0;
         comm.allReduce(&grad_norm, 1, comm::ReduceOp::Sum);
         grad_norm = std::sqrt(grad_norm);
         if (!skipped && opts.clip_grad_norm > 0)
