@@ -1,10 +1,14 @@
 #include "executor/train/trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -331,6 +335,46 @@ struct SharedParameters {
   }
 };
 
+/// Where a rank's step time goes (logged per stage as `stage_times_s`).
+enum Phase { kForward, kBackward, kComm, kUpdate, kPhases };
+const char *const kPhaseNames[kPhases] = {"forward_s", "backward_s", "comm_s", "update_s"};
+
+Phase phaseOf(schedule::ActionKind k) {
+  switch (k) {
+  case schedule::ActionKind::Forward: return kForward;
+  case schedule::ActionKind::Backward: return kBackward;
+  case schedule::ActionKind::OptimizerStep: return kUpdate;
+  default: return kComm;
+  }
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+/// Tokens per sample of a sequence model: the non-batch size of the first
+/// integer data input of rank >= 2 (token ids [B, S]); 0 when there is none.
+int64_t tokensPerSample(const ir::Graph &g) {
+  for (ir::ValueId in : g.inputs) {
+    const ir::Value &v = g.values[in];
+    if (ir::isFloating(v.dtype) || v.shape.size() < 2) continue;
+    int64_t n = 1;
+    for (size_t d = 1; d < v.shape.size(); ++d) n *= v.shape[d].isFixed() ? v.shape[d].offset : 0;
+    if (n > 0) return n;
+  }
+  return 0;
+}
+
+/// "1h02m", "3m05s", "42s": an ETA for people.
+std::string formatEta(double seconds) {
+  const int64_t t = int64_t(seconds + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600), (long long)(t % 3600 / 60));
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
+  else std::snprintf(buf, sizeof buf, "%llds", (long long)t);
+  return buf;
+}
+
 /// True when every gradient of `params` is finite.
 bool gradientsFinite(const std::vector<torch::Tensor> &params) {
   for (const auto &p : params)
@@ -387,6 +431,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
+  const int64_t tokens_per_sample = tokensPerSample(s.graph);
+  // The final summary (rank 0) and the progress line.
+  double run_time = 0, last_loss = 0;
+  int64_t samples_done = 0, peak_memory = 0;
+  const bool progress_tty = &log == &std::cerr && ::isatty(STDERR_FILENO);
   auto name = [&](ir::ValueId v) { return "value '" + s.graph.values[v].name + "'"; };
   Watchdog watchdog(opts.timeout_s, comm);
 
@@ -407,8 +456,10 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     double lr = opts.lr * lrFactor(opts, step, steps), grad_norm = 0;
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
     bool skipped = false;
+    std::array<double, kPhases> phase_s{};
     for (const auto &a : actions) {
       const int mb = a.microbatch;
+      auto a0 = std::chrono::steady_clock::now();
       watchdog.progress("at step " + std::to_string(step) + ", stage " + std::to_string(s.stage) + ": " +
                         schedule::toString(a));
       switch (a.kind) {
@@ -419,6 +470,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         for (const auto &r : prog.recvs)
           feeds[r.value] = recvPieces(comm, batchAxis(s.graph.values[r.value]), mine, ranks_of[r.peer_stage],
                                       shards[r.peer_stage], tagFor(mb, kActTag));
+        phase_s[kComm] += secondsSince(a0); // waiting for the previous stage
+        a0 = std::chrono::steady_clock::now();
         const int64_t first = checkpoints.samplesBefore(step) + int64_t(mb) * b + mine.begin;
         for (ir::ValueId in : prog.data_inputs)
           feeds[in] = opts.synthetic
@@ -487,16 +540,18 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       }
       }
+      phase_s[phaseOf(a.kind)] += secondsSince(a0);
     }
     comm.waitSends();
     double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // Loss from the stage that computes it; memory per rank; slowest rank's time.
     const int world = comm.size();
-    std::vector<double> sums(1 + 2 * world, 0.0);
+    std::vector<double> sums(1 + (2 + kPhases) * world, 0.0);
     sums[0] = prog.computes_loss ? loss_sum : 0.0;
     sums[1 + rank] = double(runtime::peakTensorBytes());
     sums[1 + world + rank] = double(peakRssBytes());
+    for (int k = 0; k < kPhases; ++k) sums[1 + (2 + k) * world + rank] = phase_s[size_t(k)];
     comm.allReduce(sums.data(), int(sums.size()), comm::ReduceOp::Sum);
     comm.allReduce(&step_time, 1, comm::ReduceOp::Max);
     if (K > 1) comm.allReduce(batch_losses.data(), int(K), comm::ReduceOp::Sum);
@@ -505,11 +560,12 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       return Error{rank == 0 ? "non-finite loss (" + std::to_string(loss) + ") at step " + std::to_string(step) : ""};
     if (rank == 0) {
       std::vector<int64_t> mem(sums.begin() + 1, sums.begin() + 1 + world);
-      std::vector<int64_t> rss(sums.begin() + 1 + world, sums.end());
+      std::vector<int64_t> rss(sums.begin() + 1 + world, sums.begin() + 1 + 2 * world);
       nlohmann::ordered_json j;
       j["step"] = step;
       j["loss"] = loss;
       j["samples_per_s"] = double(K * B) / step_time;
+      if (tokens_per_sample > 0) j["tokens_per_s"] = double(K * B * tokens_per_sample) / step_time;
       j["step_time_s"] = step_time;
       j["peak_memory_bytes"] = *std::max_element(mem.begin(), mem.end());
       j["peak_memory_bytes_per_rank"] = mem;
@@ -517,11 +573,35 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       j["lr"] = lr;
       j["grad_norm"] = grad_norm;
       if (K > 1) j["batch_losses"] = batch_losses;
+      // Per stage, the slowest of its ranks in each phase: compute, waiting
+      // for and sending to other stages and replicas, the optimizer update.
+      nlohmann::ordered_json stage_times = nlohmann::ordered_json::array();
+      for (int st = 0; st < num_stages; ++st) {
+        nlohmann::ordered_json t;
+        t["stage"] = st;
+        for (int k = 0; k < kPhases; ++k) {
+          double worst = 0;
+          for (int r : ranks_of[size_t(st)]) worst = std::max(worst, sums[size_t(1 + (2 + k) * world + r)]);
+          t[kPhaseNames[k]] = worst;
+        }
+        stage_times.push_back(t);
+      }
+      j["stage_times_s"] = stage_times;
       if (skipped) j["skipped"] = true;
       if (jsonl) jsonl << j.dump() << "\n" << std::flush;
-      if (opts.progress)
-        log << "step " << step + 1 << "/" << steps << "  loss " << loss << "  " << double(K * B) / step_time
-            << " samples/s\n";
+      run_time += step_time;
+      samples_done += K * B;
+      last_loss = loss;
+      peak_memory = std::max(peak_memory, j["peak_memory_bytes"].get<int64_t>());
+      if (opts.progress) {
+        // On a terminal one line rewritten in place; otherwise a line per step.
+        const double eta = run_time / double(step + 1 - *first_step) * double(steps - step - 1);
+        char line[160];
+        std::snprintf(line, sizeof line, "step %lld/%lld  loss %.6g  %.1f samples/s  ETA %s",
+                      (long long)(step + 1), (long long)steps, loss, double(K * B) / step_time,
+                      formatEta(eta).c_str());
+        log << line << (progress_tty ? (step + 1 == steps ? "\n" : "\r") : "\n") << std::flush;
+      }
     }
     if (checkpoints.due(step + 1, steps)) {
       watchdog.progress("writing the checkpoint of step " + std::to_string(step + 1));
@@ -529,6 +609,15 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     }
   }
   if (Status st = checkpoints.exportOnnx(log); !st) return st;
+  if (rank == 0 && steps > *first_step) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "rannc-exec: done: %lld step(s) in %.3g s, %.1f samples/s, final loss %.6g, peak tensor memory "
+                  "%.1f MiB per rank",
+                  (long long)(steps - *first_step), run_time, double(samples_done) / std::max(run_time, 1e-12),
+                  last_loss, double(peak_memory) / (1 << 20));
+    log << line << "\n";
+  }
   comm.barrier();
   return Status::success();
 }

@@ -58,6 +58,10 @@ def check_training(args):
     if p.returncode != 0:
         sys.exit(f"rannc-exec failed with exit code {p.returncode}")
     steps = [json.loads(line) for line in open(log)]
+    shown = run([args.plan_tool, "show", plan_path, "--json"])
+    stages = json.loads(shown.stdout)["num_stages"]
+    if "rannc-exec: done: " not in p.stderr:
+        sys.exit("rannc-exec printed no final summary")
     if len(steps) != ref["steps"]:
         sys.exit(f"log has {len(steps)} steps, expected {ref['steps']}")
     worst = 0.0
@@ -67,6 +71,7 @@ def check_training(args):
                 sys.exit(f"log line lacks '{key}': {rec}")
         if len(rec["peak_memory_bytes_per_rank"]) != args.ranks:
             sys.exit(f"peak_memory_bytes_per_rank has {len(rec['peak_memory_bytes_per_rank'])} entries")
+        check_metrics(rec, stages, args.ranks == 1)
         rel = abs(rec["loss"] - want) / abs(want)
         worst = max(worst, rel)
         print(f"step {rec['step']}: rannc {rec['loss']:.7f}  pytorch {want:.7f}  rel {rel:.2e}")
@@ -87,6 +92,27 @@ def check_training(args):
                        "max_rel_loss_diff": worst}, f)
     if worst > REL_TOL:
         sys.exit("losses differ from PyTorch's")
+
+
+def check_metrics(rec, stages, one_rank):
+    """The per-stage phase times of a log line: one entry per stage, each
+    phase >= 0, and on one rank the phases add up to no more than the step
+    (they are disjoint intervals of it; 1 ms of slack for the clock; with
+    several ranks each phase is a maximum over ranks, which need not add up). A sequence
+    model's tokens/s is samples/s times its tokens per sample."""
+    times = rec.get("stage_times_s")
+    if not isinstance(times, list) or [t.get("stage") for t in times] != list(range(stages)):
+        sys.exit(f"stage_times_s does not list stages 0..{stages - 1}: {times}")
+    for t in times:
+        phases = [t[k] for k in ("forward_s", "backward_s", "comm_s", "update_s")]
+        if min(phases) < 0 or t["forward_s"] <= 0 or t["backward_s"] <= 0:
+            sys.exit(f"implausible phase times {t}")
+        if one_rank and sum(phases) > rec["step_time_s"] + 1e-3:
+            sys.exit(f"phases add up to {sum(phases)} s, more than the step's {rec['step_time_s']} s")
+    if "tokens_per_s" in rec:
+        per_sample = rec["tokens_per_s"] / rec["samples_per_s"]
+        if abs(per_sample - round(per_sample)) > 1e-6 or round(per_sample) < 2:
+            sys.exit(f"tokens_per_s / samples_per_s = {per_sample}, not a whole sequence length")
 
 
 def check_state(trained, model_dir, name):
