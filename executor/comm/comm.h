@@ -11,6 +11,17 @@ namespace rannc::comm {
 
 enum class ReduceOp { Sum, Max };
 
+/// A collective started by Communicator::startAllReduce, finished by wait().
+class Request {
+public:
+  virtual ~Request() = default;
+  /// Lets the collective progress (MPI moves data only inside MPI calls);
+  /// true once it is complete.
+  virtual bool test() = 0;
+  /// Blocks until it is complete; the buffer then holds the result.
+  virtual void wait() = 0;
+};
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -26,6 +37,9 @@ public:
   /// In-place all-reduce over all ranks.
   virtual void allReduce(double *data, int count, ReduceOp op) = 0;
   virtual void allReduce(float *data, int64_t count, ReduceOp op) = 0;
+  /// Starts an in-place all-reduce and returns at once; `data` must stay
+  /// untouched until the request is complete. Ranks start theirs in the same order.
+  virtual std::unique_ptr<Request> startAllReduce(float *data, int64_t count, ReduceOp op) = 0;
   virtual void barrier() = 0;
   /// The ranks with the same `color` as a new communicator, ordered by `key`
   /// (collective over this communicator).

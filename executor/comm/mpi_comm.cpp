@@ -20,6 +20,23 @@ void check(int rc, const char *what) {
 
 MPI_Op toMpi(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
+// MPI counts are ints: reduce in chunks below 2^31 elements.
+constexpr int64_t kChunk = int64_t{1} << 30;
+
+class MpiRequest final : public Request {
+public:
+  std::vector<MPI_Request> requests;
+  bool test() override {
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
+          "MPI_Testall");
+    return done != 0;
+  }
+  void wait() override {
+    check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+};
+
 class MpiCommunicator final : public Communicator {
 public:
   MpiCommunicator(int *argc, char ***argv) : comm_(MPI_COMM_WORLD), owns_mpi_(true) {
@@ -88,12 +105,21 @@ public:
   }
 
   void allReduce(float *data, int64_t count, ReduceOp op) override {
-    // MPI counts are ints: reduce in chunks below 2^31 elements.
-    constexpr int64_t kChunk = int64_t{1} << 30;
     for (int64_t off = 0; off < count; off += kChunk)
       check(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
                           toMpi(op), comm_),
             "MPI_Allreduce");
+  }
+
+  std::unique_ptr<Request> startAllReduce(float *data, int64_t count, ReduceOp op) override {
+    auto req = std::make_unique<MpiRequest>();
+    for (int64_t off = 0; off < count; off += kChunk) {
+      req->requests.push_back(MPI_REQUEST_NULL);
+      check(MPI_Iallreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
+                           toMpi(op), comm_, &req->requests.back()),
+            "MPI_Iallreduce");
+    }
+    return req;
   }
 
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }

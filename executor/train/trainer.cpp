@@ -28,6 +28,7 @@
 #include "executor/runtime/stage.h"
 #include "executor/runtime/weights.h"
 #include "executor/schedule/schedule.h"
+#include "executor/train/buckets.h"
 #include "executor/train/checkpoint.h"
 #include "executor/train/npy.h"
 #include "executor/train/optim.h"
@@ -420,6 +421,12 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   auto actions = schedule::accumulate(schedule::build(kind, s.stage, num_stages, M), int(K), M);
   auto optimizer = makeOptimizer(opts, runner.parameters());
   SharedParameters shared(s.graph, s.ranges, s.stage, runner, comm);
+  // The replica all-reduce overlaps the step's last backward (Note [gradient buckets]).
+  std::unique_ptr<GradientBuckets> buckets;
+  if (group->size() > 1) buckets = std::make_unique<GradientBuckets>(*group, runner.parameters(), opts.bucket_bytes);
+  size_t last_backward = 0;
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].kind == schedule::ActionKind::Backward) last_backward = i;
   // The gradient norm counts a shared parameter once: in its first reader stage.
   std::vector<torch::Tensor> norm_params;
   for (ir::ValueId v : prog.parameters)
@@ -457,9 +464,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
     bool skipped = false;
     std::array<double, kPhases> phase_s{};
-    for (const auto &a : actions) {
+    for (size_t ai = 0; ai < actions.size(); ++ai) {
+      const schedule::Action &a = actions[ai];
       const int mb = a.microbatch;
       auto a0 = std::chrono::steady_clock::now();
+      if (buckets && ai == last_backward) buckets->arm();
       watchdog.progress("at step " + std::to_string(step) + ", stage " + std::to_string(s.stage) + ": " +
                         schedule::toString(a));
       switch (a.kind) {
@@ -514,7 +523,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         runner.release(mb);
         break;
       case schedule::ActionKind::AllReduce:
-        if (group->size() > 1) allReduceGradients(*group, runner.parameters());
+        if (buckets) buckets->finish();
         shared.allReduce(s.replica);
         break;
       case schedule::ActionKind::OptimizerStep: {
@@ -587,6 +596,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         stage_times.push_back(t);
       }
       j["stage_times_s"] = stage_times;
+      // Rank 0's replica all-reduce: buckets started during backward, of all.
+      if (buckets) j["allreduce_buckets_overlapped"] = {buckets->startedEarly(), buckets->size()};
       if (skipped) j["skipped"] = true;
       if (jsonl) jsonl << j.dump() << "\n" << std::flush;
       run_time += step_time;

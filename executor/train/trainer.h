@@ -31,6 +31,7 @@ struct TrainOptions {
   std::optional<double> min_lr;   ///< where cosine/linear decay ends (default 0)
   double clip_grad_norm = 0;      ///< > 0: clip the global gradient norm (over all stages) to this
   int64_t accumulation_steps = 1; ///< global batches whose gradients one optimizer step applies
+  int64_t bucket_bytes = 25 << 20; ///< gradient all-reduce bucket size (Note [gradient buckets])
   std::string shuffle = "off";   ///< off | on
   uint64_t seed = 0;
   std::string log;        ///< JSONL file written by rank 0; empty: none

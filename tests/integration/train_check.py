@@ -52,6 +52,7 @@ def check_training(args):
     trained = os.path.join(work, "trained.onnx")
     if args.check_state:
         train_args = train_args + ["--export-onnx", trained]
+    train_args = train_args + args.exec_args.split()
     p = run(mpirun(args, args.ranks) + [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"),
                                         "--shuffle", "off", "--log", log] + train_args)
     print(p.stderr[-3000:])
@@ -72,6 +73,11 @@ def check_training(args):
         if len(rec["peak_memory_bytes_per_rank"]) != args.ranks:
             sys.exit(f"peak_memory_bytes_per_rank has {len(rec['peak_memory_bytes_per_rank'])} entries")
         check_metrics(rec, stages, args.ranks == 1)
+        if args.expect_buckets:
+            early, total = rec.get("allreduce_buckets_overlapped", (0, 0))
+            if total < args.expect_buckets or early < 1:
+                sys.exit(f"expected >= {args.expect_buckets} all-reduce buckets, some started during backward; "
+                         f"got {early} of {total}")
         rel = abs(rec["loss"] - want) / abs(want)
         worst = max(worst, rel)
         print(f"step {rec['step']}: rannc {rec['loss']:.7f}  pytorch {want:.7f}  rel {rel:.2e}")
@@ -348,6 +354,10 @@ def main():
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
+    ap.add_argument("--exec-args", default="", help="more rannc-exec flags, e.g. '--bucket-size 0.02'")
+    ap.add_argument("--expect-buckets", type=int, default=0,
+                    help="rank 0's gradient all-reduce must use at least this many buckets, some started "
+                         "while backward ran (Note [gradient buckets])")
     ap.add_argument("--check-state", action="store_true",
                     help="also compare the trained parameters and BatchNorm buffers (--export-onnx) with PyTorch's")
     args = ap.parse_args()

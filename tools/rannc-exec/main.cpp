@@ -2,6 +2,7 @@
 // flags, then hands over to rannc::train::train.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -87,6 +88,11 @@ int main(int argc, char **argv) {
                  "K: global batches whose gradients (mean) one optimizer step applies")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  double bucket_mib = 25;
+  app.add_option("--bucket-size", bucket_mib,
+                 "MiB per gradient all-reduce bucket; buckets start while backward still runs (as PyTorch DDP's)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--shuffle", o.shuffle, "on: a seeded permutation per epoch; off: samples in file order")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
@@ -122,6 +128,7 @@ int main(int argc, char **argv) {
   try {
     app.parse(argc, argv);
     if (init_opt->count()) o.init_weights = init_seed;
+    o.bucket_bytes = std::max<int64_t>(1, int64_t(bucket_mib * double(1 << 20)));
     if (momentum_opt->count()) o.momentum = momentum;
     if (dampening_opt->count()) o.dampening = dampening;
     if (weight_decay_opt->count()) o.weight_decay = weight_decay;

@@ -1,0 +1,94 @@
+#include "executor/train/buckets.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+
+#include <stdexcept>
+
+namespace rannc::train {
+
+GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<torch::Tensor> &params,
+                                 int64_t bucket_bytes)
+    : group_(group) {
+  // Reverse model order: roughly the order backward finishes gradients.
+  std::vector<int64_t> numel;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const torch::Tensor &p = *it;
+    if (p.scalar_type() != torch::kFloat)
+      throw std::runtime_error("gradient all-reduce supports float32 parameters only");
+    const int64_t n = p.numel();
+    if (buckets_.empty() || (numel.back() + n) * int64_t(sizeof(float)) > bucket_bytes) {
+      buckets_.emplace_back();
+      numel.push_back(0);
+    }
+    buckets_.back().params.push_back(p);
+    numel.back() += n;
+    const size_t index = buckets_.size() - 1;
+    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p);
+    const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, index](const torch::autograd::variable_list &outputs, const torch::autograd::variable_list &) {
+          arrived(index);
+          return outputs;
+        }));
+    hooks_.emplace_back(std::move(acc), key);
+  }
+  for (size_t i = 0; i < buckets_.size(); ++i) buckets_[i].flat = torch::empty({numel[i]});
+}
+
+GradientBuckets::~GradientBuckets() {
+  // The hooks refer to this object; the parameters may outlive it.
+  for (auto &[acc, key] : hooks_) acc->del_post_hook(key);
+}
+
+void GradientBuckets::arm() {
+  armed_ = true;
+  next_ = 0;
+  started_early_ = 0;
+  for (Bucket &b : buckets_) {
+    b.pending = int(b.params.size());
+    b.request.reset();
+  }
+}
+
+void GradientBuckets::arrived(size_t bucket) {
+  if (!armed_) return;
+  Bucket &b = buckets_[bucket];
+  if (b.pending > 0) --b.pending;
+  const size_t before = next_;
+  startReady();
+  started_early_ += int(next_ - before);
+  for (size_t i = 0; i < next_; ++i) // let MPI move the buckets in flight
+    if (buckets_[i].request) buckets_[i].request->test();
+}
+
+void GradientBuckets::start(Bucket &b) {
+  int64_t offset = 0;
+  for (const torch::Tensor &p : b.params) {
+    torch::Tensor dst = b.flat.narrow(0, offset, p.numel());
+    if (p.grad().defined()) dst.copy_(p.grad().reshape({-1}));
+    else dst.zero_();
+    offset += p.numel();
+  }
+  b.request = group_.startAllReduce(b.flat.data_ptr<float>(), b.flat.numel(), comm::ReduceOp::Sum);
+}
+
+void GradientBuckets::startReady() {
+  while (next_ < buckets_.size() && buckets_[next_].pending == 0) start(buckets_[next_++]);
+}
+
+void GradientBuckets::finish() {
+  armed_ = false;
+  while (next_ < buckets_.size()) start(buckets_[next_++]);
+  for (Bucket &b : buckets_) {
+    b.request->wait();
+    b.request.reset();
+    int64_t offset = 0;
+    for (const torch::Tensor &p : b.params) {
+      torch::Tensor sum = b.flat.narrow(0, offset, p.numel()).view(p.sizes());
+      if (p.grad().defined()) p.mutable_grad().copy_(sum);
+      else p.mutable_grad() = sum.clone();
+      offset += p.numel();
+    }
+  }
+}
+
+} // namespace rannc::train

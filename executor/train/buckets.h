@@ -1,0 +1,70 @@
+// Gradient all-reduce in buckets that overlaps backward (after PyTorch DDP's
+// reducer): a stage's replicas sum their gradients while the last backward
+// of the step is still running.
+//
+// Note [gradient buckets]
+// Parameters are grouped, in reverse model order (the order backward makes
+// their gradients final), into buckets of at most `bucket_bytes`. Before the
+// step's last backward the trainer arms the buckets; a post-hook on each
+// parameter's gradient accumulator counts the parameter in, and when a
+// bucket's last parameter arrives its gradients are copied into the bucket's
+// flat buffer and a non-blocking all-reduce starts. Buckets start strictly in
+// index order (a ready bucket waits for its predecessors), so every replica
+// issues the same collectives in the same order whatever order autograd
+// finishes them in. Each hook also lets MPI progress the buckets in flight
+// (MPI moves data only inside MPI calls). finish() starts whatever did not
+// start (a parameter no gradient reached), waits for all and copies the sums
+// back into the gradients. Earlier backwards of the step (other micro-batches)
+// only accumulate: their hooks do nothing while the buckets are not armed.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "executor/comm/comm.h"
+
+namespace rannc::train {
+
+class GradientBuckets {
+public:
+  /// `params`: the stage's parameters (float32 leaves), in model order.
+  GradientBuckets(comm::Communicator &group, const std::vector<torch::Tensor> &params, int64_t bucket_bytes);
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets &) = delete;
+  GradientBuckets &operator=(const GradientBuckets &) = delete;
+
+  /// Call before the step's last backward: its gradients are final.
+  void arm();
+  /// Starts the buckets not started yet, waits for every one and writes the
+  /// sums into the gradients; disarms.
+  void finish();
+  /// Number of buckets (for logs and tests).
+  size_t size() const { return buckets_.size(); }
+  /// Buckets started by hooks during the last armed backward (not by finish()).
+  int startedEarly() const { return started_early_; }
+
+private:
+  struct Bucket {
+    std::vector<torch::Tensor> params;
+    int pending = 0; ///< parameters whose final gradient has not arrived
+    torch::Tensor flat;
+    std::unique_ptr<comm::Request> request;
+  };
+  void arrived(size_t bucket);
+  void start(Bucket &b);
+  void startReady();
+
+  comm::Communicator &group_;
+  std::vector<Bucket> buckets_;
+  /// Each parameter's gradient accumulator (kept alive: it holds the hook) and the hook's key.
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  bool armed_ = false;
+  size_t next_ = 0; ///< the first bucket not started
+  int started_early_ = 0;
+};
+
+} // namespace rannc::train
