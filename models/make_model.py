@@ -175,7 +175,7 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
     # the gradient's own scale, so their trained values are amplified noise
     # that no other implementation can reproduce; train_check.py names and
     # skips them when comparing trained parameters.
-    noise = {nm for nm, _ in model.named_parameters()}
+    noise = {nm for nm, _ in model.named_parameters()} if steps > 0 else set()
     for k in range(steps):
         opt.zero_grad()
         loss = model(*batch(data, names, k, bsz))

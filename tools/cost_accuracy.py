@@ -14,8 +14,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# (name, make_model.py arguments, global batch, micro-batches). The last two
-# are sizes nobody tuned the cost model on.
+# (name, make_model.py arguments, global batch, micro-batches). gpt-wide and
+# bert-deep are sizes nobody tuned the cost model on.
 MODELS = [
     ("mlp", ["--model", "mlp"], 32, 2),
     ("bert", ["--model", "bert"], 16, 2),
@@ -24,6 +24,10 @@ MODELS = [
                   "--vocab", "500"], 16, 4),
     ("bert-deep", ["--model", "bert", "--layers", "6", "--hidden", "128", "--heads", "8", "--seq-len", "32",
                    "--vocab", "300"], 24, 3),
+    # torchvision's own definitions (models/zoo.py), nobody tuned for them.
+    ("resnet18", ["--model", "resnet18"], 8, 2),
+    ("mobilenet_v3_small", ["--model", "mobilenet_v3_small"], 8, 2),
+    ("vit_tiny", ["--model", "vit_tiny"], 8, 2),
 ]
 
 

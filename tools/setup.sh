@@ -9,6 +9,11 @@ PACKAGES=(
   libboost-graph-dev libyaml-cpp-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   llvm-14-tools libonnx-testdata
+  # Debian's LibTorch and PyTorch link the generic libblas.so.3; without an
+  # optimized one that is netlib's reference BLAS, ~10x slower on the matrix
+  # products that dominate training. The OpenMP build follows LibTorch's
+  # thread count (torch::set_num_threads), so one rank stays on one core.
+  libopenblas0-openmp
   python3-torch python3-torchvision python3-onnx python3-numpy
 )
 

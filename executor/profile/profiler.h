@@ -19,6 +19,7 @@ struct ProfileOptions {
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int warmup = 1;
   int repetitions = 3;           ///< timed runs per unit and size; the median is kept
+  double single_run_s = 0.2;     ///< a unit whose warm-up took longer is timed once
   int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
   std::string optimizer = "adam"; ///< whose step time to measure
 };
