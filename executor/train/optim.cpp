@@ -113,16 +113,6 @@ void setLearningRate(torch::optim::Optimizer &optimizer, double lr) {
   for (auto &group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
-double gradSquaredNorm(const std::vector<torch::Tensor> &params) {
-  double sum = 0;
-  for (const auto &p : params)
-    if (p.grad().defined()) {
-      const double n = p.grad().detach().norm().item<double>();
-      sum += n * n;
-    }
-  return sum;
-}
-
 double clipFactor(double total_norm, double max_norm) { return std::min(1.0, max_norm / (total_norm + 1e-6)); }
 
 void scaleGradients(const std::vector<torch::Tensor> &params, double factor) {

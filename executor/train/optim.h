@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "executor/runtime/grads.h"
 #include "executor/train/trainer.h"
 #include "planner/support/status.h"
 
@@ -31,10 +32,6 @@ double lrFactor(const TrainOptions &opts, int64_t step, int64_t total_steps);
 
 /// Sets the learning rate of every parameter group.
 void setLearningRate(torch::optim::Optimizer &optimizer, double lr);
-
-/// Sum over `params` of the squared 2-norm of each defined gradient, the
-/// per-tensor norms taken as torch.nn.utils.clip_grad_norm_ takes them.
-double gradSquaredNorm(const std::vector<torch::Tensor> &params);
 
 /// torch.nn.utils.clip_grad_norm_'s factor: min(1, max_norm / (total_norm + 1e-6)).
 double clipFactor(double total_norm, double max_norm);

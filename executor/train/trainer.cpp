@@ -23,6 +23,7 @@
 #include <random>
 #include <set>
 
+#include "executor/runtime/grads.h"
 #include "executor/runtime/memory.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
@@ -376,13 +377,6 @@ std::string formatEta(double seconds) {
   return buf;
 }
 
-/// True when every gradient of `params` is finite.
-bool gradientsFinite(const std::vector<torch::Tensor> &params) {
-  for (const auto &p : params)
-    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) return false;
-  return true;
-}
-
 } // namespace
 
 Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &log) {
@@ -528,7 +522,10 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       case schedule::ActionKind::OptimizerStep: {
         // All ranks agree on finiteness first, so no stage steps alone.
-        double bad = gradientsFinite(runner.parameters()) ? 0.0 : double(s.stage + 1);
+        // One pass over the gradients gives both the stage's squared norm
+        // and its finiteness (runtime::gradSquaredNorm).
+        const double squared = runtime::gradSquaredNorm(norm_params);
+        double bad = std::isfinite(squared) ? 0.0 : double(s.stage + 1);
         comm.allReduce(&bad, 1, comm::ReduceOp::Max);
         if (bad > 0 && opts.on_nonfinite == "stop")
           return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(step) + " in stage " +
@@ -538,7 +535,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // The global gradient norm: each stage's (replica-reduced, so equal on
         // every replica) squared norm, counted once per stage via replica 0,
         // and a shared parameter once, in its first reader stage.
-        grad_norm = s.replica == 0 ? gradSquaredNorm(norm_params) : 0.0;
+        grad_norm = s.replica == 0 ? squared : 0.0;
         comm.allReduce(&grad_norm, 1, comm::ReduceOp::Sum);
         grad_norm = std::sqrt(grad_norm);
         if (!skipped && opts.clip_grad_norm > 0)

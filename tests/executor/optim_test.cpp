@@ -52,7 +52,7 @@ TEST(Clipping, FactorAndNorm) {
                 c = torch::zeros({3}, torch::requires_grad()); // c has no gradient
   a.mutable_grad() = torch::tensor({3.0f, 4.0f});
   b.mutable_grad() = torch::tensor({12.0f});
-  EXPECT_NEAR(gradSquaredNorm({a, b, c}), 169.0, 1e-9); // 9 + 16 + 144
+  EXPECT_NEAR(runtime::gradSquaredNorm({a, b, c}), 169.0, 1e-9); // 9 + 16 + 144
   scaleGradients({a, b, c}, 0.5);
   EXPECT_FLOAT_EQ(a.grad()[1].item<float>(), 2.0f);
   EXPECT_FLOAT_EQ(b.grad()[0].item<float>(), 6.0f);

@@ -246,6 +246,28 @@ def expect_failure(p, needle, what):
     print(f"ok: {what}")
 
 
+def check_nonfinite(args, model_dir, work):
+    """A learning rate of 1e30 makes the second step's gradients non-finite:
+    by default every rank stops naming the step and a stage; with
+    --on-nonfinite skip, the run finishes and logs those steps as skipped."""
+    plan_path = os.path.join(work, "plan2.pb")
+    p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", "2", "--batch-size", "8",
+             "--profile", "analytic", "--stages", "2", "-o", plan_path])
+    if p.returncode != 0:
+        sys.exit(p.stderr)
+    explode = [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"), "--steps", "4", "--lr", "1e30"]
+    p = run(mpirun(args, 2) + explode, timeout=120)
+    expect_failure(p, "non-finite gradients at step 1 in stage ", "non-finite gradients")
+    log = os.path.join(work, "skip.jsonl")
+    p = run(mpirun(args, 2) + explode + ["--on-nonfinite", "skip", "--log", log], timeout=120)
+    if p.returncode != 0:
+        sys.exit(f"--on-nonfinite skip: expected exit 0, got {p.returncode}:\n{p.stderr}")
+    skipped = [json.loads(line).get("skipped", False) for line in open(log)]
+    if skipped != [False, True, True, True]:
+        sys.exit(f"--on-nonfinite skip: expected steps 1-3 skipped, got {skipped}")
+    print("ok: --on-nonfinite skip")
+
+
 def check_stopped_ranks(args, model_dir, work):
     """A rank killed from outside mid-run (SIGKILL: MPI notices), and a rank
     frozen (SIGSTOP: nobody notices but the peers' watchdog): each time the job
@@ -325,6 +347,7 @@ def check_errors(args):
     p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--data", bad_data, "--steps", "1"], timeout=120)
     expect_failure(p, "labels.npy: dimension 1 is 15, graph input 'labels' [B,16] needs 16", "mis-shaped .npy file")
 
+    check_nonfinite(args, model_dir, work)
     check_stopped_ranks(args, model_dir, work)
 
     truncated = os.path.join(work, "truncated.onnx")
