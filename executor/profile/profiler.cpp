@@ -257,7 +257,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
       volatile double norm = runtime::gradSquaredNorm(all);
       (void)norm;
       opt->step();
-      opt->zero_grad();
+      runtime::zeroGradients(all);
       if (rep >= opts.warmup) steps.push_back(seconds(t0, Clock::now()));
     }
     table.optimizer_s_per_param = numel > 0 ? median(steps) / double(numel) : 0;

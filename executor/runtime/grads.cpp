@@ -12,4 +12,10 @@ double gradSquaredNorm(const std::vector<torch::Tensor> &params) {
   return sum;
 }
 
+void zeroGradients(const std::vector<torch::Tensor> &params) {
+  torch::NoGradGuard no_grad;
+  for (const auto &p : params)
+    if (p.grad().defined()) p.grad().zero_();
+}
+
 } // namespace rannc::runtime

@@ -14,4 +14,9 @@ namespace rannc::runtime {
 /// cannot overflow a double), so it doubles as the finiteness check.
 double gradSquaredNorm(const std::vector<torch::Tensor> &params);
 
+/// Zeroes every defined gradient in place: what torch::optim's zero_grad()
+/// does, without its detach_(), which a gradient that is a view of an
+/// all-reduce bucket (Note [gradient buckets]) does not allow.
+void zeroGradients(const std::vector<torch::Tensor> &params);
+
 } // namespace rannc::runtime

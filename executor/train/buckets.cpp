@@ -31,7 +31,25 @@ GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<to
         }));
     hooks_.emplace_back(std::move(acc), key);
   }
-  for (size_t i = 0; i < buckets_.size(); ++i) buckets_[i].flat = torch::empty({numel[i]});
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    buckets_[i].flat = torch::zeros({numel[i]});
+    adopt(buckets_[i]);
+  }
+}
+
+bool GradientBuckets::adopt(Bucket &b) {
+  bool moved = false;
+  int64_t offset = 0;
+  for (torch::Tensor &p : b.params) {
+    torch::Tensor view = b.flat.narrow(0, offset, p.numel()).view(p.sizes());
+    offset += p.numel();
+    if (p.grad().defined() && p.grad().data_ptr() == view.data_ptr()) continue;
+    if (p.grad().defined()) view.copy_(p.grad());
+    else view.zero_();
+    p.mutable_grad() = view;
+    moved = true;
+  }
+  return moved;
 }
 
 GradientBuckets::~GradientBuckets() {
@@ -61,13 +79,7 @@ void GradientBuckets::arrived(size_t bucket) {
 }
 
 void GradientBuckets::start(Bucket &b) {
-  int64_t offset = 0;
-  for (const torch::Tensor &p : b.params) {
-    torch::Tensor dst = b.flat.narrow(0, offset, p.numel());
-    if (p.grad().defined()) dst.copy_(p.grad().reshape({-1}));
-    else dst.zero_();
-    offset += p.numel();
-  }
+  adopt(b); // normally a no-op: the gradients already live in the bucket
   b.request = group_.startAllReduce(b.flat.data_ptr<float>(), b.flat.numel(), comm::ReduceOp::Sum);
 }
 
@@ -78,16 +90,9 @@ void GradientBuckets::startReady() {
 void GradientBuckets::finish() {
   armed_ = false;
   while (next_ < buckets_.size()) start(buckets_[next_++]);
-  for (Bucket &b : buckets_) {
+  for (Bucket &b : buckets_) { // the sums land in the gradients themselves
     b.request->wait();
     b.request.reset();
-    int64_t offset = 0;
-    for (const torch::Tensor &p : b.params) {
-      torch::Tensor sum = b.flat.narrow(0, offset, p.numel()).view(p.sizes());
-      if (p.grad().defined()) p.mutable_grad().copy_(sum);
-      else p.mutable_grad() = sum.clone();
-      offset += p.numel();
-    }
   }
 }
 

@@ -13,8 +13,11 @@
 // issues the same collectives in the same order whatever order autograd
 // finishes them in. Each hook also lets MPI progress the buckets in flight
 // (MPI moves data only inside MPI calls). finish() starts whatever did not
-// start (a parameter no gradient reached), waits for all and copies the sums
-// back into the gradients. Earlier backwards of the step (other micro-batches)
+// start (a parameter no gradient reached) and waits for all. The gradients
+// are views into their bucket's buffer (as DDP's gradient_as_bucket_view):
+// autograd accumulates into them in place and zero_grad zeroes them in place,
+// so the all-reduce needs no copies and no memory beyond the gradients the
+// planner already counts. Earlier backwards of the step (other micro-batches)
 // only accumulate: their hooks do nothing while the buckets are not armed.
 #pragma once
 
@@ -39,8 +42,8 @@ public:
 
   /// Call before the step's last backward: its gradients are final.
   void arm();
-  /// Starts the buckets not started yet, waits for every one and writes the
-  /// sums into the gradients; disarms.
+  /// Starts the buckets not started yet and waits for every one: the
+  /// gradients then hold the sums; disarms.
   void finish();
   /// Number of buckets (for logs and tests).
   size_t size() const { return buckets_.size(); }
@@ -49,12 +52,15 @@ public:
 
 private:
   struct Bucket {
-    std::vector<torch::Tensor> params;
+    std::vector<torch::Tensor> params; ///< their .grad are views of `flat`
     int pending = 0; ///< parameters whose final gradient has not arrived
     torch::Tensor flat;
     std::unique_ptr<comm::Request> request;
   };
   void arrived(size_t bucket);
+  /// Makes each parameter's gradient a view of `b`'s buffer (copying a
+  /// gradient that was replaced); true if any had to be moved.
+  bool adopt(Bucket &b);
   void start(Bucket &b);
   void startReady();
 

@@ -5,23 +5,22 @@
 
 #include <nlohmann/json.hpp>
 
-
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <iostream>
-#include <mutex>
-#include <thread>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "executor/runtime/grads.h"
 #include "executor/runtime/memory.h"
@@ -542,7 +541,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
           scaleGradients(runner.parameters(), clipFactor(grad_norm, opts.clip_grad_norm));
         setLearningRate(*optimizer, lr);
         if (!skipped) optimizer->step();
-        optimizer->zero_grad();
+        runtime::zeroGradients(runner.parameters());
         break;
       }
       }
