@@ -196,6 +196,12 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
         with open(tmp, "wb") as f:
             np.savez(f, **{nm: t.detach().numpy() for nm, t in stats.items()})
         os.replace(tmp, buffers_out)
+        # PyTorch's own buffers (unbiased running_var, num_batches_tracked):
+        # what a TorchScript model, which runs aten::batch_norm itself, keeps.
+        torch_out = buffers_out.replace("_buffers.npz", "_torch_buffers.npz")
+        with open(torch_out + ".tmp", "wb") as f:
+            np.savez(f, **{nm: t.detach().numpy() for nm, t in model.named_buffers()})
+        os.replace(torch_out + ".tmp", torch_out)
     return losses
 
 
@@ -320,7 +326,8 @@ def parse_args(argv):
     p.add_argument("--opset", type=int, default=17)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--torchscript", action="store_true",
-                   help="also write DIR/model.pt, the same model traced with torch.jit (for benchmarks)")
+                   help="also write DIR/model.pt, the same model traced with torch.jit, with the input "
+                        "description rannc-plan needs")
     sizes = p.add_argument_group("transformer sizes (bert, gpt; defaults are the models' own)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
         sizes.add_argument(flag, type=int)
@@ -383,7 +390,11 @@ def main(argv=None):
     model.load_state_dict(initial)  # paranoia: export must not have touched the weights
     if a.torchscript:
         traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
-        traced.save(os.path.join(a.out, "model.pt"))
+        # Tracing ran forward in training mode: BatchNorm statistics moved.
+        traced.load_state_dict(initial)
+        # rannc-plan needs forward's inputs: dtype and per-sample shape of each.
+        inputs = {nm: {"dtype": str(data[nm].dtype), "shape": list(data[nm].shape[1:])} for nm in names}
+        traced.save(os.path.join(a.out, "model.pt"), _extra_files={"rannc_inputs.json": json.dumps(inputs)})
         model.load_state_dict(initial)
 
     for nm in names:

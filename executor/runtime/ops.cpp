@@ -2209,6 +2209,7 @@ const KernelDef *findKernel(std::string_view type) {
 
 std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs,
                                  int64_t opset) {
+  if (node.domain == "aten") return runAtenOp(node, inputs);
   OpCtx c(node, inputs, opset);
   if (!node.domain.empty() && node.domain != "ai.onnx")
     c.fail("unsupported domain '" + node.domain + "'");

@@ -18,6 +18,10 @@ namespace rannc::runtime {
 std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs,
                                  int64_t opset);
 
+/// Runs a node of a TorchScript-imported graph (domain "aten": an ATen or prim
+/// operator, Note [torchscript lowering]); runOp hands such nodes here.
+std::vector<torch::Tensor> runAtenOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs);
+
 /// The op types that have a kernel (sorted), to check against ir::supportedOps().
 std::vector<std::string> kernelOpTypes();
 

@@ -2,6 +2,8 @@
 
 #include "planner/import/onnx_import.h"
 
+#include <torch/script.h>
+
 #include <stdexcept>
 #include <string_view>
 
@@ -72,8 +74,50 @@ std::map<ir::ValueId, torch::Tensor> initialTensors(const ir::Graph &g, const st
   return out;
 }
 
+bool isTorchScript(const std::string &model) {
+  const auto dot = model.rfind('.');
+  const std::string ext = dot == std::string::npos ? "" : model.substr(dot);
+  return ext == ".pt" || ext == ".pth";
+}
+
+namespace {
+
+/// A TorchScript archive's parameters and buffers by state_dict name.
+Expected<StageWeights> loadTorchScriptWeights(const ir::Graph &g, const schedule::StageProgram &program,
+                                              const std::string &model) {
+  std::map<std::string, torch::Tensor> named;
+  try {
+    torch::jit::Module m = torch::jit::load(model);
+    for (const auto &p : m.named_parameters(true)) named.emplace(p.name, p.value);
+    for (const auto &b : m.named_buffers(true)) named.emplace(b.name, b.value);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    return Error{model + ": cannot load the TorchScript archive: " + what.substr(0, what.find('\n'))};
+  }
+  StageWeights w;
+  auto get = [&](ir::ValueId v) -> Expected<torch::Tensor> {
+    auto it = named.find(g.values[v].name);
+    if (it == named.end()) return Error{model + ": the archive has no parameter or buffer '" + g.values[v].name + "'"};
+    return it->second.detach().clone();
+  };
+  for (ir::ValueId p : program.parameters) {
+    auto t = get(p);
+    if (!t) return t.error();
+    w.params[p] = t->set_requires_grad(true);
+  }
+  for (ir::ValueId b : program.buffers) {
+    auto t = get(b);
+    if (!t) return t.error();
+    w.buffers[b] = *t;
+  }
+  return w;
+}
+
+} // namespace
+
 Expected<StageWeights> loadStageWeights(const ir::Graph &g, const schedule::StageProgram &program,
                                         const std::string &model, std::optional<uint64_t> init_seed) {
+  if (isTorchScript(model)) return loadTorchScriptWeights(g, program, model);
   std::vector<ir::ValueId> wanted = program.parameters;
   wanted.insert(wanted.end(), program.buffers.begin(), program.buffers.end());
   std::vector<std::string> names;

@@ -15,6 +15,7 @@
 #include "executor/checkpoint/onnx_export.h"
 #include "executor/checkpoint/tensor_file.h"
 #include "executor/runtime/ops.h"
+#include "executor/runtime/weights.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
 
@@ -71,6 +72,20 @@ std::vector<checkpoint::StageLayout> layoutOf(const proto::Plan &plan) {
   return out;
 }
 
+/// `weights` as a state dict PyTorch's torch.load reads (a dict of tensors by
+/// name, torch::pickle_save's format), written to a temporary file and renamed.
+Status writeStateDict(const std::map<std::string, ir::Tensor> &weights, const std::string &path) {
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto &[name, t] : weights) dict.insert(name, runtime::toTorch(t));
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  const std::string tmp = path + ".tmp";
+  if (Status st = checkpoint::writeDurable(tmp, std::string(bytes.begin(), bytes.end())); !st) return st;
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return Error{path + ": " + ec.message()};
+  return Status::success();
+}
+
 std::string describe(const torch::Tensor &t) { return std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes()); }
 
 } // namespace
@@ -93,10 +108,15 @@ Expected<int64_t> Checkpointer::start(std::ostream &log) {
   std::error_code ec;
   if ((o.checkpoint_every > 0 || o.keep > 0 || o.resume) && o.checkpoint_dir.empty()) {
     st = Error{"--checkpoint-every, --keep and --resume need --checkpoint-dir"};
-  } else if (ctx_.comm.rank() == 0 && !o.export_onnx.empty()) {
-    const fs::path parent = fs::path(o.export_onnx).parent_path();
-    if (!parent.empty() && !fs::is_directory(parent, ec))
-      st = Error{o.export_onnx + ": folder " + parent.string() + " does not exist (--export-onnx)"};
+  } else if (!o.export_onnx.empty() && runtime::isTorchScript(model_path_)) {
+    st = Error{"--export-onnx needs an ONNX model; " + model_path_ +
+               " is TorchScript: use --export-state OUT.pt (a state dict torch.load reads)"};
+  } else if (ctx_.comm.rank() == 0) {
+    for (const auto &[out, flag] : {std::pair{o.export_onnx, "--export-onnx"}, std::pair{o.export_state, "--export-state"}}) {
+      const fs::path parent = fs::path(out).parent_path();
+      if (!out.empty() && !parent.empty() && !fs::is_directory(parent, ec))
+        st = Error{out + ": folder " + parent.string() + " does not exist (" + flag + ")"};
+    }
   }
   if (st.ok() && ctx_.comm.rank() == 0 && !o.checkpoint_dir.empty() && !o.resume) {
     // A fresh run must not mix its checkpoints with another run's: a later
@@ -370,9 +390,9 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   log << ")\n";
 }
 
-Status Checkpointer::exportOnnx(std::ostream &log) {
+Status Checkpointer::exportTrained(std::ostream &log) {
   const TrainOptions &o = ctx_.opts;
-  if (o.export_onnx.empty()) return Status::success();
+  if (o.export_onnx.empty() && o.export_state.empty()) return Status::success();
   comm::Communicator &comm = ctx_.comm;
   std::string mine;
   if (ctx_.replica == 0) {
@@ -394,10 +414,14 @@ Status Checkpointer::exportOnnx(std::ostream &log) {
       else
         for (auto &[name, t] : decoded->tensors) weights.emplace(name, std::move(t)); // first stage wins
     }
-    if (st.ok()) {
+    if (st.ok() && !o.export_onnx.empty()) {
       auto n = checkpoint::writeOnnxWithWeights(model_path_, weights, o.export_onnx);
       if (!n) st = Error{n.error().message};
       else log << "rannc-exec: wrote " << o.export_onnx << " with " << *n << " trained initializer(s)\n";
+    }
+    if (st.ok() && !o.export_state.empty()) {
+      st = writeStateDict(weights, o.export_state);
+      if (st.ok()) log << "rannc-exec: wrote " << o.export_state << " (" << weights.size() << " tensors, torch.load)\n";
     }
   }
   comm.waitSends();

@@ -63,8 +63,9 @@ public:
   /// Collective: writes the checkpoint of `completed` steps (Note [checkpoint
   /// atomicity]). Throws on failure, which stops the job.
   void save(int64_t completed, std::ostream &log);
-  /// Collective: rank 0 writes --export-onnx with the weights of every stage.
-  Status exportOnnx(std::ostream &log);
+  /// Collective: rank 0 writes --export-onnx (the ONNX model with the trained
+  /// weights of every stage) and --export-state (a state dict torch.load reads).
+  Status exportTrained(std::ostream &log);
 
 private:
   Status load(std::ostream &log);

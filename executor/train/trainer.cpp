@@ -615,7 +615,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       checkpoints.save(step + 1, log);
     }
   }
-  if (Status st = checkpoints.exportOnnx(log); !st) return st;
+  if (Status st = checkpoints.exportTrained(log); !st) return st;
   if (rank == 0 && steps > *first_step) {
     char line[200];
     std::snprintf(line, sizeof line,

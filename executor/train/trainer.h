@@ -45,6 +45,7 @@ struct TrainOptions {
   int keep = 0;                 ///< > 0: delete all but the newest `keep` checkpoints
   bool resume = false;          ///< continue from the newest complete checkpoint in checkpoint_dir
   std::string export_onnx;      ///< at the end, the model with the trained weights goes here
+  std::string export_state;     ///< at the end, the trained weights as a state dict (torch.load) go here
   /// Seed for the parameters and buffers the model file has no contents for
   /// (a weightless model; Note [initial weights] in executor/runtime/weights.h);
   /// unset: such a model is an error.

@@ -88,7 +88,10 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
 }
 
 std::vector<Unit> formUnits(const ir::Graph &g, int max_ops) {
-  static const char *kHeavy[] = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum"};
+  static const char *kHeavy[] = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum",
+                                 // TorchScript-imported graphs keep ATen's names
+                                 "aten::linear", "aten::matmul", "aten::bmm", "aten::addmm", "aten::conv2d",
+                                 "aten::_convolution", "aten::conv1d", "aten::einsum"};
   auto heavy = [](const std::string &op) {
     for (const char *h : kHeavy)
       if (op == h) return true;

@@ -157,8 +157,19 @@ struct Imported {
   std::string sha;
 };
 
-Expected<Imported> importForPlanning(const std::string &model) {
-  auto graph = import::importModel(model);
+/// A model by its kind: a TorchScript archive (.pt, .pth) or ONNX.
+Expected<ir::Graph> importAny(const std::string &model, const ImportFn &import_torchscript) {
+  const auto dot = model.rfind('.');
+  const std::string ext = dot == std::string::npos ? "" : model.substr(dot);
+  if (ext == ".pt" || ext == ".pth") {
+    if (!import_torchscript) return Error{model + ": TorchScript import is not available in this tool"};
+    return import_torchscript(model);
+  }
+  return import::importModel(model);
+}
+
+Expected<Imported> importForPlanning(const std::string &model, const ImportFn &import_torchscript) {
+  auto graph = importAny(model, import_torchscript);
   if (!graph) return graph.error();
   auto sha = fileSha256(model);
   if (!sha) return sha.error();
@@ -171,7 +182,7 @@ Expected<Imported> importForPlanning(const std::string &model) {
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto cluster = clusterFor(opts);
   if (!cluster) return cluster.error();
-  auto imported = importForPlanning(opts.model);
+  auto imported = importForPlanning(opts.model, opts.import_torchscript);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
   auto &units = imported->units;
@@ -210,7 +221,7 @@ Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, s
   if (opts.device_type != "cpu")
     return Error{"rannc-plan profile measures this machine's device (cpu); '" + opts.device_type +
                  "' is not here"};
-  auto imported = importForPlanning(opts.model);
+  auto imported = importForPlanning(opts.model, opts.import_torchscript);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
   auto &units = imported->units;
@@ -231,8 +242,8 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out) {
   return Status::success();
 }
 
-Status runImport(const std::string &model_path, std::ostream &out) {
-  auto graph = import::importModel(model_path);
+Status runImport(const std::string &model_path, const ImportFn &import_torchscript, std::ostream &out) {
+  auto graph = importAny(model_path, import_torchscript);
   if (!graph) return graph.error();
   graph->print(out);
   return Status::success();

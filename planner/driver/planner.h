@@ -22,6 +22,10 @@ namespace rannc::planner {
 using MeasureFn = std::function<Expected<cost::CostTable>(const ir::Graph &, const std::vector<cost::Unit> &,
                                                           const std::vector<int64_t> &batch_sizes)>;
 
+/// Imports a TorchScript archive (planner/import/torchscript_import.h needs
+/// LibTorch, so the tool passes it in, as it does the profiler).
+using ImportFn = std::function<Expected<ir::Graph>(const std::string &path)>;
+
 struct PlanOptions {
   std::string model;
   std::string output;
@@ -45,6 +49,7 @@ struct PlanOptions {
   std::string profile;
   int threads = 1; ///< intra-op threads per rank (what measured costs assume)
   MeasureFn measure; ///< unset: measuring is unavailable
+  ImportFn import_torchscript; ///< unset: .pt models are refused
 };
 
 struct ProfileCommandOptions {
@@ -53,6 +58,7 @@ struct ProfileCommandOptions {
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
   std::string device_type = "cpu";
+  ImportFn import_torchscript; ///< unset: .pt models are refused
 };
 
 /// The cluster the options describe: a cluster file, or --gpus devices of a preset.
@@ -83,6 +89,6 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out);
 /// rannc-plan profile MODEL -o PROFILE (measure is the LibTorch profiler)
 Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log);
 /// rannc-plan import MODEL
-Status runImport(const std::string &model_path, std::ostream &out);
+Status runImport(const std::string &model_path, const ImportFn &import_torchscript, std::ostream &out);
 
 } // namespace rannc::planner

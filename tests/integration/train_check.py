@@ -31,7 +31,8 @@ def plan(args, model_dir, ranks, microbatches, batch, out):
         extra += ["--device-memory", args.device_memory, "--optimizer", args.optimizer]
     if microbatches:
         extra += ["--microbatches", str(microbatches)]
-    p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type", "cpu",
+    model_file = "model.pt" if args.torchscript else "model.onnx"
+    p = run([args.plan_tool, os.path.join(model_dir, model_file), "--gpus", str(ranks), "--device-type", "cpu",
              "--batch-size", str(batch), "-o", out] + extra)
     if p.returncode != 0:
         sys.exit(f"rannc-plan failed:\n{p.stderr}")
@@ -43,15 +44,16 @@ def check_training(args):
     name = args.variant or args.optimizer
     ref = json.load(open(os.path.join(model_dir, f"reference_{name}.json")))
     layout = args.plan_args.replace("--", "").replace(" ", "_").replace(",", "-")
-    work = os.path.join(args.work, f"{args.model}-{args.ranks}-{name}-{args.microbatches}-{layout}")
+    work = os.path.join(args.work, f"{args.model}-{args.ranks}-{name}-{args.microbatches}-{layout}"
+                                   + ("-ts" if args.torchscript else ""))
     os.makedirs(work, exist_ok=True)
     plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"], os.path.join(work, "plan.pb"))
     log = os.path.join(work, "log.jsonl")
     train_args = ref["exec_args"] if args.variant else ["--steps", str(ref["steps"]), "--optimizer", args.optimizer,
                                                         "--lr", repr(ref["lr"])]
-    trained = os.path.join(work, "trained.onnx")
+    trained = os.path.join(work, "trained.pt" if args.torchscript else "trained.onnx")
     if args.check_state:
-        train_args = train_args + ["--export-onnx", trained]
+        train_args = train_args + ["--export-state" if args.torchscript else "--export-onnx", trained]
     train_args = train_args + args.exec_args.split()
     p = run(mpirun(args, args.ranks) + [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"),
                                         "--shuffle", "off", "--log", log] + train_args)
@@ -85,7 +87,7 @@ def check_training(args):
     if args.variant:
         worst = max(worst, check_variant(ref, steps))
     if args.check_state:
-        worst = max(worst, check_state(trained, model_dir, name))
+        worst = max(worst, check_state(trained, model_dir, name, args.torchscript))
     if args.device_memory:
         check_memory(args, plan_path, model_dir, ref, steps)
     if args.summary:
@@ -121,7 +123,7 @@ def check_metrics(rec, stages, one_rank):
             sys.exit(f"tokens_per_s / samples_per_s = {per_sample}, not a whole sequence length")
 
 
-def check_state(trained, model_dir, name):
+def check_state(trained, model_dir, name, torchscript=False):
     """Every trained parameter and BatchNorm running statistic of the exported
     model against PyTorch's (reference_<opt>_{params,buffers}.npz), per tensor
     max|a - b| / max(max|b|, 1e-3) (Adam: the 2-norm, see below): the floor keeps rounding noise on tensors
@@ -133,10 +135,20 @@ def check_state(trained, model_dir, name):
     import numpy as np
     import onnx
     from onnx import numpy_helper
-    got = {i.name: numpy_helper.to_array(i) for i in onnx.load(trained).graph.initializer}
-    start = {i.name: numpy_helper.to_array(i) for i in onnx.load(os.path.join(model_dir, "model.onnx")).graph.initializer}
+    if torchscript:
+        # --export-state's dict (torch.load), from the archive's own weights;
+        # buffers are PyTorch's own (the model runs aten::batch_norm itself).
+        import torch
+        got = {k: v.numpy() for k, v in torch.load(trained).items()}
+        module = torch.jit.load(os.path.join(model_dir, "model.pt"))
+        start = {k: v.detach().numpy() for k, v in list(module.named_parameters()) + list(module.named_buffers())}
+        buffers = os.path.join(model_dir, f"reference_{name}_torch_buffers.npz")
+    else:
+        got = {i.name: numpy_helper.to_array(i) for i in onnx.load(trained).graph.initializer}
+        start = {i.name: numpy_helper.to_array(i)
+                 for i in onnx.load(os.path.join(model_dir, "model.onnx")).graph.initializer}
+        buffers = os.path.join(model_dir, f"reference_{name}_buffers.npz")
     want = dict(np.load(os.path.join(model_dir, f"reference_{name}_params.npz")))
-    buffers = os.path.join(model_dir, f"reference_{name}_buffers.npz")
     n_buffers = 0
     if os.path.exists(buffers):
         b = dict(np.load(buffers))
@@ -268,6 +280,24 @@ def check_nonfinite(args, model_dir, work):
     print("ok: --on-nonfinite skip")
 
 
+def check_torchscript_errors(args, model_dir, work):
+    """A truncated TorchScript archive, and one saved without the input
+    description rannc-plan needs: each one clear error, no crash."""
+    import torch
+    archive = os.path.join(model_dir, "model.pt")
+    truncated = os.path.join(work, "truncated.pt")
+    with open(archive, "rb") as f:
+        blob = f.read()
+    with open(truncated, "wb") as f:
+        f.write(blob[: len(blob) // 2])
+    p = run([args.plan_tool, "import", truncated])
+    expect_failure(p, "not a TorchScript archive this LibTorch (1.13) can load", "truncated TorchScript archive")
+    bare = os.path.join(work, "bare.pt")
+    torch.jit.load(archive).save(bare)  # no _extra_files
+    p = run([args.plan_tool, "import", bare])
+    expect_failure(p, "the archive does not describe forward's inputs", "TorchScript archive without inputs")
+
+
 def check_stopped_ranks(args, model_dir, work):
     """A rank killed from outside mid-run (SIGKILL: MPI notices), and a rank
     frozen (SIGSTOP: nobody notices but the peers' watchdog): each time the job
@@ -350,6 +380,8 @@ def check_errors(args):
     check_nonfinite(args, model_dir, work)
     check_stopped_ranks(args, model_dir, work)
 
+    check_torchscript_errors(args, model_dir, work)
+
     truncated = os.path.join(work, "truncated.onnx")
     with open(os.path.join(model_dir, "model.onnx"), "rb") as f:
         blob = f.read()
@@ -377,6 +409,8 @@ def main():
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
+    ap.add_argument("--torchscript", action="store_true",
+                    help="plan and train DIR/model.pt (make_model.py --torchscript) instead of model.onnx")
     ap.add_argument("--exec-args", default="", help="more rannc-exec flags, e.g. '--bucket-size 0.02'")
     ap.add_argument("--expect-buckets", type=int, default=0,
                     help="rank 0's gradient all-reduce must use at least this many buckets, some started "

@@ -125,6 +125,9 @@ int main(int argc, char **argv) {
                "the log is kept up to that step and appended")
       ->needs(ckpt_dir);
   app.add_option("--export-onnx", o.export_onnx, "OUT.onnx: at the end, write the model with the trained weights");
+  app.add_option("--export-state", o.export_state,
+                 "OUT.pt: at the end, write the trained parameters and buffers as a state dict PyTorch's torch.load "
+                 "reads (any model; TorchScript models' export)");
   try {
     app.parse(argc, argv);
     if (init_opt->count()) o.init_weights = init_seed;

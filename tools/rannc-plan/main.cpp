@@ -8,6 +8,7 @@
 #include "planner/cluster/cluster.h"
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
+#include "planner/import/torchscript_import.h"
 
 namespace {
 
@@ -82,6 +83,7 @@ int planCommand(int argc, char **argv) {
   if (cluster->count() && (gpus->count() || type->count()))
     return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
   o.measure = measurer(o.threads, o.optimizer);
+  o.import_torchscript = rannc::import::importTorchScript;
   if (!memory.empty()) {
     auto bytes = rannc::cluster::parseByteSize(memory);
     if (!bytes) return fail("--device-memory: " + bytes.error().message);
@@ -132,6 +134,7 @@ int profileCommand(int argc, char **argv) {
   }
   for (int64_t b : o.batch_sizes)
     if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
+  o.import_torchscript = rannc::import::importTorchScript;
   return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions), std::cerr));
 }
 
@@ -144,7 +147,7 @@ int importCommand(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
-  return finish(rannc::planner::runImport(model, std::cout));
+  return finish(rannc::planner::runImport(model, rannc::import::importTorchScript, std::cout));
 }
 
 /// Adds the options every re-estimating verb shares.

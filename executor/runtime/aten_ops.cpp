@@ -1,0 +1,120 @@
+// ATen and prim operators of TorchScript-imported graphs, called through the
+// JIT's operator registry with a stack rebuilt from the node's argument
+// description (Note [torchscript lowering] in planner/import/torchscript_import.cpp).
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "executor/runtime/ops.h"
+
+namespace rannc::runtime {
+namespace {
+
+[[noreturn]] void fail(const ir::Node &n, const std::string &what) {
+  throw std::runtime_error("node '" + n.name + "' (" + n.op_type + "): " + what);
+}
+
+template <typename T>
+const T &attr(const ir::Node &n, const std::string &key) {
+  auto it = n.attrs.find(key);
+  if (it == n.attrs.end()) fail(n, "missing attribute '" + key + "'");
+  const T *v = std::get_if<T>(&it->second);
+  if (!v) fail(n, "attribute '" + key + "' has the wrong type");
+  return *v;
+}
+
+std::shared_ptr<torch::jit::Operator> findOperator(const ir::Node &n) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<torch::jit::Operator>> cache;
+  const std::string &overload = attr<std::string>(n, "overload");
+  const std::string key = n.op_type + "." + overload;
+  std::lock_guard<std::mutex> lock(mu);
+  auto &op = cache[key];
+  if (!op) op = torch::jit::findOperatorFor(c10::OperatorName(n.op_type, overload));
+  if (!op) fail(n, "this LibTorch has no operator " + key);
+  return op;
+}
+
+c10::IValue constant(const ir::Node &n, const std::string &kind, const std::string &vi) {
+  if (kind == "none") return c10::IValue();
+  if (kind == "bool") return c10::IValue(attr<int64_t>(n, vi) != 0);
+  if (kind == "int") return c10::IValue(attr<int64_t>(n, vi));
+  if (kind == "float") return c10::IValue(attr<double>(n, vi));
+  if (kind == "str") return c10::IValue(attr<std::string>(n, vi));
+  if (kind == "device") return c10::IValue(c10::Device(attr<std::string>(n, vi)));
+  if (kind == "ints") return c10::IValue(attr<std::vector<int64_t>>(n, vi));
+  if (kind == "floats") return c10::IValue(attr<std::vector<double>>(n, vi));
+  if (kind == "bools") {
+    c10::List<bool> v;
+    for (int64_t b : attr<std::vector<int64_t>>(n, vi)) v.push_back(b != 0);
+    return c10::IValue(v);
+  }
+  fail(n, "unknown constant kind '" + kind + "'");
+}
+
+std::vector<int64_t> toInts(const torch::Tensor &t) {
+  torch::Tensor c = t.to(torch::kLong).contiguous();
+  return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+}
+
+/// An operator result as tensors: ints, floats and bools become 0-d tensors,
+/// int lists 1-d int64 tensors, so every IR value is a tensor.
+void pushResult(const ir::Node &n, const c10::IValue &v, std::vector<torch::Tensor> &out) {
+  if (v.isTensor()) out.push_back(v.toTensor());
+  else if (v.isInt()) out.push_back(torch::scalar_tensor(v.toInt(), torch::kLong));
+  else if (v.isDouble()) out.push_back(torch::scalar_tensor(v.toDouble(), torch::kDouble));
+  else if (v.isBool()) out.push_back(torch::scalar_tensor(v.toBool(), torch::kBool));
+  else if (v.isIntList()) out.push_back(torch::tensor(v.toIntVector(), torch::kLong));
+  else if (v.isNone()) out.emplace_back();
+  else fail(n, std::string("returned a ") + v.tagKind() + ", which the IR cannot hold");
+}
+
+} // namespace
+
+std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch::Tensor> &inputs) {
+  const int64_t nargs = attr<int64_t>(n, "nargs");
+  torch::jit::Stack stack;
+  size_t next = 0;
+  auto take = [&]() -> const torch::Tensor & {
+    if (next >= inputs.size()) fail(n, "has fewer inputs than its arguments need");
+    return inputs[next++];
+  };
+  for (int64_t i = 0; i < nargs; ++i) {
+    const std::string &kind = attr<std::string>(n, "t" + std::to_string(i));
+    const std::string vi = "v" + std::to_string(i);
+    if (kind.rfind("c:", 0) == 0) stack.push_back(constant(n, kind.substr(2), vi));
+    else if (kind == "tensor") stack.emplace_back(take());
+    else if (kind == "int") stack.emplace_back(take().item<int64_t>());
+    else if (kind == "float") stack.emplace_back(take().item<double>());
+    else if (kind == "bool") stack.emplace_back(take().item<bool>());
+    else if (kind == "ints") stack.emplace_back(toInts(take()));
+    else if (kind == "scalar") {
+      const torch::Tensor &t = take();
+      stack.emplace_back(t.is_floating_point() ? c10::IValue(t.item<double>()) : c10::IValue(t.item<int64_t>()));
+    } else if (kind == "tensors") {
+      c10::List<at::Tensor> list;
+      for (int64_t k = 0; k < attr<int64_t>(n, vi); ++k) list.push_back(take());
+      stack.emplace_back(list);
+    } else {
+      fail(n, "unknown argument kind '" + kind + "'");
+    }
+  }
+  std::vector<torch::Tensor> out;
+  if (n.op_type == "prim::ListConstruct") { // of ints, some computed
+    std::vector<int64_t> items;
+    for (const auto &v : stack) items.push_back(v.toInt());
+    out.push_back(torch::tensor(items, torch::kLong));
+    return out;
+  }
+  try {
+    findOperator(n)->getOperation()(stack);
+  } catch (const c10::Error &e) {
+    fail(n, e.what_without_backtrace());
+  }
+  for (const auto &v : stack) pushResult(n, v, out);
+  return out;
+}
+
+} // namespace rannc::runtime
