@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "executor/runtime/ops.h"
@@ -49,6 +50,17 @@ std::string stripSuffix(const std::string &debug_name) {
   return debug_name;
 }
 
+/// numpy's dtype names (what make_model.py writes) in the IR's terms.
+std::optional<ir::DType> numpyDType(const std::string &name) {
+  static const std::map<std::string, ir::DType> kNames = {
+      {"float32", ir::DType::F32}, {"float64", ir::DType::F64}, {"float16", ir::DType::F16},
+      {"int64", ir::DType::I64},   {"int32", ir::DType::I32},   {"int16", ir::DType::I16},
+      {"int8", ir::DType::I8},     {"uint8", ir::DType::U8},    {"bool", ir::DType::Bool}};
+  auto it = kNames.find(name);
+  if (it == kNames.end()) return std::nullopt;
+  return it->second;
+}
+
 class Lowering {
 public:
   Lowering(jit::Module module, std::string where) : module_(std::move(module)), where_(std::move(where)) {
@@ -68,11 +80,10 @@ public:
       if (!inputs_desc.contains(name))
         return Error{where_ + ": forward's input '" + name + "' is not described in " + kTorchScriptInputsFile};
       const auto &d = inputs_desc.at(name);
-      auto dtype = ir::parseDType(d.value("dtype", std::string()) == "int64"     ? "i64"
-                                  : d.value("dtype", std::string()) == "float32" ? "f32"
-                                  : d.value("dtype", std::string()) == "int32"   ? "i32"
-                                                                                  : d.value("dtype", std::string()));
-      if (!dtype) return Error{where_ + ": input '" + name + "': unknown dtype in " + kTorchScriptInputsFile};
+      auto dtype = numpyDType(d.value("dtype", std::string()));
+      if (!dtype)
+        return Error{where_ + ": input '" + name + "': unknown dtype '" + d.value("dtype", std::string()) + "' in " +
+                     kTorchScriptInputsFile + " (use numpy's names: float32, int64, ...)"};
       ir::Value v;
       v.name = name;
       v.kind = ir::ValueKind::Input;
