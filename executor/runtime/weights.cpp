@@ -74,12 +74,6 @@ std::map<ir::ValueId, torch::Tensor> initialTensors(const ir::Graph &g, const st
   return out;
 }
 
-bool isTorchScript(const std::string &model) {
-  const auto dot = model.rfind('.');
-  const std::string ext = dot == std::string::npos ? "" : model.substr(dot);
-  return ext == ".pt" || ext == ".pth";
-}
-
 namespace {
 
 /// A TorchScript archive's parameters and buffers by state_dict name.
@@ -117,7 +111,7 @@ Expected<StageWeights> loadTorchScriptWeights(const ir::Graph &g, const schedule
 
 Expected<StageWeights> loadStageWeights(const ir::Graph &g, const schedule::StageProgram &program,
                                         const std::string &model, std::optional<uint64_t> init_seed) {
-  if (isTorchScript(model)) return loadTorchScriptWeights(g, program, model);
+  if (import::isTorchScriptPath(model)) return loadTorchScriptWeights(g, program, model);
   std::vector<ir::ValueId> wanted = program.parameters;
   wanted.insert(wanted.end(), program.buffers.begin(), program.buffers.end());
   std::vector<std::string> names;

@@ -33,9 +33,6 @@ namespace rannc::runtime {
 std::map<ir::ValueId, torch::Tensor> initialTensors(const ir::Graph &g, const std::vector<ir::ValueId> &values,
                                                     uint64_t seed);
 
-/// True for a TorchScript archive's name (.pt, .pth).
-bool isTorchScript(const std::string &model);
-
 /// The tensors a stage starts from.
 struct StageWeights {
   std::map<ir::ValueId, torch::Tensor> params;  ///< leaves that require grad

@@ -15,7 +15,7 @@
 #include "executor/checkpoint/onnx_export.h"
 #include "executor/checkpoint/tensor_file.h"
 #include "executor/runtime/ops.h"
-#include "executor/runtime/weights.h"
+#include "planner/import/onnx_import.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
 
@@ -108,7 +108,7 @@ Expected<int64_t> Checkpointer::start(std::ostream &log) {
   std::error_code ec;
   if ((o.checkpoint_every > 0 || o.keep > 0 || o.resume) && o.checkpoint_dir.empty()) {
     st = Error{"--checkpoint-every, --keep and --resume need --checkpoint-dir"};
-  } else if (!o.export_onnx.empty() && runtime::isTorchScript(model_path_)) {
+  } else if (!o.export_onnx.empty() && import::isTorchScriptPath(model_path_)) {
     st = Error{"--export-onnx needs an ONNX model; " + model_path_ +
                " is TorchScript: use --export-state OUT.pt (a state dict torch.load reads)"};
   } else if (ctx_.comm.rank() == 0) {

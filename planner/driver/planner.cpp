@@ -157,11 +157,9 @@ struct Imported {
   std::string sha;
 };
 
-/// A model by its kind: a TorchScript archive (.pt, .pth) or ONNX.
+/// A model by its kind: a TorchScript archive or ONNX.
 Expected<ir::Graph> importAny(const std::string &model, const ImportFn &import_torchscript) {
-  const auto dot = model.rfind('.');
-  const std::string ext = dot == std::string::npos ? "" : model.substr(dot);
-  if (ext == ".pt" || ext == ".pth") {
+  if (import::isTorchScriptPath(model)) {
     if (!import_torchscript) return Error{model + ": TorchScript import is not available in this tool"};
     return import_torchscript(model);
   }

@@ -682,11 +682,15 @@ Expected<InferenceModel> importOnnxInference(const std::string &bytes, const std
   return m;
 }
 
+bool isTorchScriptPath(const std::string &path) {
+  const std::string ext = extensionOf(path);
+  return ext == ".pt" || ext == ".pth" || ext == ".torchscript";
+}
+
 Expected<ir::Graph> importModel(const std::string &path) {
-  std::string ext = extensionOf(path);
-  if (ext == ".pt" || ext == ".pth" || ext == ".torchscript")
-    return Error{path + ": TorchScript models are not supported yet; export the model to ONNX "
-                        "(torch.onnx.export with training=TrainingMode.TRAINING)"};
+  if (isTorchScriptPath(path))
+    return Error{path + ": a TorchScript archive, which the ONNX importer does not read "
+                        "(rannc-plan imports it through planner/import/torchscript_import.h)"};
   auto bytes = readFile(path);
   if (!bytes) return bytes.error();
   return importOnnxBytes(*bytes, path);

@@ -18,6 +18,9 @@ class TensorProto;
 namespace rannc::import {
 
 /// Imports a model by extension (.onnx; TorchScript .pt is not supported yet).
+/// True for a TorchScript archive's name (.pt, .pth, .torchscript, any case).
+bool isTorchScriptPath(const std::string &path);
+
 Expected<ir::Graph> importModel(const std::string &path);
 
 /// Imports a serialized ONNX ModelProto as a training graph; `where` names it
