@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Sanity-check directories written by make_model.py.
 
   /usr/bin/python3 models/check_models.py DIR [DIR ...]

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Write a weightless ONNX training graph of an enlarged model, in seconds.
 
 RaNNC's evaluation plans BERT and ResNet far larger than any machine here can
@@ -34,7 +34,7 @@ try:
     import onnx
     from onnx import TensorProto, helper
 except ImportError as e:
-    sys.exit(f"make_large.py: error: {e}; run it with /usr/bin/python3")
+    sys.exit(f"make_large.py: error: {e}; run it with .venv/bin/python (tools/setup.sh makes it)")
 
 OPSET = 17
 

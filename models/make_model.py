@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Export a test model to ONNX, write its training data and PyTorch reference losses.
 
 Usage:
@@ -24,7 +24,7 @@ Writes:
 
 Reference step k uses samples (k*B + i) % N, i in [0, B), i.e. rannc-exec's
 `--shuffle off` order, so rannc's logged losses can be compared one to one.
-Must run with Debian's /usr/bin/python3 (torch 1.13, onnx 1.12).
+Runs with the project's .venv/bin/python (tools/setup.sh): the PyTorch the build links.
 """
 
 import argparse
@@ -39,8 +39,8 @@ try:
     import onnx
     import torch
     from onnx import numpy_helper
-except ImportError as e:  # the usual cause: a python3 without Debian's torch
-    sys.exit(f"make_model.py: error: {e}; run it with /usr/bin/python3")
+except ImportError as e:  # the usual cause: a python3 other than the project's .venv
+    sys.exit(f"make_model.py: error: {e}; run it with .venv/bin/python (tools/setup.sh makes it)")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
@@ -74,19 +74,32 @@ def make_data(name, model, n, seed):
     stride = rng.randint(1, 4, size=(n, 1))
     t = np.arange(seq + 1)[None, :]
     full = 1 + (start + stride * t) % (vocab - 1)
+    if name == "hf_encoder":
+        # Masked-LM with padding: each sample has 8..seq real tokens, the rest
+        # padding (attention_mask 0, label -100 so the loss ignores them).
+        tokens = full[:, :seq]
+        lengths = rng.randint(min(8, seq), seq + 1, size=(n, 1))
+        attention_mask = (np.arange(seq)[None, :] < lengths).astype(np.int64)
+        masked = (rng.random_sample(tokens.shape) < 0.15) & (attention_mask == 1)
+        input_ids = np.where(masked, 0, tokens) * attention_mask
+        labels = np.where(attention_mask == 1, tokens, -100)
+        return {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask,
+                "labels": labels.astype(np.int64)}
     if name == "bert":
         # Masked-LM flavour: 15% of inputs replaced by [MASK]; labels = clean tokens.
         tokens = full[:, :seq]
         mask = rng.random_sample(tokens.shape) < 0.15
         input_ids = np.where(mask, 0, tokens)
         labels = tokens
-    else:  # gpt
+    else:  # gpt, nanogpt
         # 10% noise tokens; labels are the (noisy) sequence shifted by one, the
         # last label being the sequence's own continuation.
         noise = rng.random_sample(full.shape) < 0.10
         full = np.where(noise, rng.randint(1, vocab, size=full.shape), full)
         input_ids = full[:, :seq]
         labels = full[:, 1:]
+    if name == "nanogpt":
+        return {"idx": input_ids.astype(np.int64), "targets": labels.astype(np.int64)}
     return {"input_ids": input_ids.astype(np.int64), "labels": labels.astype(np.int64)}
 
 
@@ -97,6 +110,20 @@ def batch(data, names, k, bsz):
 
 
 # --------------------------------------------------------------------------- export
+
+def export_dynamo(model, example, names, path):
+    """torch.onnx.export as PyTorch 2.x users call it (dynamo=True, its default
+    opset). optimize=False: the exporter's optimizer folds weight-only
+    subgraphs (a Linear's transposed weight, a tied embedding's second use)
+    into new initializers, which would train as separate parameters."""
+    batch_dim = torch.export.Dim("batch", min=2)
+    # The weights go to path + ".data" (the exporter's default external data).
+    torch.onnx.export(model, tuple(example), path, dynamo=True, optimize=False, input_names=list(names),
+                      output_names=["loss"], dynamic_shapes={nm: {0: batch_dim} for nm in names})
+    m = onnx.load(path)
+    if len(m.graph.output) != 1:
+        raise RuntimeError(f"expected 1 graph output, got {len(m.graph.output)}")
+
 
 def export(model, example, names, path, opset):
     tmp = path + ".tmp"
@@ -112,6 +139,10 @@ def export(model, example, names, path, opset):
         input_names=list(names),
         output_names=["loss"],
         dynamic_axes={nm: {0: "batch"} for nm in names},
+        # The TorchScript-based exporter: it exports training mode (BatchNorm
+        # updating its statistics) at the opsets 13-17 these tests pin.
+        # models/export_check.py covers the default (dynamo) exporter.
+        dynamo=False,
     )
     m = onnx.load(tmp)
     onnx.checker.check_model(m)
@@ -328,6 +359,15 @@ def parse_args(argv):
     p.add_argument("--torchscript", action="store_true",
                    help="also write DIR/model.pt, the same model traced with torch.jit, with the input "
                         "description rannc-plan needs")
+    p.add_argument("--dynamo-onnx", action="store_true",
+                   help="also write DIR/model_dynamo.onnx with torch.onnx.export's default (dynamo) exporter, "
+                        "its default opset, the batch dimension dynamic (torch.export.Dim)")
+    p.add_argument("--torch-export", action="store_true",
+                   help="also write DIR/model.pt2: torch.export.export with the batch dynamic, saved by "
+                        "torch.export.save")
+    p.add_argument("--torchscript-bare", action="store_true",
+                   help="with --torchscript: save the archive as torch.jit.save does by default, without the "
+                        "input description (rannc-plan then needs --data DIR)")
     sizes = p.add_argument_group("transformer sizes (bert, gpt; defaults are the models' own)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
         sizes.add_argument(flag, type=int)
@@ -337,7 +377,7 @@ def parse_args(argv):
     a = p.parse_args(argv)
     a.sizes = {k: v for k, v in (("layers", a.layers), ("hidden", a.hidden), ("heads", a.heads),
                                  ("seq_len", a.seq_len), ("vocab", a.vocab)) if v is not None}
-    if a.sizes and a.model not in zoo.TOKEN_MODELS:
+    if a.sizes and a.model not in ("bert", "gpt"):
         p.error("transformer size flags apply to bert and gpt only")
     if a.tie_embeddings:
         if a.model != "gpt":
@@ -366,6 +406,8 @@ def parse_args(argv):
         p.error(f"--opset must be in [{MIN_OPSET}, {MAX_OPSET}], got {a.opset}")
     if a.seed < 0:
         p.error(f"--seed must be >= 0, got {a.seed}")
+    if a.torchscript_bare and not a.torchscript:
+        p.error("--torchscript-bare needs --torchscript")
     return a
 
 
@@ -388,13 +430,23 @@ def main(argv=None):
     export(model, batch(data, names, 0, a.batch_size), names,
            os.path.join(a.out, "model.onnx"), a.opset)
     model.load_state_dict(initial)  # paranoia: export must not have touched the weights
+    if a.torch_export:
+        batch_dim = torch.export.Dim("batch", min=2)
+        program = torch.export.export(model, tuple(batch(data, names, 0, a.batch_size)),
+                                      dynamic_shapes={nm: {0: batch_dim} for nm in names})
+        torch.export.save(program, os.path.join(a.out, "model.pt2"))
+        model.load_state_dict(initial)
+    if a.dynamo_onnx:
+        export_dynamo(model, batch(data, names, 0, a.batch_size), names, os.path.join(a.out, "model_dynamo.onnx"))
+        model.load_state_dict(initial)
     if a.torchscript:
         traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
         # Tracing ran forward in training mode: BatchNorm statistics moved.
         traced.load_state_dict(initial)
         # rannc-plan needs forward's inputs: dtype and per-sample shape of each.
         inputs = {nm: {"dtype": str(data[nm].dtype), "shape": list(data[nm].shape[1:])} for nm in names}
-        traced.save(os.path.join(a.out, "model.pt"), _extra_files={"rannc_inputs.json": json.dumps(inputs)})
+        extra = {} if a.torchscript_bare else {"rannc_inputs.json": json.dumps(inputs)}
+        traced.save(os.path.join(a.out, "model.pt"), _extra_files=extra)
         model.load_state_dict(initial)
 
     for nm in names:

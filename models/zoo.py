@@ -184,6 +184,162 @@ class GPT(_TokenModel):
         return self.ln_f(x)
 
 
+class NanoGPTAttention(nn.Module):
+    """Causal self-attention as nanoGPT writes it: one c_attn projection split
+    into q, k, v, and F.scaled_dot_product_attention(is_causal=True)."""
+
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head, self.n_embd = n_head, n_embd
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class NanoGPTBlock(nn.Module):
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = NanoGPTAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class NanoGPT(nn.Module):
+    """A GPT in nanoGPT's idioms: wte/wpe in a ModuleDict, tied lm_head,
+    chunked q/k/v, fused SDPA, the loss from F.cross_entropy on flattened
+    logits with ignore_index=-1."""
+
+    input_names = ("idx", "targets")
+
+    def __init__(self, vocab=97, n_embd=48, n_head=4, layers=2, seq_len=16):
+        super().__init__()
+        self.vocab = vocab
+        self.seq_len = seq_len
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab, n_embd),
+            wpe=nn.Embedding(seq_len, n_embd),
+            h=nn.ModuleList([NanoGPTBlock(n_embd, n_head) for _ in range(layers)]),
+            ln_f=nn.LayerNorm(n_embd),
+        ))
+        self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, mean=0.0, std=0.02)
+
+    def forward(self, idx, targets):
+        b, t = idx.size()
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        logits = self.lm_head(x)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class HFStyleAttention(nn.Module):
+    """Attention as Hugging Face's BERT/GPT-2 code writes it: separate q/k/v
+    Linears, heads by view+permute, an additive attention mask, and a tuple
+    (context, attention probabilities) as the result."""
+
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.num_attention_heads = heads
+        self.attention_head_size = hidden // heads
+        self.all_head_size = hidden
+        self.query = nn.Linear(hidden, hidden)
+        self.key = nn.Linear(hidden, hidden)
+        self.value = nn.Linear(hidden, hidden)
+        self.dense = nn.Linear(hidden, hidden)
+
+    def transpose_for_scores(self, x):
+        new_x_shape = x.size()[:-1] + (self.num_attention_heads, self.attention_head_size)
+        return x.view(new_x_shape).permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states, attention_mask):
+        query_layer = self.transpose_for_scores(self.query(hidden_states))
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+        value_layer = self.transpose_for_scores(self.value(hidden_states))
+        attention_scores = torch.matmul(query_layer, key_layer.transpose(-1, -2))
+        attention_scores = attention_scores / math.sqrt(self.attention_head_size)
+        attention_scores = attention_scores + attention_mask
+        attention_probs = nn.functional.softmax(attention_scores, dim=-1)
+        context_layer = torch.matmul(attention_probs, value_layer)
+        context_layer = context_layer.permute(0, 2, 1, 3).contiguous()
+        new_context_layer_shape = context_layer.size()[:-2] + (self.all_head_size,)
+        context_layer = context_layer.view(new_context_layer_shape)
+        return (self.dense(context_layer), attention_probs)
+
+
+class HFStyleLayer(nn.Module):
+    def __init__(self, hidden, heads):
+        super().__init__()
+        self.attention = HFStyleAttention(hidden, heads)
+        self.attn_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.intermediate = nn.Linear(hidden, 4 * hidden)
+        self.output = nn.Linear(4 * hidden, hidden)
+        self.out_norm = nn.LayerNorm(hidden, eps=1e-12)
+
+    def forward(self, hidden_states, attention_mask):
+        self_outputs = self.attention(hidden_states, attention_mask)
+        attention_output = self.attn_norm(self_outputs[0] + hidden_states)
+        intermediate = nn.functional.gelu(self.intermediate(attention_output))
+        layer_output = self.out_norm(self.output(intermediate) + attention_output)
+        outputs = (layer_output,) + self_outputs[1:]
+        return outputs
+
+
+class HFStyleEncoder(nn.Module):
+    """A BERT-like encoder in Hugging Face's idioms: tuple returns indexed by
+    the caller, an extended attention mask built from a [B, T] padding mask
+    ((1 - mask) * large negative, broadcast over heads), in-place residual
+    updates, and masked-LM cross-entropy (ignore_index=-100)."""
+
+    input_names = ("input_ids", "attention_mask", "labels")
+
+    def __init__(self, vocab=89, hidden=32, heads=4, layers=2, seq_len=12):
+        super().__init__()
+        self.vocab = vocab
+        self.seq_len = seq_len
+        self.word_embeddings = nn.Embedding(vocab, hidden)
+        self.position_embeddings = nn.Embedding(seq_len, hidden)
+        self.emb_norm = nn.LayerNorm(hidden, eps=1e-12)
+        self.layer = nn.ModuleList([HFStyleLayer(hidden, heads) for _ in range(layers)])
+        self.decoder = nn.Linear(hidden, vocab)
+
+    def forward(self, input_ids, attention_mask, labels):
+        seq_length = input_ids.size(1)
+        position_ids = torch.arange(seq_length, dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        embeddings = self.word_embeddings(input_ids)
+        embeddings += self.position_embeddings(position_ids)
+        hidden_states = self.emb_norm(embeddings)
+        extended = attention_mask[:, None, None, :].to(dtype=hidden_states.dtype)
+        extended = (1.0 - extended) * -10000.0
+        all_attentions = ()
+        for layer_module in self.layer:
+            layer_outputs = layer_module(hidden_states, extended)
+            hidden_states = layer_outputs[0]
+            all_attentions = all_attentions + (layer_outputs[1],)
+        logits = self.decoder(hidden_states)
+        return F.cross_entropy(logits.view(-1, self.vocab), labels.view(-1), ignore_index=-100)
+
+
 class VisionClassifier(nn.Module):
     """A torchvision classifier + cross-entropy; inputs x [B, 3, S, S], y [B].
 
@@ -236,8 +392,8 @@ def VitTiny(num_classes=10, image_size=32):
 
 
 MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
-          "vit_tiny": VitTiny}
-TOKEN_MODELS = ("bert", "gpt")
+          "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder}
+TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder")
 VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny")
 
 

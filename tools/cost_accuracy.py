@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Cost-model accuracy: for each model, plans for one CPU rank with measured
 costs (rannc-plan profiles every unit on this machine), trains a few steps with
 rannc-exec, and prints predicted vs measured step time and peak tensor memory
@@ -45,7 +45,7 @@ def main():
         if a.only and name not in a.only.split(","):
             continue
         out = os.path.join(work, name)
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "make_model.py"), *margs, "--out", out,
+        subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_model.py"), *margs, "--out", out,
                         "--batch-size", str(batch), "--samples", str(4 * batch), "--steps", "0"],
                        check=True, capture_output=True)
         plan = os.path.join(out, "plan.pb")

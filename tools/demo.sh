@@ -11,7 +11,7 @@ bash "$root/tools/build.sh"
 demo="$build/demo"
 mkdir -p "$demo"
 echo "== export a GPT-style model (loss inside) and its dataset" >&2
-/usr/bin/python3 "$root/models/make_model.py" --model gpt --out "$demo/gpt" --samples 256 --steps 0
+"$root/.venv/bin/python" "$root/models/make_model.py" --model gpt --out "$demo/gpt" --samples 256 --steps 0
 echo "== plan it for 2 ranks" >&2
 "$build/tools/rannc-plan" "$demo/gpt/model.onnx" --gpus 2 --device-type cpu --batch-size 16 --microbatches 4 \
   -o "$demo/plan.pb"
@@ -19,7 +19,7 @@ echo "== plan it for 2 ranks" >&2
 echo "== train with mpirun -np 2" >&2
 mpirun --allow-run-as-root --oversubscribe -np 2 "$build/tools/rannc-exec" "$demo/plan.pb" \
   --data "$demo/gpt/data" --steps 60 --optimizer adam --lr 0.003 --log "$demo/log.jsonl"
-/usr/bin/python3 - "$demo/log.jsonl" <<'PY'
+"$root/.venv/bin/python" - "$demo/log.jsonl" <<'PY'
 import json, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
 first = sum(s["loss"] for s in steps[:5]) / 5

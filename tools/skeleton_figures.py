@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Measures the walking skeleton's figures in one run: for each model, rank
 count and optimizer, trains 10 steps with rannc (mpirun, --oversubscribe on
 this machine) and prints the median step time, its ratio to the 1-rank run
@@ -28,14 +28,14 @@ def main():
     rows = []
     for model in a.models.split(","):
         out = os.path.join(models_dir, model)
-        subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "models", "make_model.py"), "--model", model,
+        subprocess.run([sys.executable, os.path.join(ROOT, "models", "make_model.py"), "--model", model,
                         "--out", out], check=True, capture_output=True)
         for opt in ("sgd", "adam"):
             for ranks in map(int, a.ranks.split(",")):
                 summary = os.path.join(work, f"{model}-{ranks}-{opt}.json")
                 os.makedirs(work, exist_ok=True)
                 p = subprocess.run(
-                    ["/usr/bin/python3", os.path.join(ROOT, "tests", "integration", "train_check.py"),
+                    [sys.executable, os.path.join(ROOT, "tests", "integration", "train_check.py"),
                      "--plan-tool", os.path.join(a.build, "tools", "rannc-plan"),
                      "--exec-tool", os.path.join(a.build, "tools", "rannc-exec"),
                      "--models", models_dir, "--work", work, "--model", model, "--ranks", str(ranks),

@@ -48,6 +48,10 @@ public:
   [[noreturn]] virtual void abort(int code) = 0;
 };
 
+/// The MPI library's own description (MPI_Get_library_version, first line);
+/// needs no MPI_Init.
+std::string mpiLibraryVersion();
+
 /// Initializes MPI (once per process) and wraps MPI_COMM_WORLD. MPI is
 /// finalized when the communicator is destroyed.
 std::unique_ptr<Communicator> createMpiCommunicator(int *argc, char ***argv);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "executor/comm/comm.h"
 
@@ -29,6 +30,8 @@ public:
 
 /// True when this build has the NCCL implementation.
 bool ncclCompiled();
+/// The NCCL library's version ("2.30.7"), or "not compiled".
+std::string ncclVersion();
 /// Number of CUDA devices visible to this process (0 without CUDA or GPUs).
 int visibleCudaDevices();
 /// An NCCL communicator over the same ranks as `host`, on CUDA device

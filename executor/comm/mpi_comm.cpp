@@ -142,6 +142,16 @@ private:
 
 } // namespace
 
+std::string mpiLibraryVersion() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return "unknown";
+  std::string v(text, size_t(len));
+  v = v.substr(0, v.find_first_of("\n,"));
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\0')) v.pop_back();
+  return v;
+}
+
 std::unique_ptr<Communicator> createMpiCommunicator(int *argc, char ***argv) {
   return std::make_unique<MpiCommunicator>(argc, argv);
 }

@@ -70,6 +70,13 @@ private:
 
 bool ncclCompiled() { return true; }
 
+std::string ncclVersion() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL 2.9+ encodes X*10000 + Y*100 + Z.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
 int visibleCudaDevices() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;

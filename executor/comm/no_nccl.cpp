@@ -7,6 +7,7 @@
 namespace rannc::comm {
 
 bool ncclCompiled() { return false; }
+std::string ncclVersion() { return "not compiled"; }
 int visibleCudaDevices() { return 0; }
 
 std::unique_ptr<DeviceCommunicator> createNcclCommunicator(Communicator &, int) {

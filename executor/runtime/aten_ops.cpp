@@ -1,6 +1,6 @@
 // ATen and prim operators of TorchScript-imported graphs, called through the
 // JIT's operator registry with a stack rebuilt from the node's argument
-// description (Note [torchscript lowering] in planner/import/torchscript_import.cpp).
+// description (Note [torchscript lowering] in executor/frontend/torchscript_import.cpp).
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <mutex>
@@ -42,6 +42,12 @@ c10::IValue constant(const ir::Node &n, const std::string &kind, const std::stri
   if (kind == "bool") return c10::IValue(attr<int64_t>(n, vi) != 0);
   if (kind == "int") return c10::IValue(attr<int64_t>(n, vi));
   if (kind == "float") return c10::IValue(attr<double>(n, vi));
+  if (kind == "wrapped_int" || kind == "wrapped_float") { // a Python number passed as a Tensor
+    at::Tensor t = kind == "wrapped_int" ? at::scalar_tensor(attr<int64_t>(n, vi), at::kLong)
+                                         : at::scalar_tensor(attr<double>(n, vi), at::kDouble);
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return c10::IValue(t);
+  }
   if (kind == "str") return c10::IValue(attr<std::string>(n, vi));
   if (kind == "device") return c10::IValue(c10::Device(attr<std::string>(n, vi)));
   if (kind == "ints") return c10::IValue(attr<std::vector<int64_t>>(n, vi));
@@ -68,6 +74,8 @@ void pushResult(const ir::Node &n, const c10::IValue &v, std::vector<torch::Tens
   else if (v.isBool()) out.push_back(torch::scalar_tensor(v.toBool(), torch::kBool));
   else if (v.isIntList()) out.push_back(torch::tensor(v.toIntVector(), torch::kLong));
   else if (v.isNone()) out.emplace_back();
+  else if (v.isTensorList()) // split/chunk/unbind: one IR output per element ("list_out")
+    for (const at::Tensor &t : v.toTensorVector()) out.push_back(t);
   else fail(n, std::string("returned a ") + v.tagKind() + ", which the IR cannot hold");
 }
 
@@ -114,6 +122,9 @@ std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch:
     fail(n, e.what_without_backtrace());
   }
   for (const auto &v : stack) pushResult(n, v, out);
+  if (auto it = n.attrs.find("list_out"); it != n.attrs.end() && int64_t(out.size()) != std::get<int64_t>(it->second))
+    fail(n, "returned " + std::to_string(out.size()) + " tensors, the traced graph unpacked " +
+                std::to_string(std::get<int64_t>(it->second)));
   return out;
 }
 

@@ -40,7 +40,7 @@ void countedFree(void *p) {
 
 class CountingAllocator final : public c10::Allocator {
 public:
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     void *p = c10::alloc_cpu(n);
     {
       std::lock_guard<std::mutex> lock(g_mu);
@@ -51,6 +51,10 @@ public:
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &countedFree; }
+
+  void copy_data(void *dest, const void *src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 };
 
 } // namespace

@@ -2084,6 +2084,7 @@ const std::vector<KernelDef> &kernels() {
       {"Gather", 2, 2, opGather},
       {"GatherElements", 2, 2, opGatherElements},
       {"GatherND", 2, 2, opGatherND},
+      {"Gelu", 1, 1, UNARY(torch::gelu(x, c.attrString("approximate", "none")))},
       {"Gemm", 2, 3, opGemm},
       {"GlobalAveragePool", 1, 1, opGlobalAveragePool},
       {"GlobalMaxPool", 1, 1, opGlobalMaxPool},

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "executor/runtime/ops.h"
+#include "executor/runtime/pt2_archive.h"
 
 namespace rannc::runtime {
 namespace {
@@ -76,18 +77,9 @@ std::map<ir::ValueId, torch::Tensor> initialTensors(const ir::Graph &g, const st
 
 namespace {
 
-/// A TorchScript archive's parameters and buffers by state_dict name.
-Expected<StageWeights> loadTorchScriptWeights(const ir::Graph &g, const schedule::StageProgram &program,
-                                              const std::string &model) {
-  std::map<std::string, torch::Tensor> named;
-  try {
-    torch::jit::Module m = torch::jit::load(model);
-    for (const auto &p : m.named_parameters(true)) named.emplace(p.name, p.value);
-    for (const auto &b : m.named_buffers(true)) named.emplace(b.name, b.value);
-  } catch (const std::exception &e) {
-    std::string what = e.what();
-    return Error{model + ": cannot load the TorchScript archive: " + what.substr(0, what.find('\n'))};
-  }
+/// A stage's weights from tensors by state_dict name.
+Expected<StageWeights> namedStageWeights(const ir::Graph &g, const schedule::StageProgram &program,
+                                         const std::string &model, const std::map<std::string, torch::Tensor> &named) {
   StageWeights w;
   auto get = [&](ir::ValueId v) -> Expected<torch::Tensor> {
     auto it = named.find(g.values[v].name);
@@ -107,11 +99,35 @@ Expected<StageWeights> loadTorchScriptWeights(const ir::Graph &g, const schedule
   return w;
 }
 
+/// A TorchScript archive's parameters and buffers by state_dict name.
+Expected<StageWeights> loadTorchScriptWeights(const ir::Graph &g, const schedule::StageProgram &program,
+                                              const std::string &model) {
+  std::map<std::string, torch::Tensor> named;
+  try {
+    torch::jit::Module m = torch::jit::load(model);
+    for (const auto &p : m.named_parameters(true)) named.emplace(p.name, p.value);
+    for (const auto &b : m.named_buffers(true)) named.emplace(b.name, b.value);
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    return Error{model + ": cannot load the TorchScript archive: " + what.substr(0, what.find('\n'))};
+  }
+  return namedStageWeights(g, program, model, named);
+}
+
+/// A torch.export program's weights by state_dict name.
+Expected<StageWeights> loadTorchExportWeights(const ir::Graph &g, const schedule::StageProgram &program,
+                                              const std::string &model) {
+  auto archive = readPt2Archive(model, true);
+  if (!archive) return archive.error();
+  return namedStageWeights(g, program, model, archive->tensors);
+}
+
 } // namespace
 
 Expected<StageWeights> loadStageWeights(const ir::Graph &g, const schedule::StageProgram &program,
                                         const std::string &model, std::optional<uint64_t> init_seed) {
   if (import::isTorchScriptPath(model)) return loadTorchScriptWeights(g, program, model);
+  if (import::isTorchExportPath(model)) return loadTorchExportWeights(g, program, model);
   std::vector<ir::ValueId> wanted = program.parameters;
   wanted.insert(wanted.end(), program.buffers.begin(), program.buffers.end());
   std::vector<std::string> names;

@@ -23,7 +23,7 @@ GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<to
     buckets_.back().params.push_back(p);
     numel.back() += n;
     const size_t index = buckets_.size() - 1;
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p);
+    c10::intrusive_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p);
     const uintptr_t key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, index](const torch::autograd::variable_list &outputs, const torch::autograd::variable_list &) {
           arrived(index);

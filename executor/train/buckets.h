@@ -67,7 +67,7 @@ private:
   comm::Communicator &group_;
   std::vector<Bucket> buckets_;
   /// Each parameter's gradient accumulator (kept alive: it holds the hook) and the hook's key.
-  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   bool armed_ = false;
   size_t next_ = 0; ///< the first bucket not started
   int started_early_ = 0;

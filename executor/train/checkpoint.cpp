@@ -1,6 +1,9 @@
 #include "executor/train/checkpoint.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <algorithm>
 #include <chrono>
@@ -39,8 +42,8 @@ Status agree(comm::Communicator &comm, const Status &st) {
   return Error{comm.rank() == first ? st.message() : ""};
 }
 
-/// torch::optim's key of a parameter in Optimizer::state().
-std::string stateKey(const torch::Tensor &p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+/// torch::optim's key of a parameter in Optimizer::state() (its TensorImpl).
+void *stateKey(const torch::Tensor &p) { return p.unsafeGetTensorImpl(); }
 
 std::string generatorState() {
   auto gen = at::detail::getDefaultCPUGenerator();
@@ -73,11 +76,27 @@ std::vector<checkpoint::StageLayout> layoutOf(const proto::Plan &plan) {
 }
 
 /// `weights` as a state dict PyTorch's torch.load reads (a dict of tensors by
-/// name, torch::pickle_save's format), written to a temporary file and renamed.
+/// name, torch.save's zip format), written to a temporary file and renamed.
+/// torch::pickle_save would tag the dict with its TorchScript type (a global
+/// torch.load refuses since PyTorch 2.6 made weights_only=True the default),
+/// so the pickle is written untagged, as Python's torch.save writes it.
 Status writeStateDict(const std::map<std::string, ir::Tensor> &weights, const std::string &path) {
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto &[name, t] : weights) dict.insert(name, runtime::toTorch(t));
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  std::vector<char> pickled, bytes;
+  torch::jit::Pickler pickler([&](const char *buf, size_t n) { pickled.insert(pickled.end(), buf, buf + n); },
+                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void *data, size_t n) {
+      bytes.insert(bytes.end(), static_cast<const char *>(data), static_cast<const char *>(data) + n);
+      return n;
+    });
+    torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  }
   const std::string tmp = path + ".tmp";
   if (Status st = checkpoint::writeDurable(tmp, std::string(bytes.begin(), bytes.end())); !st) return st;
   std::error_code ec;
@@ -108,9 +127,9 @@ Expected<int64_t> Checkpointer::start(std::ostream &log) {
   std::error_code ec;
   if ((o.checkpoint_every > 0 || o.keep > 0 || o.resume) && o.checkpoint_dir.empty()) {
     st = Error{"--checkpoint-every, --keep and --resume need --checkpoint-dir"};
-  } else if (!o.export_onnx.empty() && import::isTorchScriptPath(model_path_)) {
+  } else if (!o.export_onnx.empty() && (import::isTorchScriptPath(model_path_) || import::isTorchExportPath(model_path_))) {
     st = Error{"--export-onnx needs an ONNX model; " + model_path_ +
-               " is TorchScript: use --export-state OUT.pt (a state dict torch.load reads)"};
+               " is a LibTorch archive: use --export-state OUT.pt (a state dict torch.load reads)"};
   } else if (ctx_.comm.rank() == 0) {
     for (const auto &[out, flag] : {std::pair{o.export_onnx, "--export-onnx"}, std::pair{o.export_state, "--export-state"}}) {
       const fs::path parent = fs::path(out).parent_path();

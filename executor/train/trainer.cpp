@@ -34,7 +34,7 @@
 #include "executor/train/optim.h"
 #include "planner/import/onnx_import.h"
 #include "planner/plan/plan.h"
-#include "planner/support/sha256.h"
+#include "planner/plan/model_ref.h"
 
 namespace rannc::train {
 namespace {
@@ -98,12 +98,12 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     return Error{opts.plan + ": the plan is for " + std::to_string(world) + " ranks, but this job has " +
                  std::to_string(comm.size()) + " (run mpirun -np " + std::to_string(world) + ")"};
   std::string model = opts.model.empty() ? s.plan.model().path() : opts.model;
-  {
-    std::ifstream in(model, std::ios::binary);
-    if (!in) return Error{model + ": cannot open the model the plan names (pass --model PATH if it moved)"};
-    if (sha256Hex(in) != s.plan.model().sha256())
-      return Error{model + ": the model file changed since planning (SHA-256 differs from the plan's " +
-                   s.plan.model().sha256().substr(0, 12) + "...); re-run rannc-plan"};
+  // One rank reads the whole model to check its identity (Note [model
+  // identity]); the others only need the file to be there.
+  if (comm.rank() == 0) {
+    if (Status st = plan::verifyModelFiles(model, s.plan.model()); !st) return Error{st.message()};
+  } else if (std::ifstream in(model, std::ios::binary); !in) {
+    return Error{model + ": cannot open the model the plan names (pass --model PATH if it moved)"};
   }
   auto graph = plan::graphFromProto(s.plan.graph());
   if (!graph) return Error{opts.plan + ": " + graph.error().message};

@@ -10,19 +10,13 @@
 #include "planner/partition/coarsen.h"
 #include "planner/partition/evaluate.h"
 #include "planner/partition/solve.h"
+#include "planner/plan/model_ref.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/show.h"
 #include "planner/support/files.h"
-#include "planner/support/sha256.h"
 
 namespace rannc::planner {
 namespace {
-
-Expected<std::string> fileSha256(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot open"};
-  return sha256Hex(in);
-}
 
 Expected<cost::CostTable> loadCosts(const ir::Graph &g, const std::vector<cost::Unit> &units,
                                     const cluster::ClusterSpec &cluster, const PlanOptions &opts,
@@ -114,7 +108,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.set_format_version(plan::kFormatVersion);
   plan.mutable_model()->set_path(opts.model);
   plan.mutable_model()->set_sha256(model_sha256);
-  plan.mutable_model()->set_format("onnx");
+  plan.mutable_model()->set_format(plan::modelFormat(opts.model));
   plan.set_global_batch_size(opts.batch_size);
   plan.set_microbatches(plan_units.microbatches);
   plan.set_schedule(plan_units.schedule == partition::Schedule::OneFOneB ? proto::ONE_F_ONE_B : proto::GPIPE);
@@ -155,32 +149,39 @@ struct Imported {
   ir::Graph graph;
   std::vector<cost::Unit> units;
   std::string sha;
+  proto::ModelRef ref;
 };
 
 /// A model by its kind: a TorchScript archive or ONNX.
-Expected<ir::Graph> importAny(const std::string &model, const ImportFn &import_torchscript) {
-  if (import::isTorchScriptPath(model)) {
-    if (!import_torchscript) return Error{model + ": TorchScript import is not available in this tool"};
-    return import_torchscript(model);
+Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir,
+                              const ImportFn &import_torch) {
+  if (import::isTorchScriptPath(model) || import::isTorchExportPath(model)) {
+    if (!import_torch) return Error{model + ": TorchScript and torch.export import is not available in this tool"};
+    return import_torch(model, data_dir);
   }
+  if (!data_dir.empty())
+    return Error{"--data " + data_dir + ": describes the inputs of a TorchScript archive; " + model +
+                 " declares its own"};
   return import::importModel(model);
 }
 
-Expected<Imported> importForPlanning(const std::string &model, const ImportFn &import_torchscript) {
-  auto graph = importAny(model, import_torchscript);
+Expected<Imported> importForPlanning(const std::string &model, const std::string &data_dir,
+                                     const ImportFn &import_torch) {
+  auto graph = importAny(model, data_dir, import_torch);
   if (!graph) return graph.error();
-  auto sha = fileSha256(model);
-  if (!sha) return sha.error();
+  auto ref = plan::describeModel(model, *graph, data_dir.empty() ? "model" : "--data " + data_dir);
+  if (!ref) return ref.error();
   ir::sinkParameterOps(*graph);
   auto units = cost::formUnits(*graph);
-  return Imported{std::move(*graph), std::move(units), std::move(*sha)};
+  std::string sha = ref->sha256();
+  return Imported{std::move(*graph), std::move(units), std::move(sha), std::move(*ref)};
 }
 } // namespace
 
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto cluster = clusterFor(opts);
   if (!cluster) return cluster.error();
-  auto imported = importForPlanning(opts.model, opts.import_torchscript);
+  auto imported = importForPlanning(opts.model, opts.data_dir, opts.import_torch);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
   auto &units = imported->units;
@@ -191,6 +192,7 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   if (!costs) return costs.error();
   auto plan = planGraph(graph, *costs, *cluster, opts, sha);
   if (!plan) return plan.error();
+  *plan->mutable_model() = imported->ref;
   for (const auto &s : plan->stages())
     if (s.estimates().peak_memory_bytes() > s.estimates().memory_capacity_bytes())
       log << "rannc-plan: warning: stage " << s.id() << " is estimated to need " << s.estimates().peak_memory_bytes()
@@ -219,7 +221,7 @@ Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, s
   if (opts.device_type != "cpu")
     return Error{"rannc-plan profile measures this machine's device (cpu); '" + opts.device_type +
                  "' is not here"};
-  auto imported = importForPlanning(opts.model, opts.import_torchscript);
+  auto imported = importForPlanning(opts.model, opts.data_dir, opts.import_torch);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
   auto &units = imported->units;
@@ -240,8 +242,9 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out) {
   return Status::success();
 }
 
-Status runImport(const std::string &model_path, const ImportFn &import_torchscript, std::ostream &out) {
-  auto graph = importAny(model_path, import_torchscript);
+Status runImport(const std::string &model_path, const std::string &data_dir, const ImportFn &import_torch,
+                 std::ostream &out) {
+  auto graph = importAny(model_path, data_dir, import_torch);
   if (!graph) return graph.error();
   graph->print(out);
   return Status::success();

@@ -22,9 +22,11 @@ namespace rannc::planner {
 using MeasureFn = std::function<Expected<cost::CostTable>(const ir::Graph &, const std::vector<cost::Unit> &,
                                                           const std::vector<int64_t> &batch_sizes)>;
 
-/// Imports a TorchScript archive (planner/import/torchscript_import.h needs
-/// LibTorch, so the tool passes it in, as it does the profiler).
-using ImportFn = std::function<Expected<ir::Graph>(const std::string &path)>;
+/// Imports a TorchScript archive or a torch.export program (executor/frontend
+/// needs LibTorch, so the tool passes it in, as it does the profiler).
+/// `data_dir`, when not empty, describes the inputs by its .npy files (an
+/// archive without its own input description).
+using ImportFn = std::function<Expected<ir::Graph>(const std::string &path, const std::string &data_dir)>;
 
 struct PlanOptions {
   std::string model;
@@ -49,16 +51,18 @@ struct PlanOptions {
   std::string profile;
   int threads = 1; ///< intra-op threads per rank (what measured costs assume)
   MeasureFn measure; ///< unset: measuring is unavailable
-  ImportFn import_torchscript; ///< unset: .pt models are refused
+  ImportFn import_torch; ///< TorchScript (.pt) and torch.export (.pt2); unset: refused
+  std::string data_dir;        ///< --data: a TorchScript archive's inputs from DIR/<input>.npy
 };
 
 struct ProfileCommandOptions {
   std::string model;
+  std::string data_dir; ///< as PlanOptions::data_dir
   std::string output;
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
   std::string device_type = "cpu";
-  ImportFn import_torchscript; ///< unset: .pt models are refused
+  ImportFn import_torch; ///< TorchScript (.pt) and torch.export (.pt2); unset: refused
 };
 
 /// The cluster the options describe: a cluster file, or --gpus devices of a preset.
@@ -89,6 +93,7 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out);
 /// rannc-plan profile MODEL -o PROFILE (measure is the LibTorch profiler)
 Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log);
 /// rannc-plan import MODEL
-Status runImport(const std::string &model_path, const ImportFn &import_torchscript, std::ostream &out);
+Status runImport(const std::string &model_path, const std::string &data_dir, const ImportFn &import_torch,
+                 std::ostream &out);
 
 } // namespace rannc::planner

@@ -18,7 +18,7 @@
 #include "planner/plan/show.h"
 #include "planner/plan/trace.h"
 #include "planner/support/files.h"
-#include "planner/support/sha256.h"
+#include "planner/plan/model_ref.h"
 
 namespace rannc::planner {
 namespace {
@@ -221,12 +221,11 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
   // The model file, when it can be read.
   const std::string model = opts.model.empty() ? plan.model().path() : opts.model;
   if (std::ifstream in(model, std::ios::binary); in) {
-    const std::string sha = sha256Hex(in);
-    if (sha != plan.model().sha256())
-      problems.push_back("model.sha256: " + model + " has SHA-256 " + sha.substr(0, 12) + "..., the plan names " +
-                         plan.model().sha256().substr(0, 12) + "... (the model changed since planning; re-plan)");
+    if (Status st = plan::verifyModelFiles(model, plan.model()); !st)
+      problems.push_back("model.sha256: " + st.message());
     else
-      notes.push_back("model: " + model + " matches model.sha256");
+      notes.push_back("model: " + model + " matches model.sha256" +
+                      (plan.model().external_data_size() ? " (and its external data)" : ""));
   } else {
     notes.push_back("model: " + model + " cannot be read, so its SHA-256 was not checked (pass --model PATH)");
   }

@@ -14,6 +14,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "planner/import/onnx_opset.h"
 #include "planner/ir/op_set.h"
 #include "planner/support/files.h"
 
@@ -260,6 +261,7 @@ private:
   mutable std::map<const onnx::OpSchema *, std::unique_ptr<onnx::OpSchema>> wrapped_;
 };
 
+
 const onnx::ISchemaRegistry *guardedRegistry() {
   static const GuardedRegistry registry;
   return &registry;
@@ -483,8 +485,9 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::s
   for (int i = 0; i < mg.node_size(); ++i) {
     const auto &n = mg.node(i);
     std::string node_name = n.name().empty() ? "#" + std::to_string(i) : n.name();
-    const ir::OpInfo *info =
-        (n.domain().empty() || n.domain() == "ai.onnx") ? ir::findOp(n.op_type()) : nullptr;
+    const ir::OpInfo *info = (n.domain().empty() || n.domain() == "ai.onnx" || n.domain() == kNewOpsDomain)
+                                 ? ir::findOp(n.op_type())
+                                 : nullptr;
     if (!info)
       return Error{where + ": unsupported op '" + (n.domain().empty() ? "" : n.domain() + ".") +
                    n.op_type() + "' (node '" + node_name + "', opset " + std::to_string(g.opset) + ")"};
@@ -656,11 +659,14 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::s
   return g;
 }
 
+/// Parses a model and rewrites a newer opset into opset-17 forms (Note [newer opsets]).
 Expected<onnx::ModelProto> parseModel(const std::string &bytes, const std::string &where) {
   onnx::ModelProto model;
   if (bytes.empty()) return Error{where + ": empty file, not an ONNX model"};
   if (!model.ParseFromString(bytes))
     return Error{where + ": not a valid ONNX model (protobuf parse failed; truncated or another format?)"};
+  auto opset = lowerToKnownOpset(model, where);
+  if (!opset) return opset.error();
   return model;
 }
 
@@ -687,10 +693,12 @@ bool isTorchScriptPath(const std::string &path) {
   return ext == ".pt" || ext == ".pth" || ext == ".torchscript";
 }
 
+bool isTorchExportPath(const std::string &path) { return extensionOf(path) == ".pt2"; }
+
 Expected<ir::Graph> importModel(const std::string &path) {
-  if (isTorchScriptPath(path))
-    return Error{path + ": a TorchScript archive, which the ONNX importer does not read "
-                        "(rannc-plan imports it through planner/import/torchscript_import.h)"};
+  if (isTorchScriptPath(path) || isTorchExportPath(path))
+    return Error{path + ": a LibTorch archive, which the ONNX importer does not read "
+                        "(rannc-plan imports it through executor/frontend)"};
   auto bytes = readFile(path);
   if (!bytes) return bytes.error();
   return importOnnxBytes(*bytes, path);
@@ -767,6 +775,19 @@ Expected<ir::Tensor> readExternal(const TensorProto &t, const std::filesystem::p
 }
 
 } // namespace
+
+Expected<std::vector<std::string>> externalDataFiles(const std::string &path) {
+  auto bytes = readFile(path);
+  if (!bytes) return bytes.error();
+  auto model = parseModel(*bytes, path);
+  if (!model) return model.error();
+  std::set<std::string> files;
+  for (const auto &t : model->graph().initializer())
+    if (t.data_location() == TensorProto::EXTERNAL)
+      for (const auto &kv : t.external_data())
+        if (kv.key() == "location") files.insert(kv.value());
+  return std::vector<std::string>(files.begin(), files.end());
+}
 
 Expected<std::map<std::string, ir::Tensor>> loadModelWeights(const std::string &path,
                                                              const std::vector<std::string> &names,

@@ -20,8 +20,14 @@ namespace rannc::import {
 /// Imports a model by extension (.onnx; TorchScript .pt is not supported yet).
 /// True for a TorchScript archive's name (.pt, .pth, .torchscript, any case).
 bool isTorchScriptPath(const std::string &path);
+/// True for a torch.export program archive's name (.pt2, any case).
+bool isTorchExportPath(const std::string &path);
 
 Expected<ir::Graph> importModel(const std::string &path);
+
+/// The external data files an ONNX model's initializers name (`location`,
+/// relative to the model's folder), sorted and each once; present or not.
+Expected<std::vector<std::string>> externalDataFiles(const std::string &path);
 
 /// Imports a serialized ONNX ModelProto as a training graph; `where` names it
 /// in error messages. The graph must have exactly one output, the scalar loss.

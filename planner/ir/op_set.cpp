@@ -8,8 +8,8 @@ namespace rannc::ir {
 // an op moved an attribute to an input (Unsqueeze/Squeeze/ReduceSum axes,
 // Split split, Slice starts/ends, Clip min/max, Pad pads, TopK k) both forms
 // are handled, so the range reaches back past the change. Ops deprecated
-// before 17 (Upsample, Scatter) stop at their last opset. max_opset 17: opset 18 moves the other
-// reductions' axes to inputs and adds Split num_outputs, neither implemented.
+// before 17 (Upsample, Scatter) stop at their last opset. max_opset 17: models of opsets 18-22
+// reach the IR rewritten into opset-17 forms (Note [newer opsets] in planner/import/onnx_opset.cpp).
 const std::vector<OpInfo> &supportedOps() {
   static const std::vector<OpInfo> kOps = {
       {"Abs", 6, 17},
@@ -60,6 +60,7 @@ const std::vector<OpInfo> &supportedOps() {
       {"Gather", 1, 17},
       {"GatherElements", 11, 17},
       {"GatherND", 11, 17}, // 12: batch_dims
+      {"Gelu", 1, 17}, // ONNX's is opset 20: it arrives rewritten to opset 17 (Note [newer opsets])
       {"Gemm", 6, 17},
       {"GlobalAveragePool", 1, 17},
       {"GlobalMaxPool", 1, 17},

@@ -1,4 +1,4 @@
-// SHA-256 (FIPS 180-4): the plan names its model file by content hash.
+// SHA-256 (OpenSSL's libcrypto): the plan names its model file by content hash.
 #pragma once
 
 #include <istream>

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checkpoints, exact resume and ONNX export of rannc-exec (docs/training.md).
 
 --case resume: a 2-stage run killed with SIGKILL mid-run and resumed logs

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The hand-edit workflow of docs/plan-format.md, end to end: plan the GPT-style
 model for 2 stages as a .pbtxt, move the stage boundary by editing two numbers
 in the text, `rannc-plan check` it (valid, re-estimated), train it with

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Plans a model from models/ for N ranks, trains it with mpirun rannc-exec and
 compares every logged loss with the losses PyTorch itself got (reference_*.json
 written by models/make_model.py). With --variant, trains one of make_model.py's
@@ -31,7 +31,9 @@ def plan(args, model_dir, ranks, microbatches, batch, out):
         extra += ["--device-memory", args.device_memory, "--optimizer", args.optimizer]
     if microbatches:
         extra += ["--microbatches", str(microbatches)]
-    model_file = "model.pt" if args.torchscript else "model.onnx"
+    model_file = args.model_file or ("model.pt" if args.torchscript else "model.onnx")
+    if args.plan_data:
+        extra += ["--data", os.path.join(model_dir, "data")]
     p = run([args.plan_tool, os.path.join(model_dir, model_file), "--gpus", str(ranks), "--device-type", "cpu",
              "--batch-size", str(batch), "-o", out] + extra)
     if p.returncode != 0:
@@ -45,7 +47,7 @@ def check_training(args):
     ref = json.load(open(os.path.join(model_dir, f"reference_{name}.json")))
     layout = args.plan_args.replace("--", "").replace(" ", "_").replace(",", "-")
     work = os.path.join(args.work, f"{args.model}-{args.ranks}-{name}-{args.microbatches}-{layout}"
-                                   + ("-ts" if args.torchscript else ""))
+                                   + ("-ts" if args.torchscript else "") + (f"-{args.model_file}" if args.model_file else ""))
     os.makedirs(work, exist_ok=True)
     plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"], os.path.join(work, "plan.pb"))
     log = os.path.join(work, "log.jsonl")
@@ -291,7 +293,9 @@ def check_torchscript_errors(args, model_dir, work):
     with open(truncated, "wb") as f:
         f.write(blob[: len(blob) // 2])
     p = run([args.plan_tool, "import", truncated])
-    expect_failure(p, "not a TorchScript archive this LibTorch (1.13) can load", "truncated TorchScript archive")
+    import torch
+    version = torch.__version__.split("+")[0]
+    expect_failure(p, f"not a TorchScript archive this LibTorch ({version}) can load", "truncated TorchScript archive")
     bare = os.path.join(work, "bare.pt")
     torch.jit.load(archive).save(bare)  # no _extra_files
     p = run([args.plan_tool, "import", bare])
@@ -411,6 +415,10 @@ def main():
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
     ap.add_argument("--torchscript", action="store_true",
                     help="plan and train DIR/model.pt (make_model.py --torchscript) instead of model.onnx")
+    ap.add_argument("--model-file", help="the model file in the model's folder (default model.onnx, or model.pt "
+                                         "with --torchscript), e.g. model_dynamo.onnx")
+    ap.add_argument("--plan-data", action="store_true",
+                    help="plan with --data DIR (an archive without its own input description)")
     ap.add_argument("--exec-args", default="", help="more rannc-exec flags, e.g. '--bucket-size 0.02'")
     ap.add_argument("--expect-buckets", type=int, default=0,
                     help="rank 0's gradient all-reduce must use at least this many buckets, some started "

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Weightless models (Note [weightless models] in planner/import/onnx_import.cpp).
 
 --case plan-100b   models/make_large.py writes a ~100-billion-parameter BERT
@@ -183,6 +183,12 @@ def external_data(args, work):
     if len(losses(log)) != ref["steps"] or worst > REL_TOL:
         sys.exit("losses with external data differ from PyTorch's")
     os.remove(os.path.join(work, "model.weights"))
+    # The plan recorded the file's SHA-256 (Note [model identity]): its
+    # absence is a changed model. Planned without it, the model is weightless.
+    expect_failure(run(cmd), ["model.weights: the external data the plan recorded is missing"],
+                   "external data file removed after planning")
+    must(run([args.plan_tool, model, "--gpus", "2", "--device-type", "cpu", "--batch-size", str(ref["batch_size"]),
+              "--profile", "analytic", "-o", plan]), "rannc-plan")
     expect_failure(run(cmd), ["model.weights' does not exist", "--init-weights"], "external data file removed")
 
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """rannc-exec benchmarks, each a ratio measured side by side in one run:
 
 1. interpreter overhead: one rank, one stage, rannc-exec's median step time vs
@@ -55,7 +55,7 @@ def main():
     a.plan_tool = os.path.join(a.build, "tools", "rannc-plan")
     a.exec_tool = os.path.join(a.build, "tools", "rannc-exec")
     work = os.path.join(a.build, "exec_bench")
-    run(["/usr/bin/python3", os.path.join(ROOT, "models", "make_model.py"), *MODEL, "--out", work, "--batch-size",
+    run([sys.executable, os.path.join(ROOT, "models", "make_model.py"), *MODEL, "--out", work, "--batch-size",
          str(BATCH), "--samples", str(4 * BATCH), "--steps", "0", "--torchscript"])
 
     one, one_steps, one_plan = exec_run(a, work, "one", ["--profile", "analytic", "--microbatches", "1"], 1)

@@ -11,6 +11,7 @@
 #include "executor/checkpoint/onnx_export.h"
 #include "executor/comm/comm.h"
 #include "executor/train/trainer.h"
+#include "executor/train/version.h"
 
 namespace {
 
@@ -41,8 +42,13 @@ int exportCommand(int argc, char **argv) {
 int main(int argc, char **argv) {
   // Verbs are reserved words; anything else in first place is a plan.
   if (argc > 1 && std::string(argv[1]) == "export") return exportCommand(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "--version") {
+    std::cout << rannc::train::versionReport();
+    return 0;
+  }
   CLI::App app{"Trains a model with a rannc plan: mpirun -np N rannc-exec PLAN --data DIR\n"
-               "Other verbs: export (rannc-exec export --help)",
+               "Other verbs: export (rannc-exec export --help); rannc-exec --version prints the versions this "
+               "build uses",
                "rannc-exec"};
   rannc::train::TrainOptions o;
   app.add_option("plan", o.plan, "plan file from rannc-plan (.pb, .pbtxt or .json)")->required();

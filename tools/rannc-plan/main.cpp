@@ -8,7 +8,8 @@
 #include "planner/cluster/cluster.h"
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
-#include "planner/import/torchscript_import.h"
+#include "executor/frontend/torch_export_import.h"
+#include "executor/train/version.h"
 
 namespace {
 
@@ -31,15 +32,22 @@ int fail(const std::string &message) {
   return 1;
 }
 
+constexpr const char *kDataHelp =
+    "a TorchScript archive's inputs (dtype, per-sample shape) from DIR/<input>.npy, the training data; "
+    "needed when the archive does not describe them";
+
 int finish(const rannc::Status &st) { return st.ok() ? 0 : fail(st.message()); }
 
 int planCommand(int argc, char **argv) {
   CLI::App app{"Plans pipeline-parallel training of MODEL (.onnx) for a cluster and writes the plan.\n"
-               "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help)",
+               "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help);\n"
+               "rannc-plan --version prints the versions this build uses",
                "rannc-plan"};
   rannc::planner::PlanOptions o;
   std::string memory;
-  app.add_option("model", o.model, "model file (.onnx) whose graph output is the training loss")->required();
+  app.add_option("model", o.model, "model file (.onnx, TorchScript .pt, torch.export .pt2) whose output is the training loss")
+      ->required();
+  app.add_option("--data", o.data_dir, kDataHelp);
   app.add_option("-o,--output", o.output, "plan file to write (.pb, .pbtxt or .json)")->required();
   auto *gpus = app.add_option("--gpus", o.gpus, "number of devices")->capture_default_str();
   auto *type = app.add_option("--device-type", o.device_type,
@@ -83,7 +91,7 @@ int planCommand(int argc, char **argv) {
   if (cluster->count() && (gpus->count() || type->count()))
     return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
   o.measure = measurer(o.threads, o.optimizer);
-  o.import_torchscript = rannc::import::importTorchScript;
+  o.import_torch = rannc::import::importTorchModel;
   if (!memory.empty()) {
     auto bytes = rannc::cluster::parseByteSize(memory);
     if (!bytes) return fail("--device-memory: " + bytes.error().message);
@@ -112,7 +120,8 @@ int profileCommand(int argc, char **argv) {
                "rannc-plan profile"};
   rannc::planner::ProfileCommandOptions o;
   std::string optimizer = "adam";
-  app.add_option("model", o.model, "model file (.onnx)")->required();
+  app.add_option("model", o.model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
+  app.add_option("--data", o.data_dir, kDataHelp);
   app.add_option("-o,--output", o.output, "profile file to write")->required();
   app.add_option("--batch-sizes", o.batch_sizes, "micro-batch sizes to measure at")
       ->delimiter(',')
@@ -134,20 +143,21 @@ int profileCommand(int argc, char **argv) {
   }
   for (int64_t b : o.batch_sizes)
     if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
-  o.import_torchscript = rannc::import::importTorchScript;
+  o.import_torch = rannc::import::importTorchModel;
   return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions), std::cerr));
 }
 
 int importCommand(int argc, char **argv) {
   CLI::App app{"Imports a model and prints its graph IR as text", "rannc-plan import"};
-  std::string model;
-  app.add_option("model", model, "model file (.onnx)")->required();
+  std::string model, data_dir;
+  app.add_option("model", model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
+  app.add_option("--data", data_dir, kDataHelp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
-  return finish(rannc::planner::runImport(model, rannc::import::importTorchScript, std::cout));
+  return finish(rannc::planner::runImport(model, data_dir, rannc::import::importTorchModel, std::cout));
 }
 
 /// Adds the options every re-estimating verb shares.
@@ -267,6 +277,10 @@ int diffCommand(int argc, char **argv) {
 int main(int argc, char **argv) {
   // Verbs are reserved words; anything else in first place is a model to plan.
   std::string first = argc > 1 ? argv[1] : "";
+  if (first == "--version") {
+    std::cout << rannc::train::versionReport();
+    return 0;
+  }
   if (first == "show") return showCommand(argc - 1, argv + 1);
   if (first == "import") return importCommand(argc - 1, argv + 1);
   if (first == "profile") return profileCommand(argc - 1, argv + 1);

@@ -19,8 +19,10 @@ namespace rannc::import {
 /// without the batch dimension, in forward's argument order.
 inline constexpr const char *kTorchScriptInputsFile = "rannc_inputs.json";
 
-/// Imports a TorchScript archive (`.pt`). Errors name the file and, for an
-/// unsupported construct, the node.
-Expected<ir::Graph> importTorchScript(const std::string &path);
+/// Imports a TorchScript archive (`.pt`). Its inputs are described by the
+/// archive's kTorchScriptInputsFile or, when `data_dir` is not empty, by the
+/// training data there (one <input>.npy each, first dimension samples).
+/// Errors name the file and, for an unsupported construct, the node.
+Expected<ir::Graph> importTorchScript(const std::string &path, const std::string &data_dir = "");
 
 } // namespace rannc::import

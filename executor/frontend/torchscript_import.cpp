@@ -1,7 +1,11 @@
-#include "planner/import/torchscript_import.h"
+#include "executor/frontend/torchscript_import.h"
 
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/script.h>
+#include <torch/version.h>
 
 #include <nlohmann/json.hpp>
 
@@ -9,8 +13,10 @@
 #include <optional>
 #include <unordered_map>
 
+#include "executor/frontend/common.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
+#include "executor/train/npy.h"
 
 namespace rannc::import {
 namespace {
@@ -28,6 +34,14 @@ namespace jit = torch::jit;
 //   - prim::Constant and constant lists are folded into the ops that read
 //     them as attributes; a tensor constant becomes a graph constant;
 //   - a list of tensors (aten::cat's input) is folded into its reader too;
+//   - tuples (a submodule returning (hidden, attn), `outputs[0]`) and lists
+//     unpacked into tensors (`q, k, v = x.split(n, dim=2)`, chunk, unbind)
+//     become plain values: an op returning Tensor[] that prim::ListUnpack
+//     takes apart gets one IR output per element ("list_out" = their count);
+//   - in-place ops (`x += y`, masked_fill_) become their functional forms
+//     (the JIT's RemoveTensorMutation) where no alias observes the write; the
+//     others (ResNet's `out += identity` before an in-place ReLU) run in place
+//     on the stage's tensors, as in PyTorch, autograd checking them;
 //   - every other node keeps its ATen (or prim) operator: op_type is the
 //     schema name, domain "aten", attribute "overload" the overload name.
 // Each operator argument i is described by attribute "t<i>": "tensor", "int",
@@ -61,16 +75,38 @@ std::optional<ir::DType> numpyDType(const std::string &name) {
   return it->second;
 }
 
+std::optional<std::string> numpyName(ir::DType t) {
+  static const std::map<ir::DType, std::string> kNames = {
+      {ir::DType::F32, "float32"}, {ir::DType::F64, "float64"}, {ir::DType::F16, "float16"},
+      {ir::DType::I64, "int64"},   {ir::DType::I32, "int32"},   {ir::DType::I16, "int16"},
+      {ir::DType::I8, "int8"},     {ir::DType::U8, "uint8"},    {ir::DType::Bool, "bool"}};
+  auto it = kNames.find(t);
+  if (it == kNames.end()) return std::nullopt;
+  return it->second;
+}
+
 class Lowering {
 public:
   Lowering(jit::Module module, std::string where) : module_(std::move(module)), where_(std::move(where)) {
-    for (const auto &p : module_.named_parameters(true)) params_.emplace(p.name, p.value);
-    for (const auto &b : module_.named_buffers(true)) buffers_.emplace(b.name, b.value);
+    // A tensor reachable under two names (nanoGPT's lm_head.weight is
+    // transformer.wte.weight) is one parameter, named as PyTorch's
+    // named_parameters() names it: by its first path in module order.
+    for (const auto &p : module_.named_parameters(true)) {
+      params_.emplace(p.name, p.value);
+      canonical_.emplace(p.value.unsafeGetTensorImpl(), p.name);
+    }
+    for (const auto &b : module_.named_buffers(true)) {
+      buffers_.emplace(b.name, b.value);
+      canonical_.emplace(b.value.unsafeGetTensorImpl(), b.name);
+    }
   }
 
-  Expected<ir::Graph> run(const nlohmann::json &inputs_desc) {
+  Expected<ir::Graph> run(const nlohmann::json &inputs_desc, const std::string &inputs_source) {
     auto graph = module_.get_method("forward").graph()->copy();
     jit::Inline(*graph);
+    jit::LowerSimpleTuples(graph);
+    jit::RemoveTensorMutation(graph);
+    jit::EliminateDeadCode(graph);
     g_.name = where_;
     g_.opset = 17;
     // Data inputs (input 0 is the module itself).
@@ -78,12 +114,12 @@ public:
       const jit::Value *in = graph->inputs()[i];
       const std::string name = stripSuffix(in->debugName());
       if (!inputs_desc.contains(name))
-        return Error{where_ + ": forward's input '" + name + "' is not described in " + kTorchScriptInputsFile};
+        return Error{where_ + ": forward's input '" + name + "' is not described in " + inputs_source};
       const auto &d = inputs_desc.at(name);
       auto dtype = numpyDType(d.value("dtype", std::string()));
       if (!dtype)
         return Error{where_ + ": input '" + name + "': unknown dtype '" + d.value("dtype", std::string()) + "' in " +
-                     kTorchScriptInputsFile + " (use numpy's names: float32, int64, ...)"};
+                     inputs_source + " (use numpy's names: float32, int64, ...)"};
       ir::Value v;
       v.name = name;
       v.kind = ir::ValueKind::Input;
@@ -98,15 +134,29 @@ public:
     int index = 0;
     for (const jit::Node *n : graph->nodes())
       if (Status st = lower(n, index++); !st) return Error{st.message()};
-    if (graph->outputs().size() != 1 || !ids_.count(graph->outputs()[0]))
-      return Error{where_ + ": forward must return the scalar training loss (one tensor)"};
-    g_.loss = ids_.at(graph->outputs()[0]);
+    // The loss is forward's result, or the first element of the tuple it
+    // returns (Hugging Face's `(loss, logits, ...)` with return_dict=False).
+    const jit::Value *out = graph->outputs().size() == 1 ? graph->outputs()[0] : nullptr;
+    if (out)
+      if (auto t = tuples_.find(out); t != tuples_.end() && !t->second.empty()) out = t->second.front();
+    if (!out || !ids_.count(out))
+      return Error{where_ + ": forward must return the scalar training loss (a tensor, or a tuple whose first "
+                            "element is the loss)"};
+    g_.loss = ids_.at(out);
     return std::move(g_);
   }
 
 private:
   Status fail(const jit::Node *n, const std::string &what) const {
     return Error{where_ + ": node " + std::string(n->kind().toQualString()) + ": " + what};
+  }
+
+  /// `v` stands for `target` (a tuple or list element taken out again).
+  void alias(const jit::Value *v, const jit::Value *target) {
+    if (auto id = ids_.find(target); id != ids_.end()) ids_[v] = id->second;
+    if (auto c = consts_.find(target); c != consts_.end()) consts_[v] = c->second;
+    if (auto t = tuples_.find(target); t != tuples_.end()) tuples_[v] = t->second;
+    if (auto l = tensor_lists_.find(target); l != tensor_lists_.end()) tensor_lists_[v] = l->second;
   }
 
   ir::ValueId newValue(const jit::Value *v) {
@@ -118,15 +168,10 @@ private:
   }
 
   /// The IR value of a weight (created once per name).
-  ir::ValueId weight(const std::string &name, const torch::Tensor &t, ir::ValueKind kind) {
+  ir::ValueId weight(const std::string &path, const torch::Tensor &t, ir::ValueKind kind) {
+    const std::string &name = canonical_.at(t.unsafeGetTensorImpl());
     if (auto it = weights_.find(name); it != weights_.end()) return it->second;
-    ir::Value v;
-    v.name = name;
-    v.kind = kind;
-    v.dtype = runtime::fromScalarType(t.scalar_type());
-    v.shape_known = true;
-    for (int64_t s : t.sizes()) v.shape.push_back(ir::Dim::fixed(s));
-    const ir::ValueId id = g_.addValue(std::move(v));
+    const ir::ValueId id = g_.addValue(tensorValue(name, t, kind));
     (kind == ir::ValueKind::Parameter ? g_.parameters : g_.buffers).push_back(id);
     weights_.emplace(name, id);
     return id;
@@ -204,10 +249,42 @@ private:
       }
       // A list of ints some of which are computed: its own node, an int64 vector.
     }
-    if (kind == c10::prim::TupleConstruct || kind == c10::prim::TupleUnpack || kind == c10::prim::ListUnpack ||
-        kind == c10::prim::If || kind == c10::prim::Loop || kind == c10::prim::CallMethod ||
+    if (kind == c10::prim::TupleConstruct) {
+      tuples_[n->output()] = std::vector<const jit::Value *>(n->inputs().begin(), n->inputs().end());
+      return Status::success();
+    }
+    if (kind == c10::prim::TupleUnpack || kind == c10::prim::TupleIndex) {
+      auto t = tuples_.find(n->input(0));
+      if (t == tuples_.end()) return fail(n, "takes apart a tuple that was not built in the graph");
+      if (kind == c10::prim::TupleUnpack) {
+        if (t->second.size() != n->outputs().size()) return fail(n, "unpacks a tuple of another size");
+        for (size_t i = 0; i < n->outputs().size(); ++i) alias(n->output(i), t->second[i]);
+        return Status::success();
+      }
+      auto index = consts_.find(n->input(1));
+      if (index == consts_.end() || !index->second.isInt()) return fail(n, "indexes a tuple with a computed index");
+      int64_t i = index->second.toInt();
+      if (i < 0) i += int64_t(t->second.size());
+      if (i < 0 || i >= int64_t(t->second.size())) return fail(n, "indexes past the end of a tuple");
+      alias(n->output(), t->second[size_t(i)]);
+      return Status::success();
+    }
+    if (kind == c10::prim::ListUnpack) {
+      if (auto l = tensor_lists_.find(n->input(0)); l != tensor_lists_.end()) {
+        if (l->second->inputs().size() != n->outputs().size()) return fail(n, "unpacks a list of another size");
+        for (size_t i = 0; i < n->outputs().size(); ++i) alias(n->output(i), l->second->input(i));
+        return Status::success();
+      }
+      // The outputs of an op's Tensor[] result were made with that op.
+      for (const jit::Value *o : n->outputs())
+        if (!ids_.count(o)) return fail(n, "unpacks a list that is not a tensor list of the graph");
+      return Status::success();
+    }
+    if (kind == c10::prim::If || kind == c10::prim::Loop || kind == c10::prim::CallMethod ||
         kind == c10::prim::CallFunction)
-      return fail(n, "is not supported (tuples, list unpacking and control flow are not lowered yet)");
+      return fail(n, "is not supported (control flow and calls are not lowered; trace the model with "
+                     "torch.jit.trace, or export it with torch.export)");
+
     const c10::FunctionSchema *schema = n->maybeSchema();
     if (!schema && kind != c10::prim::ListConstruct) return fail(n, "has no operator schema");
 
@@ -245,6 +322,22 @@ private:
         else return fail(n, "argument " + std::to_string(i) + " has unsupported type " + t->str());
         node.attrs[ti] = tag;
         node.inputs.push_back(id->second);
+      }
+    }
+    // A Tensor[] result that prim::ListUnpack takes apart: one output per element.
+    if (n->outputs().size() == 1) {
+      const jit::Value *out = n->output();
+      auto lt = out->type()->cast<c10::ListType>();
+      if (lt && lt->getElementType()->cast<c10::TensorType>()) {
+        const auto &uses = out->uses();
+        if (uses.size() != 1 || uses[0].user->kind() != c10::prim::ListUnpack)
+          return fail(n, "returns a tensor list that is not unpacked into tensors (rannc lowers `a, b = "
+                         "x.split(...)`, not a list kept whole)");
+        const jit::Node *unpack = uses[0].user;
+        node.attrs["list_out"] = int64_t(unpack->outputs().size());
+        for (const jit::Value *o : unpack->outputs()) node.outputs.push_back(newValue(o));
+        g_.addNode(std::move(node));
+        return Status::success();
       }
     }
     for (const jit::Value *out : n->outputs()) {
@@ -289,32 +382,33 @@ private:
   std::unordered_map<const jit::Value *, std::string> paths_;
   std::unordered_map<const jit::Value *, c10::IValue> consts_;
   std::unordered_map<const jit::Value *, const jit::Node *> tensor_lists_;
+  std::unordered_map<const jit::Value *, std::vector<const jit::Value *>> tuples_;
   std::map<std::string, torch::Tensor> params_, buffers_;
   std::map<std::string, ir::ValueId> weights_;
+  std::unordered_map<const c10::TensorImpl *, std::string> canonical_; // lookups only
 };
 
-/// Runs `g` without gradients at batch size `b`; every value's tensor.
-std::vector<torch::Tensor> evaluate(const ir::Graph &g, const std::map<std::string, torch::Tensor> &weights,
-                                    int64_t b) {
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> env(g.values.size());
-  for (ir::ValueId in : g.inputs) env[in] = runtime::syntheticInput(g.values[in], b, uint64_t(b));
-  for (ir::ValueId p : g.parameters) env[p] = weights.at(g.values[p].name);
-  for (ir::ValueId p : g.buffers) env[p] = weights.at(g.values[p].name).clone(); // batch_norm updates them
-  for (const auto &[id, t] : g.constant_data) env[id] = runtime::toTorch(t);
-  std::vector<torch::Tensor> args;
-  for (const ir::Node &n : g.nodes) {
-    args.clear();
-    for (ir::ValueId in : n.inputs) args.push_back(in == ir::kNoValue ? torch::Tensor() : env[in]);
-    std::vector<torch::Tensor> outs = runtime::runOp(n, args, g.opset);
-    for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i) env[n.outputs[i]] = outs[i];
+/// The inputs of forward described by DIR/<input>.npy (dtype, per-sample shape),
+/// in the archive description's JSON form.
+Expected<nlohmann::json> describeFromData(const jit::Module &module, const std::string &dir) {
+  nlohmann::json desc = nlohmann::json::object();
+  auto graph = module.get_method("forward").graph();
+  for (size_t i = 1; i < graph->inputs().size(); ++i) {
+    const std::string name = stripSuffix(graph->inputs()[i]->debugName());
+    const std::string file = dir + "/" + name + ".npy";
+    auto a = train::NpyArray::open(file);
+    if (!a) return Error{"--data " + dir + ": forward's input '" + name + "': " + a.error().message};
+    auto np = numpyName(a->dtype());
+    if (!np) return Error{file + ": element type " + std::string(ir::dtypeName(a->dtype())) + " is not a model input type"};
+    std::vector<int64_t> shape(a->shape().begin() + (a->shape().empty() ? 0 : 1), a->shape().end());
+    desc[name] = {{"dtype", *np}, {"shape", shape}};
   }
-  return env;
+  return desc;
 }
 
 } // namespace
 
-Expected<ir::Graph> importTorchScript(const std::string &path) {
+Expected<ir::Graph> importTorchScript(const std::string &path, const std::string &data_dir) {
   jit::Module module;
   std::unordered_map<std::string, std::string> extra{{kTorchScriptInputsFile, ""}};
   try {
@@ -322,61 +416,38 @@ Expected<ir::Graph> importTorchScript(const std::string &path) {
   } catch (const std::exception &e) {
     std::string what = e.what();
     what = what.substr(0, what.find('\n'));
-    return Error{path + ": not a TorchScript archive this LibTorch (1.13) can load: " + what};
+    return Error{path + ": not a TorchScript archive this LibTorch (" + std::string(TORCH_VERSION) +
+                 ") can load: " + what};
   }
-  if (extra[kTorchScriptInputsFile].empty())
-    return Error{path + ": the archive does not describe forward's inputs; save it with torch.jit.save(m, path, "
-                        "_extra_files={'" + std::string(kTorchScriptInputsFile) +
-                 "': json.dumps({name: {'dtype': 'int64', 'shape': [per-sample dims]}, ...})}) (docs/front-ends.md)"};
   nlohmann::json desc;
-  try {
-    desc = nlohmann::json::parse(extra[kTorchScriptInputsFile]);
-  } catch (const std::exception &e) {
-    return Error{path + ": " + kTorchScriptInputsFile + " is not valid JSON: " + e.what()};
+  std::string source = kTorchScriptInputsFile;
+  if (!data_dir.empty()) {
+    auto d = describeFromData(module, data_dir);
+    if (!d) return d.error();
+    desc = std::move(*d);
+    source = "--data " + data_dir;
+  } else if (extra[kTorchScriptInputsFile].empty()) {
+    return Error{path + ": the archive does not describe forward's inputs; pass --data DIR (the training data, "
+                        "one <input>.npy each), or save it with torch.jit.save(m, path, _extra_files={'" +
+                 std::string(kTorchScriptInputsFile) +
+                 "': json.dumps({name: {'dtype': 'int64', 'shape': [per-sample dims]}, ...})}) (docs/front-ends.md)"};
+  } else {
+    try {
+      desc = nlohmann::json::parse(extra[kTorchScriptInputsFile]);
+    } catch (const std::exception &e) {
+      return Error{path + ": " + kTorchScriptInputsFile + " is not valid JSON: " + e.what()};
+    }
   }
   std::map<std::string, torch::Tensor> weights;
   for (const auto &p : module.named_parameters(true)) weights.emplace(p.name, p.value.detach());
   for (const auto &b : module.named_buffers(true)) weights.emplace(b.name, b.value.detach());
 
   Lowering lowering(module, path);
-  auto graph = lowering.run(desc);
+  auto graph = lowering.run(desc, source);
   if (!graph) return graph.error();
   ir::Graph &g = *graph;
 
-  // Shapes and dtypes: run at B = 3 and 5, solve each dimension for a*B + c.
-  std::vector<torch::Tensor> at3, at5;
-  try {
-    at3 = evaluate(g, weights, 3);
-    at5 = evaluate(g, weights, 5);
-  } catch (const std::exception &e) {
-    std::string what = e.what();
-    return Error{path + ": running the graph to find its shapes failed: " + what.substr(0, what.find('\n'))};
-  }
-  for (ir::ValueId id = 0; id < ir::ValueId(g.values.size()); ++id) {
-    ir::Value &v = g.values[id];
-    if (v.kind != ir::ValueKind::Intermediate) continue;
-    const torch::Tensor &a = at3[id], &b = at5[id];
-    if (!a.defined() || !b.defined()) continue;
-    v.dtype = runtime::fromScalarType(a.scalar_type());
-    v.shape.clear();
-    v.shape_known = a.dim() == b.dim();
-    if (!v.shape_known) continue;
-    for (int64_t d = 0; d < a.dim(); ++d) {
-      const int64_t s3 = a.size(d), s5 = b.size(d);
-      if (s3 == s5) {
-        v.shape.push_back(ir::Dim::fixed(s3));
-      } else if ((s5 - s3) % 2 == 0) {
-        const int64_t coeff = (s5 - s3) / 2;
-        v.shape.push_back(ir::Dim::batch(coeff, s3 - 3 * coeff));
-      } else {
-        v.shape.push_back(ir::Dim::unknown());
-      }
-    }
-  }
-  if (std::string problem = g.verify(); !problem.empty()) return Error{path + ": " + problem};
-  const ir::Value &loss = g.values[g.loss];
-  if (!loss.shape_known || !loss.shape.empty() || !ir::isFloating(loss.dtype))
-    return Error{path + ": forward must return the scalar training loss, got " + ir::shapeString(loss.shape)};
+  if (Status st = findShapesByRunning(g, weights, path); !st) return Error{st.message()};
   return std::move(g);
 }
 

@@ -1,0 +1,26 @@
+// What the LibTorch front ends (TorchScript, torch.export) share: weights as
+// IR values, and shapes found by running the graph (the formats record no
+// symbolic shapes rannc can read).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "planner/ir/ir.h"
+#include "planner/support/status.h"
+
+namespace rannc::import {
+
+/// The IR value of weight `t` named `name`: its dtype and fixed shape.
+ir::Value tensorValue(const std::string &name, const torch::Tensor &t, ir::ValueKind kind);
+
+/// Runs `g` (no gradients, synthetic inputs) at batch sizes 3 and 5 and sets
+/// every intermediate value's dtype and shape, each dimension solved for a*B+c
+/// (Note [symbolic batch]); then checks the graph and that the loss is a
+/// floating-point scalar. `weights` holds the parameters and buffers by name.
+Status findShapesByRunning(ir::Graph &g, const std::map<std::string, torch::Tensor> &weights,
+                           const std::string &where);
+
+} // namespace rannc::import

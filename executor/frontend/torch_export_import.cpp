@@ -1,0 +1,420 @@
+#include "executor/frontend/torch_export_import.h"
+
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <map>
+#include <set>
+
+#include "executor/frontend/common.h"
+#include "executor/runtime/ops.h"
+#include "executor/runtime/pt2_archive.h"
+
+namespace rannc::import {
+namespace {
+
+using nlohmann::json;
+
+// Note [torch.export lowering]
+// A `.pt2` archive holds the ExportedProgram as JSON (torch/_export/serde):
+// a flat graph of ATen calls ("torch.ops.aten.linear.default") whose inputs
+// are the lifted parameters, buffers and constants, then the user inputs
+// (input_specs say which), with every argument serialized by name and kind
+// (as_tensor, as_int, as_sym_ints, ...). Each call becomes an IR node in the
+// TorchScript front end's encoding (Note [torchscript lowering]): op_type
+// "aten::linear", attribute "overload", and per schema argument "t<i>"/"v<i>",
+// the arguments the serializer left out filled from the operator's schema
+// defaults. So the runtime runs both formats through one path, LibTorch's
+// operator registry, with autograd. Symbolic sizes (aten.sym_size.int, the
+// batch) are IR values like aten::size's; a list mixing them with constants
+// becomes a prim::ListConstruct node. Parameters stored once under two names
+// (tied weights) are one parameter named by the first, as named_parameters()
+// does. Shapes are found by running the graph, as for TorchScript; the input
+// description comes from the program's signature (dim 0 symbolic, the batch).
+
+/// "torch.ops.aten.linear.default" -> ("aten::linear", ""); sym-int Python
+/// operators to their ATen int forms.
+std::optional<std::pair<std::string, std::string>> operatorName(const std::string &target) {
+  static const std::map<std::string, std::pair<std::string, std::string>> kPython = {
+      {"_operator.add", {"aten::add", "int"}},           {"_operator.sub", {"aten::sub", "int"}},
+      {"_operator.mul", {"aten::mul", "int"}},           {"_operator.floordiv", {"aten::floordiv", "int"}},
+      {"_operator.mod", {"aten::remainder", "int"}},     {"_operator.neg", {"aten::neg", "int"}},
+      {"torch.ops.aten.sym_size.int", {"aten::size", "int"}},
+      {"torch.ops.aten.sym_numel.default", {"aten::numel", ""}}};
+  if (auto it = kPython.find(target); it != kPython.end()) return it->second;
+  const std::string prefix = "torch.ops.aten.";
+  if (target.rfind(prefix, 0) != 0) return std::nullopt;
+  const std::string rest = target.substr(prefix.size());
+  const auto dot = rest.rfind('.');
+  if (dot == std::string::npos) return std::nullopt;
+  std::string overload = rest.substr(dot + 1);
+  if (overload == "default") overload.clear();
+  return std::make_pair("aten::" + rest.substr(0, dot), overload);
+}
+
+/// Runtime checks the exporter inserts; they compute nothing the loss needs.
+bool isAssertion(const std::string &target) {
+  return target == "torch.ops.aten._assert_scalar.default" || target == "torch.ops.aten._assert_tensor_metadata.default" ||
+         target == "torch.ops.aten.sym_constrain_range_for_size.default" ||
+         target == "torch.ops.aten.sym_constrain_range.default" || target == "torch.ops.aten._assert_async.msg";
+}
+
+int64_t layoutToC10(int64_t code) { return code == 7 ? int64_t(c10::kStrided) : int64_t(c10::kStrided); }
+
+int64_t memoryFormatToC10(int64_t code) {
+  switch (code) {
+  case 2: return int64_t(c10::MemoryFormat::ChannelsLast);
+  case 3: return int64_t(c10::MemoryFormat::ChannelsLast3d);
+  case 4: return int64_t(c10::MemoryFormat::Preserve);
+  default: return int64_t(c10::MemoryFormat::Contiguous);
+  }
+}
+
+class Lowering {
+public:
+  Lowering(const json &program, const runtime::Pt2Archive &archive, std::string where)
+      : program_(program), archive_(archive), where_(std::move(where)) {}
+
+  Expected<ir::Graph> run() {
+    const json &gm = program_.at("graph_module");
+    const json &graph = gm.at("graph");
+    const json &sig = gm.at("signature");
+    tensor_meta_ = graph.at("tensor_values");
+    g_.name = where_;
+    g_.opset = 17;
+    if (Status st = lowerInputs(graph, sig); !st) return Error{st.message()};
+    int index = 0;
+    for (const json &n : graph.at("nodes"))
+      if (Status st = lowerNode(n, index++); !st) return Error{st.message()};
+    // The loss: the one user (or loss) output.
+    std::string loss;
+    for (const json &spec : sig.at("output_specs")) {
+      const std::string kind = spec.begin().key();
+      if (kind != "user_output" && kind != "loss_output")
+        return Error{where_ + ": the program has a " + kind + " output (buffers or inputs it mutates, as BatchNorm "
+                              "statistics do in training mode), which rannc does not lower yet"};
+      const json &arg = spec.begin().value().at("arg");
+      if (!arg.contains("as_tensor")) return Error{where_ + ": an output that is not a tensor"};
+      if (!loss.empty()) return Error{where_ + ": forward must return only the scalar training loss"};
+      loss = arg.at("as_tensor").at("name").get<std::string>();
+    }
+    auto id = values_.find(loss);
+    if (loss.empty() || id == values_.end()) return Error{where_ + ": the program returns no loss tensor"};
+    g_.loss = id->second;
+    return std::move(g_);
+  }
+
+  /// The weights by the IR's (canonical) names.
+  std::map<std::string, torch::Tensor> weights() const {
+    std::map<std::string, torch::Tensor> w;
+    for (const auto &[name, id] : weight_ids_) w.emplace(name, archive_.tensors.at(name));
+    return w;
+  }
+
+private:
+  Status fail(const std::string &what) const { return Error{where_ + ": " + what}; }
+
+  Expected<ir::DType> metaDType(const std::string &name) const {
+    if (!tensor_meta_.contains(name)) return Error{where_ + ": no tensor description for '" + name + "'"};
+    auto st = runtime::scalarTypeFromExport(tensor_meta_.at(name).at("dtype").get<int64_t>());
+    if (!st) return Error{where_ + ": '" + name + "': " + st.error().message};
+    return runtime::fromScalarType(*st);
+  }
+
+  Status lowerInputs(const json &graph, const json &sig) {
+    // Tied weights: the first name of each stored tensor is the parameter's.
+    std::map<std::string, std::string> canonical_of_storage;
+    for (const json &spec : sig.at("input_specs")) {
+      const std::string kind = spec.begin().key();
+      const json &body = spec.begin().value();
+      if (kind == "user_input") {
+        const json &arg = body.at("arg");
+        if (!arg.contains("as_tensor")) return fail("a non-tensor user input, which rannc does not take");
+        const std::string name = arg.at("as_tensor").at("name").get<std::string>();
+        auto dtype = metaDType(name);
+        if (!dtype) return Status(dtype.error());
+        ir::Value v;
+        v.name = name;
+        v.kind = ir::ValueKind::Input;
+        v.dtype = *dtype;
+        v.shape_known = true;
+        const json &sizes = tensor_meta_.at(name).at("sizes");
+        for (size_t d = 0; d < sizes.size(); ++d) {
+          const bool symbolic = !sizes[d].contains("as_int");
+          if (d == 0 && !symbolic)
+            return fail("input '" + name + "' has a fixed first dimension; export with dynamic_shapes="
+                        "{..: {0: torch.export.Dim('batch')}} so the batch is symbolic");
+          if (d > 0 && symbolic)
+            return fail("input '" + name + "' has a symbolic dimension " + std::to_string(d) +
+                        "; rannc takes the batch (dimension 0) as the only symbolic one");
+          v.shape.push_back(d == 0 ? ir::Dim::batch() : ir::Dim::fixed(sizes[d].at("as_int").get<int64_t>()));
+        }
+        const ir::ValueId id = g_.addValue(std::move(v));
+        g_.inputs.push_back(id);
+        values_[name] = id;
+        continue;
+      }
+      std::string target_key, graph_name;
+      ir::ValueKind vk;
+      if (kind == "parameter") {
+        target_key = "parameter_name";
+        vk = ir::ValueKind::Parameter;
+      } else if (kind == "buffer") {
+        target_key = "buffer_name";
+        vk = ir::ValueKind::Buffer;
+      } else if (kind == "tensor_constant") {
+        target_key = "tensor_constant_name";
+        vk = ir::ValueKind::Constant;
+      } else {
+        return fail("an input of kind '" + kind + "', which rannc does not lower");
+      }
+      graph_name = body.at("arg").at("name").get<std::string>();
+      const std::string state_name = body.at(target_key).get<std::string>();
+      auto it = archive_.tensors.find(state_name);
+      if (it == archive_.tensors.end()) return fail("the archive has no tensor '" + state_name + "'");
+      const std::string &storage = archive_.storage_of.at(state_name);
+      const std::string name = canonical_of_storage.emplace(storage, state_name).first->second;
+      if (auto w = weight_ids_.find(name); w != weight_ids_.end()) {
+        values_[graph_name] = w->second;
+        continue;
+      }
+      const torch::Tensor &t = it->second;
+      if (vk == ir::ValueKind::Parameter && !t.is_floating_point()) vk = ir::ValueKind::Constant;
+      const ir::ValueId id = g_.addValue(tensorValue(name, t, vk));
+      if (vk == ir::ValueKind::Parameter) g_.parameters.push_back(id);
+      else if (vk == ir::ValueKind::Buffer) g_.buffers.push_back(id);
+      else {
+        g_.constants.push_back(id);
+        g_.constant_data[id] = runtime::fromTorch(t.contiguous());
+      }
+      if (vk != ir::ValueKind::Constant) weight_ids_.emplace(name, id);
+      values_[graph_name] = id;
+    }
+    (void)graph;
+    return Status::success();
+  }
+
+  /// The IR value named `name` (a tensor or a symbolic int produced earlier).
+  Expected<ir::ValueId> valueOf(const std::string &name) const {
+    auto it = values_.find(name);
+    if (it == values_.end()) return Error{where_ + ": '" + name + "' is read before it is produced"};
+    return it->second;
+  }
+
+  /// Encodes argument `i` of `node` from its serialized form (or the schema default).
+  Status encodeArg(const c10::Argument &formal, const json *arg, size_t i, ir::Node &node, const std::string &here) {
+    const std::string ti = "t" + std::to_string(i), vi = "v" + std::to_string(i);
+    auto &attrs = node.attrs;
+    if (!arg) {
+      if (!formal.default_value()) return fail(here + ": argument '" + formal.name() + "' is missing");
+      const c10::IValue &d = *formal.default_value();
+      if (d.isNone()) attrs[ti] = std::string("c:none");
+      else if (d.isBool()) attrs[ti] = std::string("c:bool"), attrs[vi] = int64_t(d.toBool());
+      else if (d.isInt()) attrs[ti] = std::string("c:int"), attrs[vi] = d.toInt();
+      else if (d.isDouble()) attrs[ti] = std::string("c:float"), attrs[vi] = d.toDouble();
+      else if (d.isString()) attrs[ti] = std::string("c:str"), attrs[vi] = d.toStringRef();
+      else if (d.isIntList()) attrs[ti] = std::string("c:ints"), attrs[vi] = d.toIntVector();
+      else if (d.isDoubleList()) attrs[ti] = std::string("c:floats"), attrs[vi] = d.toDoubleVector();
+      else return fail(here + ": default of '" + formal.name() + "' is of an unsupported kind " + d.tagKind());
+      return Status::success();
+    }
+    const std::string kind = arg->begin().key();
+    const json &v = arg->begin().value();
+    auto tensorInput = [&](const json &t) -> Status {
+      auto id = valueOf(t.at("name").get<std::string>());
+      if (!id) return Status(id.error());
+      node.inputs.push_back(*id);
+      return Status::success();
+    };
+    if (kind == "as_tensor") {
+      attrs[ti] = std::string("tensor");
+      return tensorInput(v);
+    }
+    if (kind == "as_tensors") {
+      attrs[ti] = std::string("tensors");
+      attrs[vi] = int64_t(v.size());
+      for (const json &t : v)
+        if (Status st = tensorInput(t); !st) return st;
+      return Status::success();
+    }
+    if (kind == "as_none") return attrs[ti] = std::string("c:none"), Status::success();
+    // A Python number where the schema wants a Tensor (`x * -10000.0` is
+    // aten.mul.Tensor): a wrapped-number tensor, promoted as PyTorch promotes it.
+    const bool tensor_formal = formal.type()->kind() == c10::TypeKind::TensorType;
+    if (kind == "as_int")
+      return attrs[ti] = std::string(tensor_formal ? "c:wrapped_int" : "c:int"), attrs[vi] = v.get<int64_t>(),
+             Status::success();
+    if (kind == "as_float")
+      return attrs[ti] = std::string(tensor_formal ? "c:wrapped_float" : "c:float"), attrs[vi] = v.get<double>(),
+             Status::success();
+    if (kind == "as_bool")
+      return attrs[ti] = std::string("c:bool"), attrs[vi] = int64_t(v.get<bool>()), Status::success();
+    if (kind == "as_string")
+      return attrs[ti] = std::string("c:str"), attrs[vi] = v.get<std::string>(), Status::success();
+    if (kind == "as_ints")
+      return attrs[ti] = std::string("c:ints"), attrs[vi] = v.get<std::vector<int64_t>>(), Status::success();
+    if (kind == "as_floats")
+      return attrs[ti] = std::string("c:floats"), attrs[vi] = v.get<std::vector<double>>(), Status::success();
+    if (kind == "as_bools") {
+      std::vector<int64_t> b;
+      for (const json &x : v) b.push_back(x.get<bool>());
+      return attrs[ti] = std::string("c:bools"), attrs[vi] = b, Status::success();
+    }
+    if (kind == "as_scalar_type") {
+      auto st = runtime::scalarTypeFromExport(v.get<int64_t>());
+      if (!st) return fail(here + ": " + st.error().message);
+      return attrs[ti] = std::string("c:int"), attrs[vi] = int64_t(*st), Status::success();
+    }
+    if (kind == "as_layout")
+      return attrs[ti] = std::string("c:int"), attrs[vi] = layoutToC10(v.get<int64_t>()), Status::success();
+    if (kind == "as_memory_format")
+      return attrs[ti] = std::string("c:int"), attrs[vi] = memoryFormatToC10(v.get<int64_t>()), Status::success();
+    if (kind == "as_device") {
+      std::string dev = v.at("type").get<std::string>();
+      if (v.contains("index") && !v.at("index").is_null()) dev += ":" + std::to_string(v.at("index").get<int64_t>());
+      return attrs[ti] = std::string("c:device"), attrs[vi] = dev, Status::success();
+    }
+    if (kind == "as_sym_int" || kind == "as_sym_float" || kind == "as_sym_bool") {
+      if (v.contains("as_int")) return attrs[ti] = std::string("c:int"), attrs[vi] = v.at("as_int").get<int64_t>(), Status::success();
+      if (v.contains("as_float")) return attrs[ti] = std::string("c:float"), attrs[vi] = v.at("as_float").get<double>(), Status::success();
+      if (v.contains("as_bool")) return attrs[ti] = std::string("c:bool"), attrs[vi] = int64_t(v.at("as_bool").get<bool>()), Status::success();
+      auto id = valueOf(v.at("as_name").get<std::string>());
+      if (!id) return Status(id.error());
+      attrs[ti] = std::string(kind == "as_sym_int" ? "int" : kind == "as_sym_float" ? "float" : "bool");
+      node.inputs.push_back(*id);
+      return Status::success();
+    }
+    if (kind == "as_sym_ints") {
+      bool all_const = true;
+      for (const json &e : v) all_const = all_const && e.contains("as_int");
+      if (all_const) {
+        std::vector<int64_t> ints;
+        for (const json &e : v) ints.push_back(e.at("as_int").get<int64_t>());
+        return attrs[ti] = std::string("c:ints"), attrs[vi] = ints, Status::success();
+      }
+      // Sizes computed at run time: their own list node (aten_ops' prim::ListConstruct).
+      ir::Node list;
+      list.name = node.name + "_" + formal.name();
+      list.op_type = "prim::ListConstruct";
+      list.domain = "aten";
+      list.attrs["overload"] = std::string();
+      list.attrs["nargs"] = int64_t(v.size());
+      for (size_t k = 0; k < v.size(); ++k) {
+        const std::string tk = "t" + std::to_string(k), vk = "v" + std::to_string(k);
+        if (v[k].contains("as_int")) {
+          list.attrs[tk] = std::string("c:int");
+          list.attrs[vk] = v[k].at("as_int").get<int64_t>();
+        } else {
+          auto id = valueOf(v[k].at("as_name").get<std::string>());
+          if (!id) return Status(id.error());
+          list.attrs[tk] = std::string("int");
+          list.inputs.push_back(*id);
+        }
+      }
+      ir::Value lv;
+      lv.name = list.name;
+      const ir::ValueId lid = g_.addValue(std::move(lv));
+      list.outputs.push_back(lid);
+      g_.addNode(std::move(list));
+      attrs[ti] = std::string("ints");
+      node.inputs.push_back(lid);
+      return Status::success();
+    }
+    return fail(here + ": argument '" + formal.name() + "' is serialized as " + kind + ", which rannc does not lower");
+  }
+
+  Status lowerNode(const json &n, int index) {
+    const std::string target = n.at("target").get<std::string>();
+    if (isAssertion(target)) return Status::success();
+    const std::string here = "node '" + n.value("name", std::to_string(index)) + "' (" + target + ")";
+    auto op = operatorName(target);
+    if (!op)
+      return fail(here + " is not an ATen operator (higher-order ops such as torch.cond, and custom ops, are not "
+                         "lowered)");
+    std::shared_ptr<torch::jit::Operator> jop = torch::jit::findOperatorFor(c10::OperatorName(op->first, op->second));
+    if (!jop) return fail(here + ": this LibTorch (" + std::string(TORCH_VERSION) + ") has no operator " + op->first +
+                          (op->second.empty() ? "" : "." + op->second));
+    const c10::FunctionSchema &schema = jop->schema();
+    ir::Node node;
+    node.name = n.value("name", op->first.substr(6) + "_" + std::to_string(index));
+    node.op_type = op->first;
+    node.domain = "aten";
+    node.attrs["overload"] = op->second;
+    node.attrs["nargs"] = int64_t(schema.arguments().size());
+    std::map<std::string, const json *> given;
+    for (const json &in : n.at("inputs")) given[in.at("name").get<std::string>()] = &in.at("arg");
+    for (size_t i = 0; i < schema.arguments().size(); ++i) {
+      const c10::Argument &formal = schema.arguments()[i];
+      auto it = given.find(formal.name());
+      if (Status st = encodeArg(formal, it == given.end() ? nullptr : it->second, i, node, here); !st) return st;
+    }
+    for (const json &out : n.at("outputs")) {
+      const std::string kind = out.begin().key();
+      const json &v = out.begin().value();
+      auto define = [&](const std::string &name) {
+        ir::Value iv;
+        iv.name = name;
+        const ir::ValueId id = g_.addValue(std::move(iv));
+        values_[name] = id;
+        node.outputs.push_back(id);
+      };
+      if (kind == "as_tensor") {
+        define(v.at("name").get<std::string>());
+      } else if (kind == "as_tensors") {
+        node.attrs["list_out"] = int64_t(v.size());
+        for (const json &t : v) define(t.at("name").get<std::string>());
+      } else if (kind == "as_sym_int" || kind == "as_sym_float" || kind == "as_sym_bool") {
+        define(v.at("as_name").get<std::string>());
+      } else if (kind == "as_none") {
+        node.outputs.push_back(ir::kNoValue);
+      } else {
+        return fail(here + ": an output serialized as " + kind + ", which rannc does not lower");
+      }
+    }
+    g_.addNode(std::move(node));
+    return Status::success();
+  }
+
+  const json &program_;
+  const runtime::Pt2Archive &archive_;
+  std::string where_;
+  json tensor_meta_;
+  ir::Graph g_;
+  std::map<std::string, ir::ValueId> values_;     // graph names -> IR values
+  std::map<std::string, ir::ValueId> weight_ids_; // canonical weight names
+};
+
+} // namespace
+
+Expected<ir::Graph> importTorchExport(const std::string &path) {
+  auto archive = runtime::readPt2Archive(path, true);
+  if (!archive) return archive.error();
+  Lowering lowering(archive->program, *archive, path);
+  Expected<ir::Graph> graph = Error{""};
+  try {
+    graph = lowering.run();
+  } catch (const nlohmann::json::exception &e) {
+    std::string what = e.what();
+    return Error{path + ": malformed torch.export program: " + what.substr(0, what.find('\n'))};
+  }
+  if (!graph) return graph.error();
+  if (Status st = findShapesByRunning(*graph, lowering.weights(), path); !st) return Error{st.message()};
+  return graph;
+}
+
+} // namespace rannc::import
+
+#include "executor/frontend/torchscript_import.h"
+#include "planner/import/onnx_import.h"
+
+namespace rannc::import {
+
+Expected<ir::Graph> importTorchModel(const std::string &path, const std::string &data_dir) {
+  if (isTorchExportPath(path)) {
+    if (!data_dir.empty())
+      return Error{"--data " + data_dir + ": " + path + " is a torch.export program, which describes its own inputs"};
+    return importTorchExport(path);
+  }
+  return importTorchScript(path, data_dir);
+}
+
+} // namespace rannc::import

@@ -1,0 +1,291 @@
+#include "planner/import/onnx_opset.h"
+
+#include <onnx/defs/schema.h>
+#include <onnx/defs/shape_inference.h>
+
+#include <cstring>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <set>
+
+namespace rannc::import {
+
+// Note [newer opsets]
+// PyTorch 2.x's default (dynamo) exporter writes opset 18 and newer, IR
+// version 10; Debian's libonnx 1.12, whose schemas and shape inference the
+// importer uses, stops at opset 17. Rather than building a newer ONNX at
+// set-up, a model of opset 18-22 is rewritten into the opset-17 forms of its
+// ops before anything else reads it, and then imports, plans and runs like an
+// opset-17 model (the kernels implement opset-17 semantics). Between 17 and 22
+// most ops only gained element types; the ones whose signature changed are
+// rewritten here:
+//   - ReduceMax/Min/Mean/Prod/L1/L2/LogSum/LogSumExp/SumSquare (18) take axes
+//     as an input: a constant one becomes the `axes` attribute again;
+//   - Split (18) may give `num_outputs` instead of sizes: with no sizes, opset
+//     13's Split already splits evenly into as many parts as it has outputs;
+//   - SplitToSequence + SequenceAt (the unoptimized export of torch.split) with
+//     constant indices become one Slice per element;
+//   - Gelu (20) is new: it keeps its name in a private domain whose schema
+//     (elementwise, attribute `approximate`) is registered here;
+//   - Cast's `saturate` (19) only concerns float8 types: dropped.
+// Ops whose semantics changed in a way not rewritten (Pad's axes input, 19's
+// AveragePool dilations, Resize's new attributes, ...) are refused by name.
+
+namespace {
+
+constexpr int64_t kKnownOpset = 17; // libonnx 1.12's newest
+
+/// The opset at which an op's signature changed beyond 17 without a rewrite
+/// here; a model at or past it that uses the op is refused.
+const std::map<std::string, int64_t> &unrewrittenChanges() {
+  static const std::map<std::string, int64_t> kChanges = {
+      {"AveragePool", 19}, {"Col2Im", 18},       {"DFT", 20},         {"GridSample", 20},
+      {"GroupNormalization", 18}, {"LpPool", 18}, {"Pad", 18},        {"Resize", 18},
+      {"ScatterElements", 18}, {"ScatterND", 18}, {"DeformConv", 19}, {"AffineGrid", 20},
+      {"Mish", 18},        {"CenterCropPad", 18}, {"BitwiseAnd", 18}, {"BitwiseOr", 18},
+      {"BitwiseXor", 18},  {"BitwiseNot", 18},   {"Attention", 23},  {"RMSNormalization", 23},
+      {"RotaryEmbedding", 23}};
+  return kChanges;
+}
+
+bool isDefaultDomain(const std::string &d) { return d.empty() || d == "ai.onnx"; }
+
+const std::set<std::string> &axesInputReductions() {
+  static const std::set<std::string> kOps = {"ReduceMax",    "ReduceMin",    "ReduceMean",      "ReduceProd",
+                                             "ReduceL1",     "ReduceL2",     "ReduceLogSum",    "ReduceLogSumExp",
+                                             "ReduceSumSquare"};
+  return kOps;
+}
+
+/// Registers the schemas of ops newer than opset 17 under kNewOpsDomain, once.
+void registerNewOpSchemas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    onnx::OpSchemaRegistry::DomainToVersionRange::Instance().AddDomainToVersion(kNewOpsDomain, 1, 1);
+    onnx::OpSchema gelu;
+    gelu.SetName("Gelu")
+        .SetDomain(kNewOpsDomain)
+        .SinceVersion(1)
+        .Attr("approximate", "none or tanh", onnx::AttributeProto::STRING, std::string("none"))
+        .Input(0, "X", "input", "T")
+        .Output(0, "Y", "output", "T")
+        .TypeConstraint("T", {"tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"},
+                        "floating-point tensors")
+        .TypeAndShapeInferenceFunction(onnx::propagateShapeAndTypeFromFirstInput);
+    onnx::OpSchemaRegistry::OpSchemaRegisterOnce registered(gelu);
+    (void)registered;
+  });
+}
+
+/// Constant int64 values by name: initializers and Constant nodes' outputs.
+class Constants {
+public:
+  explicit Constants(const onnx::GraphProto &g) {
+    for (const auto &t : g.initializer()) tensors_[t.name()] = &t;
+    for (const auto &n : g.node()) {
+      if (n.op_type() != "Constant" || !isDefaultDomain(n.domain()) || n.output_size() != 1) continue;
+      for (const auto &a : n.attribute()) {
+        if (a.name() == "value" && a.has_t()) tensors_[n.output(0)] = &a.t();
+        else if (a.name() == "value_int") ints_[n.output(0)] = {a.i()};
+        else if (a.name() == "value_ints") ints_[n.output(0)].assign(a.ints().begin(), a.ints().end());
+      }
+    }
+  }
+
+  /// The int64 contents of `name`, or nullopt when it is not a constant.
+  std::optional<std::vector<int64_t>> ints(const std::string &name) const {
+    if (auto it = ints_.find(name); it != ints_.end()) return it->second;
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) return std::nullopt;
+    const onnx::TensorProto &t = *it->second;
+    std::vector<int64_t> out;
+    if (t.data_type() == onnx::TensorProto::INT64) {
+      if (t.has_raw_data()) {
+        const std::string &raw = t.raw_data();
+        out.resize(raw.size() / sizeof(int64_t));
+        std::memcpy(out.data(), raw.data(), out.size() * sizeof(int64_t));
+      } else {
+        out.assign(t.int64_data().begin(), t.int64_data().end());
+      }
+    } else if (t.data_type() == onnx::TensorProto::INT32) {
+      if (t.has_raw_data()) {
+        const std::string &raw = t.raw_data();
+        std::vector<int32_t> v(raw.size() / sizeof(int32_t));
+        std::memcpy(v.data(), raw.data(), v.size() * sizeof(int32_t));
+        out.assign(v.begin(), v.end());
+      } else {
+        out.assign(t.int32_data().begin(), t.int32_data().end());
+      }
+    } else {
+      return std::nullopt;
+    }
+    return out;
+  }
+
+private:
+  std::map<std::string, const onnx::TensorProto *> tensors_;
+  std::map<std::string, std::vector<int64_t>> ints_;
+};
+
+onnx::AttributeProto *findAttr(onnx::NodeProto &n, const std::string &name) {
+  for (auto &a : *n.mutable_attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+void removeAttr(onnx::NodeProto &n, const std::string &name) {
+  auto *attrs = n.mutable_attribute();
+  for (int i = 0; i < attrs->size(); ++i)
+    if (attrs->Get(i).name() == name) {
+      attrs->DeleteSubrange(i, 1);
+      return;
+    }
+}
+
+std::string nodeWhere(const std::string &where, const onnx::NodeProto &n, int index) {
+  return where + ": node '" + (n.name().empty() ? "#" + std::to_string(index) : n.name()) + "' (" + n.op_type() +
+         ")";
+}
+
+/// A fresh int64 initializer named `name` holding `v`.
+void addInts(onnx::GraphProto &g, const std::string &name, const std::vector<int64_t> &v) {
+  onnx::TensorProto *t = g.add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_dims(int64_t(v.size()));
+  for (int64_t x : v) t->add_int64_data(x);
+}
+
+} // namespace
+
+Expected<int64_t> lowerToKnownOpset(onnx::ModelProto &model, const std::string &where) {
+  int64_t opset = 0;
+  for (const auto &os : model.opset_import())
+    if (isDefaultDomain(os.domain())) opset = os.version();
+  if (opset <= kKnownOpset) return opset;
+  if (opset > kNewestOpset)
+    return Error{where + ": model uses ONNX opset " + std::to_string(opset) + ", newer than rannc reads (up to " +
+                 std::to_string(kNewestOpset) + "); export with opset_version=" + std::to_string(kNewestOpset) +
+                 " or lower"};
+  if (model.functions_size() > 0)
+    return Error{where + ": the model defines local functions (" + model.functions(0).domain() + "." +
+                 model.functions(0).name() +
+                 ", ...), which rannc does not inline yet; export with torch.onnx.export(..., optimize=True) or "
+                 "inline them with onnx.inliner.inline_local_functions"};
+  registerNewOpSchemas();
+  onnx::GraphProto &g = *model.mutable_graph();
+  const Constants constants(g);
+
+  // Who reads each value (for the SplitToSequence rewrite).
+  std::map<std::string, std::vector<int>> readers;
+  for (int i = 0; i < g.node_size(); ++i)
+    for (const auto &in : g.node(i).input()) readers[in].push_back(i);
+
+  std::vector<onnx::NodeProto> out;
+  out.reserve(size_t(g.node_size()));
+  std::set<int> consumed; // SequenceAt nodes folded into their SplitToSequence
+  int fresh = 0;
+  for (int i = 0; i < g.node_size(); ++i) {
+    if (consumed.count(i)) continue;
+    onnx::NodeProto n = g.node(i);
+    const std::string here = nodeWhere(where, n, i);
+    if (!isDefaultDomain(n.domain())) {
+      out.push_back(std::move(n));
+      continue;
+    }
+    const std::string &op = n.op_type();
+    if (auto c = unrewrittenChanges().find(op); c != unrewrittenChanges().end() && opset >= c->second)
+      return Error{here + ": op " + op + " as of opset " + std::to_string(c->second) +
+                   " is not supported (rannc reads opset 18+ by rewriting to opset 17, Note [newer opsets]); "
+                   "export with opset_version=17"};
+    if (axesInputReductions().count(op)) {
+      if (n.input_size() >= 2 && !n.input(1).empty()) {
+        auto axes = constants.ints(n.input(1));
+        if (!axes) return Error{here + ": its axes are computed at run time; rannc needs constant reduction axes"};
+        onnx::AttributeProto *a = n.add_attribute();
+        a->set_name("axes");
+        a->set_type(onnx::AttributeProto::INTS);
+        for (int64_t x : *axes) a->add_ints(x);
+        n.mutable_input()->RemoveLast();
+      } else if (const auto *noop = findAttr(n, "noop_with_empty_axes"); noop && noop->i() != 0) {
+        n.set_op_type("Identity");
+        n.clear_attribute();
+      }
+      removeAttr(n, "noop_with_empty_axes");
+    } else if (op == "Split") {
+      removeAttr(n, "num_outputs"); // opset 13: no sizes = equal parts, one per output
+    } else if (op == "Cast") {
+      removeAttr(n, "saturate");
+    } else if (op == "Gelu") {
+      n.set_domain(kNewOpsDomain);
+    } else if (op == "SplitToSequence") {
+      // Every reader must be SequenceAt with a constant index >= 0.
+      int64_t axis = 0, keepdims = 1;
+      if (const auto *a = findAttr(n, "axis")) axis = a->i();
+      if (const auto *a = findAttr(n, "keepdims")) keepdims = a->i();
+      std::optional<std::vector<int64_t>> sizes;
+      if (n.input_size() >= 2 && !n.input(1).empty()) {
+        sizes = constants.ints(n.input(1));
+        if (!sizes) return Error{here + ": its split sizes are computed at run time; rannc needs constant ones"};
+      }
+      for (int r : readers[n.output(0)]) {
+        const onnx::NodeProto &at = g.node(r);
+        std::optional<std::vector<int64_t>> index;
+        if (at.op_type() == "SequenceAt" && at.input_size() == 2) index = constants.ints(at.input(1));
+        if (!index || index->size() != 1 || (*index)[0] < 0)
+          return Error{here + ": its sequence is read by " + at.op_type() +
+                       " (node '" + at.name() + "'); rannc takes sequences apart only with SequenceAt at a constant "
+                       "index >= 0"};
+        const int64_t k = (*index)[0];
+        int64_t start = k, end = k + 1; // no sizes: pieces of 1
+        if (sizes && sizes->size() == 1) {
+          start = k * (*sizes)[0];
+          end = start + (*sizes)[0];
+        } else if (sizes) {
+          if (k >= int64_t(sizes->size())) return Error{here + ": SequenceAt reads past the last piece"};
+          start = 0;
+          for (int64_t j = 0; j < k; ++j) start += (*sizes)[size_t(j)];
+          end = start + (*sizes)[size_t(k)];
+        }
+        const std::string base = n.output(0) + "__rannc" + std::to_string(fresh++);
+        addInts(g, base + "_starts", {start});
+        addInts(g, base + "_ends", {end});
+        addInts(g, base + "_axes", {axis});
+        onnx::NodeProto slice;
+        slice.set_name(at.name().empty() ? base : at.name());
+        slice.set_op_type("Slice");
+        slice.add_input(n.input(0));
+        slice.add_input(base + "_starts");
+        slice.add_input(base + "_ends");
+        slice.add_input(base + "_axes");
+        const bool squeeze = !sizes && keepdims == 0;
+        slice.add_output(squeeze ? base + "_piece" : at.output(0));
+        out.push_back(slice);
+        if (squeeze) {
+          onnx::NodeProto sq;
+          sq.set_name(base + "_squeeze");
+          sq.set_op_type("Squeeze");
+          sq.add_input(base + "_piece");
+          sq.add_input(base + "_axes");
+          sq.add_output(at.output(0));
+          out.push_back(sq);
+        }
+        consumed.insert(r);
+      }
+      continue;
+    }
+    out.push_back(std::move(n));
+  }
+  g.clear_node();
+  for (auto &n : out) *g.add_node() = std::move(n);
+  for (auto &os : *model.mutable_opset_import())
+    if (isDefaultDomain(os.domain())) os.set_version(kKnownOpset);
+  onnx::OperatorSetIdProto *own = model.add_opset_import();
+  own->set_domain(kNewOpsDomain);
+  own->set_version(1);
+  if (model.ir_version() > 8) model.set_ir_version(8); // 1.12's newest; 9-10 add nothing these graphs use
+  return opset;
+}
+
+} // namespace rannc::import

@@ -1,0 +1,83 @@
+#include "planner/plan/model_ref.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "planner/import/onnx_import.h"
+#include "planner/support/files.h"
+#include "planner/support/sha256.h"
+
+namespace rannc::plan {
+namespace {
+
+Expected<std::string> hashFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path + ": cannot open"};
+  return sha256Hex(in);
+}
+
+std::string short12(const std::string &sha) { return sha.substr(0, 12) + "..."; }
+
+} // namespace
+
+std::string modelFormat(const std::string &path) {
+  if (import::isTorchExportPath(path)) return "torch.export";
+  if (import::isTorchScriptPath(path)) return "torchscript";
+  return "onnx";
+}
+
+Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph &g, const std::string &inputs_from) {
+  proto::ModelRef ref;
+  ref.set_path(path);
+  ref.set_format(modelFormat(path));
+  auto sha = hashFile(path);
+  if (!sha) return sha.error();
+  ref.set_sha256(*sha);
+  for (ir::ValueId id : g.inputs) {
+    const ir::Value &v = g.values[id];
+    proto::ModelInput *in = ref.add_inputs();
+    in->set_name(v.name);
+    in->set_dtype(std::string(ir::dtypeName(v.dtype)));
+    in->set_shape(v.shape_known ? ir::shapeString(v.shape) : "[*]");
+  }
+  ref.set_inputs_from(inputs_from);
+  if (ref.format() == "onnx") {
+    auto files = import::externalDataFiles(path);
+    if (!files) return files.error();
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    for (const std::string &f : *files) {
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(dir / f, ec)) continue; // a weightless model (--init-weights)
+      auto fsha = hashFile((dir / f).string());
+      if (!fsha) return fsha.error();
+      proto::ModelFile *mf = ref.add_external_data();
+      mf->set_path(f);
+      mf->set_sha256(*fsha);
+    }
+  }
+  return ref;
+}
+
+Status verifyModelFiles(const std::string &path, const proto::ModelRef &ref) {
+  auto sha = hashFile(path);
+  if (!sha) return Error{sha.error().message + " (the model the plan names; pass --model PATH if it moved)"};
+  if (*sha != ref.sha256())
+    return Error{path + ": the model file changed since planning (SHA-256 " + short12(*sha) + ", the plan's " +
+                 short12(ref.sha256()) + "); re-run rannc-plan"};
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  for (const proto::ModelFile &f : ref.external_data()) {
+    const std::string file = (dir / f.path()).string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec))
+      return Error{file + ": the external data the plan recorded is missing (its weights; restore it, or re-plan "
+                          "the model without it)"};
+    auto fsha = hashFile(file);
+    if (!fsha) return Error{fsha.error().message + " (external data of " + path + ")"};
+    if (*fsha != f.sha256())
+      return Error{file + ": the model's external data changed since planning (SHA-256 " + short12(*fsha) +
+                   ", the plan's " + short12(f.sha256()) + "); re-run rannc-plan"};
+  }
+  return Status::success();
+}
+
+} // namespace rannc::plan

@@ -1,0 +1,33 @@
+// The plan's record of its model: format, inputs, and the identity of the
+// model file and of the external data files it reads weights from.
+#pragma once
+
+#include <string>
+
+#include "planner/ir/ir.h"
+#include "planner/support/status.h"
+#include "proto/plan.pb.h"
+
+namespace rannc::plan {
+
+/// "onnx", "torchscript" or "torch.export", by the file's extension.
+std::string modelFormat(const std::string &path);
+
+/// The ModelRef of `path` as imported into `g`: format, the per-sample input
+/// description (`inputs_from` says where it came from), and the SHA-256 of the
+/// model file and of each external data file present next to it.
+Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph &g, const std::string &inputs_from);
+
+/// Note [model identity]
+/// A plan names its model by content: the SHA-256 of the model file and of
+/// each external data file next to it that existed at planning (an ONNX
+/// model's weights beyond 2 GB must live there). A file that changed or went
+/// missing since is a different model: `check` reports it, and rannc-exec
+/// stops before any step. Only rank 0 reads and hashes the files; the
+/// start-up agreement (docs/architecture.md, "Errors") stops the others.
+
+/// Whether `path` (and the external data files `ref` lists, next to it) hold
+/// the bytes `ref` was made from; the error says which file changed.
+Status verifyModelFiles(const std::string &path, const proto::ModelRef &ref);
+
+} // namespace rannc::plan
