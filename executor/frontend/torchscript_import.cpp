@@ -64,25 +64,22 @@ std::string stripSuffix(const std::string &debug_name) {
   return debug_name;
 }
 
-/// numpy's dtype names (what make_model.py writes) in the IR's terms.
+/// numpy's dtype names (what make_model.py writes, what np.load reads) and the IR's.
+constexpr std::pair<const char *, ir::DType> kNumpyNames[] = {
+    {"float32", ir::DType::F32}, {"float64", ir::DType::F64}, {"float16", ir::DType::F16},
+    {"int64", ir::DType::I64},   {"int32", ir::DType::I32},   {"int16", ir::DType::I16},
+    {"int8", ir::DType::I8},     {"uint8", ir::DType::U8},    {"bool", ir::DType::Bool}};
+
 std::optional<ir::DType> numpyDType(const std::string &name) {
-  static const std::map<std::string, ir::DType> kNames = {
-      {"float32", ir::DType::F32}, {"float64", ir::DType::F64}, {"float16", ir::DType::F16},
-      {"int64", ir::DType::I64},   {"int32", ir::DType::I32},   {"int16", ir::DType::I16},
-      {"int8", ir::DType::I8},     {"uint8", ir::DType::U8},    {"bool", ir::DType::Bool}};
-  auto it = kNames.find(name);
-  if (it == kNames.end()) return std::nullopt;
-  return it->second;
+  for (const auto &[n, t] : kNumpyNames)
+    if (name == n) return t;
+  return std::nullopt;
 }
 
-std::optional<std::string> numpyName(ir::DType t) {
-  static const std::map<ir::DType, std::string> kNames = {
-      {ir::DType::F32, "float32"}, {ir::DType::F64, "float64"}, {ir::DType::F16, "float16"},
-      {ir::DType::I64, "int64"},   {ir::DType::I32, "int32"},   {ir::DType::I16, "int16"},
-      {ir::DType::I8, "int8"},     {ir::DType::U8, "uint8"},    {ir::DType::Bool, "bool"}};
-  auto it = kNames.find(t);
-  if (it == kNames.end()) return std::nullopt;
-  return it->second;
+std::optional<std::string> numpyName(ir::DType dtype) {
+  for (const auto &[n, t] : kNumpyNames)
+    if (t == dtype) return std::string(n);
+  return std::nullopt;
 }
 
 class Lowering {
@@ -168,7 +165,7 @@ private:
   }
 
   /// The IR value of a weight (created once per name).
-  ir::ValueId weight(const std::string &path, const torch::Tensor &t, ir::ValueKind kind) {
+  ir::ValueId weight(const torch::Tensor &t, ir::ValueKind kind) {
     const std::string &name = canonical_.at(t.unsafeGetTensorImpl());
     if (auto it = weights_.find(name); it != weights_.end()) return it->second;
     const ir::ValueId id = g_.addValue(tensorValue(name, t, kind));
@@ -213,9 +210,9 @@ private:
       if (out->type()->cast<c10::ClassType>()) {
         paths_[out] = full;
       } else if (auto p = params_.find(full); p != params_.end()) {
-        ids_[out] = weight(full, p->second, ir::ValueKind::Parameter);
+        ids_[out] = weight(p->second, ir::ValueKind::Parameter);
       } else if (auto b = buffers_.find(full); b != buffers_.end()) {
-        ids_[out] = weight(full, b->second, ir::ValueKind::Buffer);
+        ids_[out] = weight(b->second, ir::ValueKind::Buffer);
       } else {
         // A plain attribute (self.training, a stored int): its value now.
         jit::Module m = module_;

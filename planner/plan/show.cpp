@@ -125,7 +125,15 @@ double pipelineBubbleFraction(const proto::Plan &plan) {
 void printPlanTable(const proto::Plan &plan, std::ostream &os) {
   const auto &c = plan.cluster();
   const double step = plan.estimates().step_time_s();
-  os << "model        " << plan.model().path() << " (sha256 " << plan.model().sha256().substr(0, 12) << ")\n";
+  const auto &m = plan.model();
+  os << "model        " << m.path() << " (" << (m.format().empty() ? "onnx" : m.format()) << ", sha256 "
+     << m.sha256().substr(0, 12) << (m.external_data_size() ? ", with external data" : "") << ")\n";
+  if (m.inputs_size()) {
+    os << "inputs       ";
+    for (int i = 0; i < m.inputs_size(); ++i)
+      os << (i ? ", " : "") << m.inputs(i).name() << ": " << m.inputs(i).dtype() << m.inputs(i).shape();
+    os << " (from " << m.inputs_from() << ")\n";
+  }
   os << "cluster      " << c.num_nodes() << (c.num_nodes() == 1 ? " node" : " nodes") << " x " << c.devices_per_node()
      << " " << c.device().name() << " (" << bytesText(double(c.device().memory_bytes())) << " each)\n";
   os << "planner      " << plan.planner() << "; memory for " << plan.estimates().optimizer() << "\n";
@@ -196,6 +204,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
   j["format_version"] = plan.format_version();
   j["model"] = plan.model().path();
   j["model_sha256"] = plan.model().sha256();
+  j["model_format"] = plan.model().format().empty() ? "onnx" : plan.model().format();
   j["device"] = plan.cluster().device().name();
   j["device_memory_bytes"] = plan.cluster().device().memory_bytes();
   j["num_nodes"] = plan.cluster().num_nodes();
