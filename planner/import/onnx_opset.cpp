@@ -78,17 +78,35 @@ void registerNewOpSchemas() {
   });
 }
 
-/// Constant int64 values by name: initializers and Constant nodes' outputs.
+/// Constant int64 values by name: initializers, Constant nodes' outputs, and
+/// what the unoptimized export computes from them without changing the values
+/// (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Cast of a constant, and
+/// Concat of constants: alexnet's mean axes are Reshape(Constant, Constant)).
 class Constants {
 public:
   explicit Constants(const onnx::GraphProto &g) {
     for (const auto &t : g.initializer()) tensors_[t.name()] = &t;
+    static const std::set<std::string> kSameValues = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+                                                      "Cast"};
     for (const auto &n : g.node()) {
-      if (n.op_type() != "Constant" || !isDefaultDomain(n.domain()) || n.output_size() != 1) continue;
-      for (const auto &a : n.attribute()) {
-        if (a.name() == "value" && a.has_t()) tensors_[n.output(0)] = &a.t();
-        else if (a.name() == "value_int") ints_[n.output(0)] = {a.i()};
-        else if (a.name() == "value_ints") ints_[n.output(0)].assign(a.ints().begin(), a.ints().end());
+      if (!isDefaultDomain(n.domain()) || n.output_size() != 1) continue;
+      if (n.op_type() == "Constant") {
+        for (const auto &a : n.attribute()) {
+          if (a.name() == "value" && a.has_t()) tensors_[n.output(0)] = &a.t();
+          else if (a.name() == "value_int") ints_[n.output(0)] = {a.i()};
+          else if (a.name() == "value_ints") ints_[n.output(0)].assign(a.ints().begin(), a.ints().end());
+        }
+      } else if (kSameValues.count(n.op_type()) && n.input_size() >= 1) {
+        if (auto v = ints(n.input(0))) ints_[n.output(0)] = *v;
+      } else if (n.op_type() == "Concat") {
+        std::vector<int64_t> all;
+        bool known = n.input_size() > 0;
+        for (const auto &in : n.input()) {
+          auto v = ints(in);
+          if (!v) known = false;
+          else all.insert(all.end(), v->begin(), v->end());
+        }
+        if (known) ints_[n.output(0)] = std::move(all);
       }
     }
   }
