@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sanity-check directories written by make_model.py.
 
-  /usr/bin/python3 models/check_models.py DIR [DIR ...]
+  .venv/bin/python models/check_models.py DIR [DIR ...]
 
 For each DIR: onnx.checker, lists the op types, and evaluates model.onnx with a
 tiny NumPy interpreter (independent of torch's exporter) on the first batch of

@@ -11,10 +11,10 @@ plans such a file like any other; rannc-exec trains it only with
 --init-weights SEED (Note [weightless models], docs/weightless-models.md).
 
 Usage:
-  /usr/bin/python3 models/make_large.py bert -o OUT.onnx
+  .venv/bin/python models/make_large.py bert -o OUT.onnx
       [--layers 24] [--hidden 1024] [--heads 16] [--ffn 4*hidden]
       [--seq-len 512] [--vocab 30522] [--weights external|none]
-  /usr/bin/python3 models/make_large.py resnet -o OUT.onnx
+  .venv/bin/python models/make_large.py resnet -o OUT.onnx
       [--depth 50] [--width 1] [--image-size 224] [--classes 1000]
 
 BERT (post-LN encoder, masked-LM loss over every position) has inputs

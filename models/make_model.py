@@ -2,12 +2,13 @@
 """Export a test model to ONNX, write its training data and PyTorch reference losses.
 
 Usage:
-  /usr/bin/python3 models/make_model.py --model {mlp,bert,gpt,resnet18,mobilenet_v3_small,vit_tiny} --out DIR
+  .venv/bin/python models/make_model.py --model {mlp,bert,gpt,nanogpt,hf_encoder,resnet18,mobilenet_v3_small,vit_tiny} --out DIR
       [--batch-size 8] [--samples 64] [--steps 10] [--lr-sgd 0.1]
       [--lr-adam 0.001] [--opset 17] [--seed 0]
       [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt)
       [--tie-embeddings]                                        (gpt)
       [--image-size S]                                          (torchvision models)
+      [--torchscript [--torchscript-bare]] [--dynamo-onnx] [--torch-export]
 
 Writes:
   DIR/model.onnx             graph whose single output "loss" is the scalar loss

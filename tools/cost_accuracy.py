@@ -4,7 +4,7 @@ costs (rannc-plan profiles every unit on this machine), trains a few steps with
 rannc-exec, and prints predicted vs measured step time and peak tensor memory
 as ratios, all in one run.
 
-  /usr/bin/python3 tools/cost_accuracy.py [--build build] [--steps 12]
+  .venv/bin/python tools/cost_accuracy.py [--build build] [--steps 12]
 """
 import argparse
 import json

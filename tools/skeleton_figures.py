@@ -5,7 +5,7 @@ this machine) and prints the median step time, its ratio to the 1-rank run
 measured in the same invocation, peak memory and the largest relative
 difference of any logged loss from PyTorch's own training.
 
-  /usr/bin/python3 tools/skeleton_figures.py [--build build] [--models gpt,bert]
+  .venv/bin/python tools/skeleton_figures.py [--build build] [--models gpt,bert]
 """
 import argparse
 import json

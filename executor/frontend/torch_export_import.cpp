@@ -58,8 +58,7 @@ bool isAssertion(const std::string &target) {
          target == "torch.ops.aten.sym_constrain_range.default" || target == "torch.ops.aten._assert_async.msg";
 }
 
-int64_t layoutToC10(int64_t code) { return code == 7 ? int64_t(c10::kStrided) : int64_t(c10::kStrided); }
-
+/// torch.export's serialized MemoryFormat (schema.py) as c10's enum value.
 int64_t memoryFormatToC10(int64_t code) {
   switch (code) {
   case 2: return int64_t(c10::MemoryFormat::ChannelsLast);
@@ -81,7 +80,7 @@ public:
     tensor_meta_ = graph.at("tensor_values");
     g_.name = where_;
     g_.opset = 17;
-    if (Status st = lowerInputs(graph, sig); !st) return Error{st.message()};
+    if (Status st = lowerInputs(sig); !st) return Error{st.message()};
     int index = 0;
     for (const json &n : graph.at("nodes"))
       if (Status st = lowerNode(n, index++); !st) return Error{st.message()};
@@ -120,7 +119,7 @@ private:
     return runtime::fromScalarType(*st);
   }
 
-  Status lowerInputs(const json &graph, const json &sig) {
+  Status lowerInputs(const json &sig) {
     // Tied weights: the first name of each stored tensor is the parameter's.
     std::map<std::string, std::string> canonical_of_storage;
     for (const json &spec : sig.at("input_specs")) {
@@ -189,7 +188,6 @@ private:
       if (vk != ir::ValueKind::Constant) weight_ids_.emplace(name, id);
       values_[graph_name] = id;
     }
-    (void)graph;
     return Status::success();
   }
 
@@ -264,8 +262,10 @@ private:
       if (!st) return fail(here + ": " + st.error().message);
       return attrs[ti] = std::string("c:int"), attrs[vi] = int64_t(*st), Status::success();
     }
-    if (kind == "as_layout")
-      return attrs[ti] = std::string("c:int"), attrs[vi] = layoutToC10(v.get<int64_t>()), Status::success();
+    if (kind == "as_layout") { // serialized Layout 7 is torch.strided, the only one rannc's tensors have
+      if (v.get<int64_t>() != 7) return fail(here + ": a sparse or mkldnn layout, which rannc does not run");
+      return attrs[ti] = std::string("c:int"), attrs[vi] = int64_t(c10::kStrided), Status::success();
+    }
     if (kind == "as_memory_format")
       return attrs[ti] = std::string("c:int"), attrs[vi] = memoryFormatToC10(v.get<int64_t>()), Status::success();
     if (kind == "as_device") {
@@ -389,13 +389,14 @@ Expected<ir::Graph> importTorchExport(const std::string &path) {
   auto archive = runtime::readPt2Archive(path, true);
   if (!archive) return archive.error();
   Lowering lowering(archive->program, *archive, path);
-  Expected<ir::Graph> graph = Error{""};
-  try {
-    graph = lowering.run();
-  } catch (const nlohmann::json::exception &e) {
-    std::string what = e.what();
-    return Error{path + ": malformed torch.export program: " + what.substr(0, what.find('\n'))};
-  }
+  auto graph = [&]() -> Expected<ir::Graph> {
+    try {
+      return lowering.run();
+    } catch (const nlohmann::json::exception &e) {
+      std::string what = e.what();
+      return Error{path + ": malformed torch.export program: " + what.substr(0, what.find('\n'))};
+    }
+  }();
   if (!graph) return graph.error();
   if (Status st = findShapesByRunning(*graph, lowering.weights(), path); !st) return Error{st.message()};
   return graph;

@@ -152,7 +152,7 @@ struct Imported {
   proto::ModelRef ref;
 };
 
-/// A model by its kind: a TorchScript archive or ONNX.
+/// A model by its kind: a TorchScript archive, a torch.export program or ONNX.
 Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir,
                               const ImportFn &import_torch) {
   if (import::isTorchScriptPath(model) || import::isTorchExportPath(model)) {

@@ -28,9 +28,11 @@ namespace rannc::import {
 //     constant indices become one Slice per element;
 //   - Gelu (20) is new: it keeps its name in a private domain whose schema
 //     (elementwise, attribute `approximate`) is registered here;
-//   - Cast's `saturate` (19) only concerns float8 types: dropped.
-// Ops whose semantics changed in a way not rewritten (Pad's axes input, 19's
-// AveragePool dilations, Resize's new attributes, ...) are refused by name.
+//   - attributes added after 17 (AveragePool's and LpPool's dilations, Resize's
+//     antialias, Cast's saturate, ...) are dropped when they hold the value
+//     that means the opset-17 behaviour (kAddedAttrs).
+// Uses the rewrite cannot express (Pad's axes input, a dilated average pool,
+// Resize with antialias, opset 23's Attention, ...) are refused by name.
 
 namespace {
 
@@ -40,13 +42,60 @@ constexpr int64_t kKnownOpset = 17; // libonnx 1.12's newest
 /// here; a model at or past it that uses the op is refused.
 const std::map<std::string, int64_t> &unrewrittenChanges() {
   static const std::map<std::string, int64_t> kChanges = {
-      {"AveragePool", 19}, {"Col2Im", 18},       {"DFT", 20},         {"GridSample", 20},
-      {"GroupNormalization", 18}, {"LpPool", 18}, {"Pad", 18},        {"Resize", 18},
-      {"ScatterElements", 18}, {"ScatterND", 18}, {"DeformConv", 19}, {"AffineGrid", 20},
-      {"Mish", 18},        {"CenterCropPad", 18}, {"BitwiseAnd", 18}, {"BitwiseOr", 18},
-      {"BitwiseXor", 18},  {"BitwiseNot", 18},   {"Attention", 23},  {"RMSNormalization", 23},
-      {"RotaryEmbedding", 23}};
+      {"Col2Im", 18},     {"DFT", 20},         {"GridSample", 20},  {"GroupNormalization", 18},
+      {"DeformConv", 19}, {"AffineGrid", 20},  {"Mish", 18},        {"CenterCropPad", 18},
+      {"BitwiseAnd", 18}, {"BitwiseOr", 18},   {"BitwiseXor", 18},  {"BitwiseNot", 18},
+      {"Attention", 23},  {"RMSNormalization", 23}, {"RotaryEmbedding", 23}};
   return kChanges;
+}
+
+/// An attribute added after opset 17 whose default means the opset-17
+/// behaviour: dropped when it holds that default (ints: all equal to it),
+/// refused otherwise. (op, since, attribute, default int, default string).
+struct AddedAttr {
+  const char *op;
+  int64_t since;
+  const char *name;
+  int64_t int_default;
+  const char *string_default; ///< nullptr: an int or ints attribute
+};
+constexpr AddedAttr kAddedAttrs[] = {
+    {"AveragePool", 19, "dilations", 1, nullptr},          {"LpPool", 18, "dilations", 1, nullptr},
+    {"LpPool", 18, "ceil_mode", 0, nullptr},               {"Resize", 18, "antialias", 0, nullptr},
+    {"Resize", 18, "keep_aspect_ratio_policy", 0, "stretch"}, {"Pad", 19, "mode", 0, nullptr},
+    {"ScatterElements", 18, "reduction", 0, nullptr},      {"ScatterND", 18, "reduction", 0, nullptr},
+    {"Cast", 19, "saturate", 1, nullptr}};
+
+/// Drops `n`'s attributes of kAddedAttrs that hold their defaults; the
+/// problem ("" if none) for one that does not.
+std::string dropDefaultAddedAttrs(onnx::NodeProto &n, int64_t opset) {
+  for (const AddedAttr &a : kAddedAttrs) {
+    if (n.op_type() != a.op || opset < a.since) continue;
+    auto *attrs = n.mutable_attribute();
+    for (int i = 0; i < attrs->size(); ++i) {
+      const onnx::AttributeProto &at = attrs->Get(i);
+      if (at.name() != a.name) continue;
+      bool is_default = false;
+      const std::string name = a.name;
+      if (name == "mode" || name == "reduction") // values the opset-17 op does not have
+        is_default = at.s() != "wrap" && at.s() != "max" && at.s() != "min";
+      else if (a.string_default)
+        is_default = at.s() == a.string_default;
+      else if (name == "saturate")
+        is_default = true; // only concerns float8 types, which rannc does not have
+      else if (at.type() == onnx::AttributeProto::INT)
+        is_default = at.i() == a.int_default;
+      else {
+        is_default = true;
+        for (int64_t v : at.ints()) is_default = is_default && v == a.int_default;
+      }
+      if (!is_default)
+        return "attribute " + name + " (opset " + std::to_string(a.since) + ") has a value rannc does not run";
+      if (name != "mode" && name != "reduction") attrs->DeleteSubrange(i, 1);
+      break;
+    }
+  }
+  return "";
 }
 
 bool isDefaultDomain(const std::string &d) { return d.empty() || d == "ai.onnx"; }
@@ -213,6 +262,7 @@ Expected<int64_t> lowerToKnownOpset(onnx::ModelProto &model, const std::string &
       continue;
     }
     const std::string &op = n.op_type();
+    if (std::string problem = dropDefaultAddedAttrs(n, opset); !problem.empty()) return Error{here + ": " + problem};
     if (auto c = unrewrittenChanges().find(op); c != unrewrittenChanges().end() && opset >= c->second)
       return Error{here + ": op " + op + " as of opset " + std::to_string(c->second) +
                    " is not supported (rannc reads opset 18+ by rewriting to opset 17, Note [newer opsets]); "
@@ -233,8 +283,8 @@ Expected<int64_t> lowerToKnownOpset(onnx::ModelProto &model, const std::string &
       removeAttr(n, "noop_with_empty_axes");
     } else if (op == "Split") {
       removeAttr(n, "num_outputs"); // opset 13: no sizes = equal parts, one per output
-    } else if (op == "Cast") {
-      removeAttr(n, "saturate");
+    } else if (op == "Pad" && n.input_size() >= 4 && !n.input(3).empty()) {
+      return Error{here + ": its axes input (opset 18) is not supported; rannc pads every axis"};
     } else if (op == "Gelu") {
       n.set_domain(kNewOpsDomain);
     } else if (op == "SplitToSequence") {

@@ -301,5 +301,48 @@ TEST(OnnxImport, Opset18ComputedAxesAreRefusedByName) {
                                "constant reduction axes");
 }
 
+/// A loss-less opset-19 graph: y = AveragePool(x) with `dilations`.
+std::string averagePool19(int64_t dilation) {
+  onnx::ModelProto m;
+  m.set_ir_version(9);
+  m.add_opset_import()->set_version(19);
+  auto *g = m.mutable_graph();
+  auto *in = g->add_input();
+  in->set_name("x");
+  auto *tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {2, 3, 8, 8}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto *n = g->add_node();
+  n->set_op_type("AveragePool");
+  n->set_name("pool");
+  n->add_input("x");
+  n->add_output("y");
+  auto *k = n->add_attribute();
+  k->set_name("kernel_shape");
+  k->set_type(onnx::AttributeProto::INTS);
+  k->add_ints(2);
+  k->add_ints(2);
+  auto *d = n->add_attribute();
+  d->set_name("dilations");
+  d->set_type(onnx::AttributeProto::INTS);
+  d->add_ints(dilation);
+  d->add_ints(dilation);
+  g->add_output()->set_name("y");
+  return m.SerializeAsString();
+}
+
+// Note [newer opsets]: an attribute added after 17 that holds its default
+// (torch 2.14's avg_pool2d writes dilations=[1,1]) is dropped; any other
+// value is refused by name.
+TEST(OnnxImport, Opset19DefaultDilationsAreDropped) {
+  auto ok = importOnnxInference(averagePool19(1), "pool.onnx");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ir::shapeString(ok->graph.values[ok->outputs[0]].shape), "[B,3,7,7]");
+  auto bad = importOnnxInference(averagePool19(2), "pool.onnx");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "pool.onnx: node 'pool' (AveragePool): attribute dilations (opset 19) has a value "
+                                 "rannc does not run");
+}
+
 } // namespace
 } // namespace rannc::import

@@ -9,7 +9,7 @@
 3. data parallelism: 2 replicas of one stage vs 1 rank, goal >= 0.9 x 2.
 4. measured peak tensor memory per rank vs the plan's estimate.
 
-  /usr/bin/python3 tools/bench/exec_bench.py [--build build] [--steps 12]
+  .venv/bin/python tools/bench/exec_bench.py [--build build] [--steps 12]
 """
 import argparse
 import json
