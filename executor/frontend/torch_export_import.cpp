@@ -89,8 +89,9 @@ public:
     for (const json &spec : sig.at("output_specs")) {
       const std::string kind = spec.begin().key();
       if (kind != "user_output" && kind != "loss_output")
-        return Error{where_ + ": the program has a " + kind + " output (buffers or inputs it mutates, as BatchNorm "
-                              "statistics do in training mode), which rannc does not lower yet"};
+        return Error{where_ + ": the program has a " + kind + " output (a buffer or input written back, as a "
+                              "functionalized program after run_decompositions() has), which rannc does not lower "
+                              "yet; save the program torch.export.export returns"};
       const json &arg = spec.begin().value().at("arg");
       if (!arg.contains("as_tensor")) return Error{where_ + ": an output that is not a tensor"};
       if (!loss.empty()) return Error{where_ + ": forward must return only the scalar training loss"};
@@ -232,6 +233,19 @@ private:
       attrs[vi] = int64_t(v.size());
       for (const json &t : v)
         if (Status st = tensorInput(t); !st) return st;
+      return Status::success();
+    }
+    if (kind == "as_optional_tensors") { // Tensor?[] (aten.index's indices): "m<i>" marks the tensors
+      attrs[ti] = std::string("opt_tensors");
+      attrs[vi] = int64_t(v.size());
+      std::vector<int64_t> mask;
+      for (const json &e : v) {
+        const bool present = e.contains("as_tensor");
+        mask.push_back(present);
+        if (present)
+          if (Status st = tensorInput(e.at("as_tensor")); !st) return st;
+      }
+      attrs["m" + std::to_string(i)] = mask;
       return Status::success();
     }
     if (kind == "as_none") return attrs[ti] = std::string("c:none"), Status::success();

@@ -48,8 +48,10 @@ namespace jit = torch::jit;
 // "float", "bool", "scalar" or "ints" for a value read from the graph (the
 // next IR input; ints, floats and int lists produced at run time, such as
 // aten::size's, are 0-d or 1-d tensors), "tensors" for a folded list of
-// "v<i>" IR inputs, or "c:<kind>" for a constant in "v<i>" (kinds int, float,
-// bool, str, device, ints, floats, bools, none). The runtime rebuilds the
+// "v<i>" IR inputs ("opt_tensors" for Tensor?[], "m<i>" marking which of its
+// "v<i>" elements are tensors, the rest None), or "c:<kind>" for a constant in
+// "v<i>" (kinds int, float, bool, str, device, ints, floats, bools, none, and
+// wrapped_int/wrapped_float: a Python number passed as a Tensor). The runtime rebuilds the
 // interpreter's stack from that and calls the operator (executor/runtime/
 // aten_ops.cpp), so autograd, the profiler and the executor run TorchScript
 // models on the same path as ONNX ones. Shapes are found by running the graph
@@ -240,8 +242,11 @@ private:
         consts_[out] = c10::IValue(items);
         return Status::success();
       }
-      if (list_type && list_type->getElementType()->cast<c10::TensorType>()) {
-        tensor_lists_[out] = n; // folded into its reader
+      const c10::TypePtr elem = list_type ? list_type->getElementType() : nullptr;
+      const bool optional_tensors = elem && elem->cast<c10::OptionalType>() &&
+                                    elem->cast<c10::OptionalType>()->getElementType()->cast<c10::TensorType>();
+      if (elem && (elem->cast<c10::TensorType>() || optional_tensors)) {
+        tensor_lists_[out] = n; // folded into its reader (Tensor?[]: aten::index's indices)
         return Status::success();
       }
       // A list of ints some of which are computed: its own node, an int64 vector.
@@ -297,13 +302,23 @@ private:
       if (auto c = consts_.find(in); c != consts_.end()) {
         if (Status st = constantArg(n, c->second, ti, vi, node.attrs); !st) return st;
       } else if (auto l = tensor_lists_.find(in); l != tensor_lists_.end()) {
-        node.attrs[ti] = std::string("tensors");
+        // Tensor[]: "tensors"; Tensor?[]: "opt_tensors" with "m<i>" marking
+        // which elements are tensors (the others None).
+        const bool optional = l->second->output()->type()->cast<c10::ListType>()->getElementType()->cast<c10::OptionalType>() != nullptr;
+        node.attrs[ti] = std::string(optional ? "opt_tensors" : "tensors");
         node.attrs[vi] = int64_t(l->second->inputs().size());
+        std::vector<int64_t> mask;
         for (const jit::Value *e : l->second->inputs()) {
+          if (auto c = consts_.find(e); optional && c != consts_.end() && c->second.isNone()) {
+            mask.push_back(0);
+            continue;
+          }
           auto id = ids_.find(e);
           if (id == ids_.end()) return fail(n, "reads a list element that is not a tensor of the graph");
           node.inputs.push_back(id->second);
+          mask.push_back(1);
         }
+        if (optional) node.attrs["m" + std::to_string(i)] = mask;
       } else {
         auto id = ids_.find(in);
         if (id == ids_.end()) return fail(n, "reads '" + in->debugName() + "', which was not lowered");

@@ -105,6 +105,11 @@ std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch:
       c10::List<at::Tensor> list;
       for (int64_t k = 0; k < attr<int64_t>(n, vi); ++k) list.push_back(take());
       stack.emplace_back(list);
+    } else if (kind == "opt_tensors") { // Tensor?[]: "m<i>" marks the elements that are tensors
+      c10::List<std::optional<at::Tensor>> list;
+      for (int64_t present : attr<std::vector<int64_t>>(n, "m" + std::to_string(i)))
+        list.push_back(present ? std::optional<at::Tensor>(take()) : std::nullopt);
+      stack.emplace_back(list);
     } else {
       fail(n, "unknown argument kind '" + kind + "'");
     }

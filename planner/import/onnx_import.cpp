@@ -56,7 +56,7 @@ Expected<ir::Tensor> tensorFromOnnx(const TensorProto &p, const std::string &whe
                  std::to_string(p.data_type())};
   if (p.data_location() == TensorProto::EXTERNAL)
     return Error{where + ": tensor '" + p.name() +
-                 "' stores its data in an external file, which rannc reads for weights only (keep constants inline)"};
+                 "' stores its data in an external file, which rannc reads only for initializers"};
   ir::Tensor t;
   t.dtype = *dt;
   t.dims.assign(p.dims().begin(), p.dims().end());
@@ -458,6 +458,8 @@ std::string checkStructure(const onnx::GraphProto &mg, const std::string &where)
   return "";
 }
 
+Expected<ir::Tensor> readExternal(const TensorProto &t, const std::filesystem::path &dir, const std::string &where);
+
 /// The part of the import shared by training and inference imports.
 /// `outputs`, when given, receives every graph output (inference);
 /// otherwise the graph must have one scalar floating-point output, the loss.
@@ -572,8 +574,12 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::s
       }
       (buffer ? g.buffers : g.parameters).push_back(g.addValue(std::move(v)));
     } else {
+      // The dynamo exporter puts integer buffers (Swin's relative position
+      // index) in the external data file too: read them from there.
       v.kind = ir::ValueKind::Constant;
-      auto data = tensorFromOnnx(t, where);
+      auto data = t.data_location() == TensorProto::EXTERNAL
+                      ? readExternal(t, std::filesystem::path(where).parent_path(), where)
+                      : tensorFromOnnx(t, where);
       if (!data) return data.error();
       ir::ValueId id = g.addValue(std::move(v));
       g.constants.push_back(id);
