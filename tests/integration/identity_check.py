@@ -5,7 +5,9 @@ that: `rannc-plan check` and `rannc-exec` refuse a model whose external data
 changed since planning, naming the file, before any step. The model is one
 the dynamo exporter wrote with its weights in external data
 (models/make_model.py --dynamo-onnx); a TorchScript archive planned with
---data records where its input description came from."""
+--data records where its input description came from; a torch.export
+program records its format and inputs, and one exported without a dynamic
+batch is refused with the fix."""
 
 import argparse
 import json
@@ -85,6 +87,31 @@ def main():
     ref = plan_json(args, plan_ts)["model"]
     if ref.get("format") != "torchscript" or not ref.get("inputs_from", "").startswith("--data "):
         sys.exit(f"TorchScript model record: {ref}")
+    empty = os.path.join(work, "empty_data")
+    os.makedirs(empty)
+    p = run([args.plan_tool, os.path.join(src, "model.pt"), "--data", empty, *common, "-o", plan_ts])
+    if p.returncode == 0 or f"--data {empty}: forward's input 'idx'" not in p.stderr:
+        sys.exit(f"--data without idx.npy was not named:\n{p.stderr}")
+
+    # A torch.export program: its record, and a batch that is not dynamic.
+    plan_pt2 = os.path.join(work, "plan_pt2.pbtxt")
+    p = run([args.plan_tool, os.path.join(src, "model.pt2"), *common, "-o", plan_pt2])
+    if p.returncode != 0:
+        sys.exit(f"rannc-plan of the .pt2 failed: {p.stderr}")
+    ref = plan_json(args, plan_pt2)["model"]
+    if ref.get("format") != "torch.export" or [i["shape"] for i in ref.get("inputs", [])] != ["[B,16]", "[B,16]"]:
+        sys.exit(f"torch.export model record: {ref}")
+    import numpy as np
+    import torch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
+    import zoo
+    model = zoo.build("nanogpt")
+    data = [torch.from_numpy(np.load(os.path.join(src, "data", n + ".npy"))[:4]) for n in model.input_names]
+    fixed = os.path.join(work, "fixed.pt2")
+    torch.export.save(torch.export.export(model, tuple(data)), fixed)
+    p = run([args.plan_tool, fixed, *common, "-o", plan_pt2])
+    if p.returncode == 0 or "input 'idx' has a fixed first dimension" not in p.stderr:
+        sys.exit(f"a .pt2 without a dynamic batch was not refused clearly:\n{p.stderr}")
     print("identity ok")
 
 
