@@ -400,15 +400,14 @@ private:
 } // namespace
 
 Expected<ir::Graph> importTorchExport(const std::string &path) {
-  auto archive = runtime::readPt2Archive(path, true);
+  auto archive = runtime::readPt2Archive(path);
   if (!archive) return archive.error();
   Lowering lowering(archive->program, *archive, path);
   auto graph = [&]() -> Expected<ir::Graph> {
     try {
       return lowering.run();
     } catch (const nlohmann::json::exception &e) {
-      std::string what = e.what();
-      return Error{path + ": malformed torch.export program: " + what.substr(0, what.find('\n'))};
+      return Error{path + ": malformed torch.export program: " + firstLine(e.what())};
     }
   }();
   if (!graph) return graph.error();

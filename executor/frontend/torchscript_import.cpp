@@ -426,10 +426,8 @@ Expected<ir::Graph> importTorchScript(const std::string &path, const std::string
   try {
     module = jit::load(path, c10::nullopt, extra);
   } catch (const std::exception &e) {
-    std::string what = e.what();
-    what = what.substr(0, what.find('\n'));
     return Error{path + ": not a TorchScript archive this LibTorch (" + std::string(TORCH_VERSION) +
-                 ") can load: " + what};
+                 ") can load: " + firstLine(e.what())};
   }
   nlohmann::json desc;
   std::string source = kTorchScriptInputsFile;

@@ -5,8 +5,6 @@
 namespace rannc::runtime {
 namespace {
 
-std::string firstLine(const std::string &s) { return s.substr(0, s.find('\n')); }
-
 /// Size i of a serialized tensor_meta ({"as_int": n}); -1 when symbolic.
 int64_t metaInt(const nlohmann::json &v) { return v.contains("as_int") ? v.at("as_int").get<int64_t>() : -1; }
 
@@ -50,32 +48,33 @@ Expected<c10::ScalarType> scalarTypeFromExport(int64_t code) {
   }
 }
 
-Expected<Pt2Archive> readPt2Archive(const std::string &path, bool with_tensors) {
+Expected<Pt2Archive> readPt2Archive(const std::string &path, const std::set<std::string> *only) {
   Pt2Archive a;
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
+    // The program is models/<name>.json; weights and constants are listed by
+    // data/{weights,constants}/<...>_config.json, each entry naming its
+    // tensor's file (torch.export.save's layout in PyTorch 2.x).
     std::string program_record;
-    for (const std::string &r : reader.getAllRecords())
-      if (r.rfind("models/", 0) == 0 && r.size() > 12 && r.compare(r.size() - 5, 5, ".json") == 0 &&
-          r.find('/', 7) == std::string::npos) {
+    std::vector<std::pair<std::string, std::string>> configs; // (kind, record)
+    auto endsWith = [](const std::string &r, std::string_view tail) {
+      return r.size() > tail.size() && r.compare(r.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    for (const std::string &r : reader.getAllRecords()) {
+      if (r.rfind("models/", 0) == 0 && endsWith(r, ".json") && r.find('/', 7) == std::string::npos) {
         if (!program_record.empty())
           return Error{path + ": the archive holds several programs (" + program_record + ", " + r +
                        "); rannc reads one"};
         program_record = r;
       }
+      for (const char *kind : {"weights", "constants"})
+        if (r.rfind(std::string("data/") + kind + "/", 0) == 0 && endsWith(r, "_config.json"))
+          configs.emplace_back(kind, r);
+    }
     if (program_record.empty()) return Error{path + ": no models/<name>.json: not a torch.export.save archive"};
     auto [data, bytes] = reader.getRecord(program_record);
     a.program = nlohmann::json::parse(static_cast<const char *>(data.get()),
                                       static_cast<const char *>(data.get()) + bytes);
-    // Weights and constants: data/{weights,constants}/<...>_config.json name
-    // each tensor's file (torch.export.save's layout in PyTorch 2.x).
-    std::vector<std::pair<std::string, std::string>> configs; // (kind, record)
-    for (const std::string &r : reader.getAllRecords())
-      for (const char *kind : {"weights", "constants"}) {
-        const std::string dir = std::string("data/") + kind + "/";
-        if (r.rfind(dir, 0) == 0 && r.size() > 12 && r.compare(r.size() - 12, 12, "_config.json") == 0)
-          configs.emplace_back(kind, r);
-      }
     for (const auto &[kind, config] : configs) {
       auto [cdata, cbytes] = reader.getRecord(config);
       const auto cfg = nlohmann::json::parse(static_cast<const char *>(cdata.get()),
@@ -84,7 +83,7 @@ Expected<Pt2Archive> readPt2Archive(const std::string &path, bool with_tensors) 
       for (const auto &[name, entry] : cfg.at("config").items()) {
         const std::string record = "data/" + kind + "/" + entry.at("path_name").get<std::string>();
         a.storage_of[name] = record;
-        if (!with_tensors) continue;
+        if (only && !only->count(name)) continue;
         if (entry.value("use_pickle", false))
           return Error{path + ": '" + name + "' is stored pickled, which rannc does not read"};
         auto t = tensorFromRecord(reader, record, entry.at("tensor_meta"), path + ": '" + name + "'");

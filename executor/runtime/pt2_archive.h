@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "planner/support/status.h"
@@ -22,8 +23,9 @@ struct Pt2Archive {
   std::map<std::string, std::string> storage_of;
 };
 
-/// Reads `path`; the weights too when `with_tensors`. Errors name the file and the entry.
-Expected<Pt2Archive> readPt2Archive(const std::string &path, bool with_tensors);
+/// Reads `path` and its tensors: those named in `only`, or every one when it is
+/// null (a rank reads just its stage's). Errors name the file and the entry.
+Expected<Pt2Archive> readPt2Archive(const std::string &path, const std::set<std::string> *only = nullptr);
 
 /// c10's ScalarType for torch.export's serialized dtype code (schema.py's ScalarType).
 Expected<c10::ScalarType> scalarTypeFromExport(int64_t code);

@@ -4,6 +4,7 @@
 
 #include <torch/script.h>
 
+#include <set>
 #include <stdexcept>
 #include <string_view>
 
@@ -108,8 +109,7 @@ Expected<StageWeights> loadTorchScriptWeights(const ir::Graph &g, const schedule
     for (const auto &p : m.named_parameters(true)) named.emplace(p.name, p.value);
     for (const auto &b : m.named_buffers(true)) named.emplace(b.name, b.value);
   } catch (const std::exception &e) {
-    std::string what = e.what();
-    return Error{model + ": cannot load the TorchScript archive: " + what.substr(0, what.find('\n'))};
+    return Error{model + ": cannot load the TorchScript archive: " + firstLine(e.what())};
   }
   return namedStageWeights(g, program, model, named);
 }
@@ -117,7 +117,10 @@ Expected<StageWeights> loadTorchScriptWeights(const ir::Graph &g, const schedule
 /// A torch.export program's weights by state_dict name.
 Expected<StageWeights> loadTorchExportWeights(const ir::Graph &g, const schedule::StageProgram &program,
                                               const std::string &model) {
-  auto archive = readPt2Archive(model, true);
+  std::set<std::string> names;
+  for (const auto *ids : {&program.parameters, &program.buffers})
+    for (ir::ValueId v : *ids) names.insert(g.values[v].name);
+  auto archive = readPt2Archive(model, &names);
   if (!archive) return archive.error();
   return namedStageWeights(g, program, model, archive->tensors);
 }

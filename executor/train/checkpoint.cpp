@@ -252,9 +252,7 @@ Status Checkpointer::load(std::ostream &log) {
               if (state != one->state().end()) ctx_.optimizer.state()[stateKey(p)] = std::move(state->second);
             }
           } catch (const std::exception &e) {
-            std::string msg = e.what();
-            return Error{where + "/" + file + ": cannot load the " + what + " '" + name + "': " +
-                         msg.substr(0, msg.find('\n'))};
+            return Error{where + "/" + file + ": cannot load the " + what + " '" + name + "': " + firstLine(e.what())};
           }
         }
       }

@@ -507,8 +507,14 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::s
   std::string problem = checkStructure(mg, where);
   if (!problem.empty()) return Error{problem};
 
-  std::set<std::string> initializer_names;
-  for (const auto &t : mg.initializer()) initializer_names.insert(t.name());
+  std::set<std::string> initializer_names, external;
+  for (const auto &t : mg.initializer()) {
+    initializer_names.insert(t.name());
+    if (t.data_location() == TensorProto::EXTERNAL)
+      for (const auto &kv : t.external_data())
+        if (kv.key() == "location") external.insert(kv.value());
+  }
+  g.external_data.assign(external.begin(), external.end());
   std::set<std::string> data_inputs;
   for (const auto &in : mg.input())
     if (!initializer_names.count(in.name())) data_inputs.insert(in.name());
@@ -781,19 +787,6 @@ Expected<ir::Tensor> readExternal(const TensorProto &t, const std::filesystem::p
 }
 
 } // namespace
-
-Expected<std::vector<std::string>> externalDataFiles(const std::string &path) {
-  auto bytes = readFile(path);
-  if (!bytes) return bytes.error();
-  auto model = parseModel(*bytes, path);
-  if (!model) return model.error();
-  std::set<std::string> files;
-  for (const auto &t : model->graph().initializer())
-    if (t.data_location() == TensorProto::EXTERNAL)
-      for (const auto &kv : t.external_data())
-        if (kv.key() == "location") files.insert(kv.value());
-  return std::vector<std::string>(files.begin(), files.end());
-}
 
 Expected<std::map<std::string, ir::Tensor>> loadModelWeights(const std::string &path,
                                                              const std::vector<std::string> &names,

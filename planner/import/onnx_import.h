@@ -25,9 +25,6 @@ bool isTorchExportPath(const std::string &path);
 
 Expected<ir::Graph> importModel(const std::string &path);
 
-/// The external data files an ONNX model's initializers name (`location`,
-/// relative to the model's folder), sorted and each once; present or not.
-Expected<std::vector<std::string>> externalDataFiles(const std::string &path);
 
 /// Imports a serialized ONNX ModelProto as a training graph; `where` names it
 /// in error messages. The graph must have exactly one output, the scalar loss.

@@ -5,9 +5,11 @@
 
 #include <cstring>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <set>
+
+#include "planner/import/onnx_import.h"
 
 namespace rannc::import {
 
@@ -165,27 +167,16 @@ public:
     if (auto it = ints_.find(name); it != ints_.end()) return it->second;
     auto it = tensors_.find(name);
     if (it == tensors_.end()) return std::nullopt;
-    const onnx::TensorProto &t = *it->second;
+    auto t = tensorFromOnnx(*it->second, name);
+    if (!t || (t->dtype != ir::DType::I64 && t->dtype != ir::DType::I32)) return std::nullopt;
     std::vector<int64_t> out;
-    if (t.data_type() == onnx::TensorProto::INT64) {
-      if (t.has_raw_data()) {
-        const std::string &raw = t.raw_data();
-        out.resize(raw.size() / sizeof(int64_t));
-        std::memcpy(out.data(), raw.data(), out.size() * sizeof(int64_t));
-      } else {
-        out.assign(t.int64_data().begin(), t.int64_data().end());
-      }
-    } else if (t.data_type() == onnx::TensorProto::INT32) {
-      if (t.has_raw_data()) {
-        const std::string &raw = t.raw_data();
-        std::vector<int32_t> v(raw.size() / sizeof(int32_t));
-        std::memcpy(v.data(), raw.data(), v.size() * sizeof(int32_t));
-        out.assign(v.begin(), v.end());
-      } else {
-        out.assign(t.int32_data().begin(), t.int32_data().end());
-      }
+    if (t->dtype == ir::DType::I64) {
+      out.resize(t->data.size() / sizeof(int64_t));
+      std::memcpy(out.data(), t->data.data(), out.size() * sizeof(int64_t));
     } else {
-      return std::nullopt;
+      std::vector<int32_t> v(t->data.size() / sizeof(int32_t));
+      std::memcpy(v.data(), t->data.data(), v.size() * sizeof(int32_t));
+      out.assign(v.begin(), v.end());
     }
     return out;
   }

@@ -116,6 +116,9 @@ public:
   std::string name;
   /// Inline contents of Constant values (weights stay in the model file).
   std::map<ValueId, Tensor> constant_data;
+  /// Files next to the model that hold its weights (ONNX external data,
+  /// relative to the model's folder), sorted, each once; present or not.
+  std::vector<std::string> external_data;
 
   /// Adds a value and returns its id.
   ValueId addValue(Value v);

@@ -41,11 +41,9 @@ Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph
     in->set_shape(v.shape_known ? ir::shapeString(v.shape) : "[*]");
   }
   ref.set_inputs_from(inputs_from);
-  if (ref.format() == "onnx") {
-    auto files = import::externalDataFiles(path);
-    if (!files) return files.error();
+  if (!g.external_data.empty()) {
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-    for (const std::string &f : *files) {
+    for (const std::string &f : g.external_data) {
       std::error_code ec;
       if (!std::filesystem::is_regular_file(dir / f, ec)) continue; // a weightless model (--init-weights)
       auto fsha = hashFile((dir / f).string());

@@ -15,7 +15,7 @@ std::string modelFormat(const std::string &path);
 
 /// The ModelRef of `path` as imported into `g`: format, the per-sample input
 /// description (`inputs_from` says where it came from), and the SHA-256 of the
-/// model file and of each external data file present next to it.
+/// model file and of each of g.external_data present next to it.
 Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph &g, const std::string &inputs_from);
 
 /// Note [model identity]

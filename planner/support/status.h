@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -48,5 +49,8 @@ private:
   std::string error_;
   bool failed_ = false;
 };
+
+/// The first line of an exception's text: LibTorch's carry a backtrace after it.
+inline std::string firstLine(std::string_view text) { return std::string(text.substr(0, text.find('\n'))); }
 
 } // namespace rannc
