@@ -45,6 +45,11 @@ def ok(p, what):
     return p
 
 
+# Two pipeline stages in one micro-batch: the layout where BatchNorm's batch
+# statistics are one device's (SPEC), whatever the cost model would choose.
+PP2 = "--stages 2 --replicas 1 --microbatches 1"
+
+
 def plan(args, ranks, layout, out):
     ok(run([args.plan_tool, os.path.join(args.model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type",
             "cpu", "--batch-size", str(args.ref["batch_size"]), "--profile", "analytic", "-o", out] + layout.split()),
@@ -97,7 +102,7 @@ def rank_pids(args, plan_path):
 
 def check_resume(args):
     work = args.work
-    pp2 = plan(args, 2, "--stages 2 --replicas 1", os.path.join(work, "pp2.pb"))
+    pp2 = plan(args, 2, PP2, os.path.join(work, "pp2.pb"))
     flags = ["--shuffle", "on", "--seed", "7"]
     # Compared with rannc's own uninterrupted run, so it may be longer than
     # PyTorch's reference: 40 steps leave the kill (polled every 10 ms, steps
@@ -250,7 +255,7 @@ def check_cross_plan(args):
     steps, half = args.ref["steps"], args.ref["steps"] // 2
     want = {k: loss for k, loss in enumerate(args.ref["losses"])}
     flags = ["--shuffle", "off"]  # PyTorch's reference order
-    pp2 = plan(args, 2, "--stages 2 --replicas 1", os.path.join(work, "pp2.pb"))
+    pp2 = plan(args, 2, PP2, os.path.join(work, "pp2.pb"))
     source = os.path.join(work, "source")
     shutil.rmtree(source, ignore_errors=True)
     source_log = os.path.join(work, "source.jsonl")
@@ -310,7 +315,7 @@ def expect_failure(p, needle, what, error_prefix=True):
 
 def check_errors(args):
     work = args.work
-    pp2 = plan(args, 2, "--stages 2 --replicas 1", os.path.join(work, "pp2.pb"))
+    pp2 = plan(args, 2, PP2, os.path.join(work, "pp2.pb"))
     good = os.path.join(work, "good")
     shutil.rmtree(good, ignore_errors=True)
     ok(train(args, pp2, 2, ["--steps", "2", "--checkpoint-dir", good]), "a run that checkpoints")
