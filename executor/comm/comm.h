@@ -4,6 +4,7 @@
 // library stays free of LibTorch.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,8 @@ public:
   /// untouched until the request is complete. Ranks start theirs in the same order.
   virtual std::unique_ptr<Request> startAllReduce(float *data, int64_t count, ReduceOp op) = 0;
   virtual void barrier() = 0;
+  /// Copies `bytes` bytes at `data` on rank `root` to `data` on every rank.
+  virtual void broadcast(void *data, size_t bytes, int root) = 0;
   /// The ranks with the same `color` as a new communicator, ordered by `key`
   /// (collective over this communicator).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -19,9 +19,14 @@ public:
   virtual int rank() const = 0;
   virtual int size() const = 0;
   /// Sends `bytes` bytes of device memory at `buf` to `dst` (the receiver
-  /// must post a recv of the same size).
+  /// must post a recv of the same size). Sends and receives that depend on
+  /// each other (a rank sending to itself, two ranks exchanging) must be
+  /// issued between groupStart() and groupEnd(), or NCCL blocks on the first.
   virtual void send(const void *buf, size_t bytes, int dst) = 0;
   virtual void recv(void *buf, size_t bytes, int src) = 0;
+  /// Brackets sends and receives that NCCL must issue together (ncclGroupStart/End).
+  virtual void groupStart() = 0;
+  virtual void groupEnd() = 0;
   /// In-place sum of `count` floats of device memory over all ranks.
   virtual void allReduceSum(float *buf, int64_t count) = 0;
   /// Waits until every operation issued so far has finished.

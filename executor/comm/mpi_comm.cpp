@@ -100,6 +100,10 @@ public:
     pending_.clear();
   }
 
+  void broadcast(void *data, size_t bytes, int root) override {
+    check(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), "MPI_Bcast");
+  }
+
   void allReduce(double *data, int count, ReduceOp op) override {
     check(MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_DOUBLE, toMpi(op), comm_), "MPI_Allreduce");
   }

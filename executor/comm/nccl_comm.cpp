@@ -5,7 +5,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "executor/comm/device_comm.h"
 
@@ -24,15 +23,11 @@ class NcclCommunicator final : public DeviceCommunicator {
 public:
   NcclCommunicator(Communicator &host, int device) : rank_(host.rank()), size_(host.size()) {
     checkCuda(cudaSetDevice(device), "cudaSetDevice");
-    // Rank 0 makes the unique id; everyone else gets it over the host
-    // communicator (an all-reduce of bytes that only rank 0 fills).
+    // Rank 0 makes the unique id and broadcasts its bytes over MPI.
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
     if (rank_ == 0) checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    std::vector<double> bytes(sizeof id.internal);
-    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = rank_ == 0 ? double(uint8_t(id.internal[i])) : 0.0;
-    host.allReduce(bytes.data(), int(bytes.size()), ReduceOp::Sum);
-    for (size_t i = 0; i < bytes.size(); ++i) id.internal[i] = char(uint8_t(bytes[i]));
+    host.broadcast(&id, sizeof id, 0);
     checkNccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
     checkCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
@@ -53,6 +48,9 @@ public:
   void recv(void *buf, size_t bytes, int src) override {
     checkNccl(ncclRecv(buf, bytes, ncclUint8, src, comm_, stream_), "ncclRecv");
   }
+
+  void groupStart() override { checkNccl(ncclGroupStart(), "ncclGroupStart"); }
+  void groupEnd() override { checkNccl(ncclGroupEnd(), "ncclGroupEnd"); }
 
   void allReduceSum(float *buf, int64_t count) override {
     checkNccl(ncclAllReduce(buf, buf, size_t(count), ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
