@@ -1,5 +1,7 @@
 #include "planner/cost/cost.h"
 
+#include "planner/cost/flops.h"
+
 #include <algorithm>
 
 namespace rannc::cost {
@@ -10,20 +12,6 @@ int64_t valueBytes(const ir::Graph &g, ir::ValueId v, int64_t b) {
   const ir::Value &val = g.values[v];
   if (!val.shape_known) return 0;
   return ir::numelAt(val.shape, b) * ir::dtypeSize(val.dtype);
-}
-
-int64_t valueNumel(const ir::Graph &g, ir::ValueId v, int64_t b) {
-  if (v == ir::kNoValue || !g.values[v].shape_known) return 0;
-  return ir::numelAt(g.values[v].shape, b);
-}
-
-/// The contracted dimension of a matrix product: the last dim of input A.
-int64_t contractedDim(const ir::Graph &g, const ir::Node &n, int64_t b, bool trans_a) {
-  if (n.inputs.empty() || n.inputs[0] == ir::kNoValue) return 0;
-  const ir::Value &a = g.values[n.inputs[0]];
-  if (!a.shape_known || a.shape.empty()) return 0;
-  const ir::Dim &d = trans_a && a.shape.size() >= 2 ? a.shape[a.shape.size() - 2] : a.shape.back();
-  return d.at(b);
 }
 
 } // namespace
@@ -40,9 +28,9 @@ double optimizerStateFactor(const std::string &optimizer) {
 /// the *achieved* rates:
 ///   time = op_overhead + max(flops / (peak_flops * compute_efficiency),
 ///                            bytes / (memory_bandwidth * memory_efficiency))
-/// Backward issues two kernels for a matrix product (both input gradients)
-/// and one otherwise. The defaults (DeviceSpec) are 0.5 of peak compute —
-/// Megatron-LM's large-GEMM training reaches about half the A100's peak —,
+/// FLOPs per op, and the kernels backward issues, come from one table for
+/// ONNX and ATen ops (Note [flop counts], flops.cpp). The defaults
+/// (DeviceSpec) are 0.5 of peak compute — Megatron-LM's large-GEMM training reaches about half the A100's peak —,
 /// 0.8 of peak bandwidth (what streaming kernels reach on HBM and DRAM) and
 /// 5 us per op (a CUDA kernel launch; LibTorch's CPU dispatch is of the same
 /// order). A cluster file may set all three per device.
@@ -50,37 +38,29 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
                                     int64_t micro_batch) {
   std::vector<OpCost> costs(g.nodes.size());
   const double bw = std::max(device.memory_bandwidth * device.memory_efficiency, 1.0);
-  const double peak = std::max(device.peak_flops * device.compute_efficiency, 1.0);
+  const double fp32_peak = std::max(device.peak_flops * device.compute_efficiency, 1.0);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node &n = g.nodes[i];
     OpCost &c = costs[i];
-    int64_t out_numel = 0;
-    for (ir::ValueId v : n.outputs) {
-      out_numel += valueNumel(g, v, micro_batch);
-      c.output_bytes += valueBytes(g, v, micro_batch);
-    }
+    for (ir::ValueId v : n.outputs) c.output_bytes += valueBytes(g, v, micro_batch);
     c.bytes_moved = c.output_bytes;
     for (ir::ValueId v : n.inputs) c.bytes_moved += valueBytes(g, v, micro_batch);
 
-    double overhead = device.op_overhead_s, bwd_kernels = 1;
-    if (n.op_type == "MatMul" || n.op_type == "Gemm") {
-      bwd_kernels = 2;
-      bool trans_a = false;
-      if (auto it = n.attrs.find("transA"); it != n.attrs.end())
-        if (const auto *v = std::get_if<int64_t>(&it->second)) trans_a = *v != 0;
-      // Each output element is a K-long dot product: 2K FLOPs; backward computes
-      // the two input gradients, each as costly as the forward.
-      c.fwd_flops = 2.0 * double(out_numel) * double(contractedDim(g, n, micro_batch, trans_a));
-      c.bwd_flops = 2 * c.fwd_flops;
-    } else if (n.op_type == "Constant" || n.op_type == "Shape" || n.op_type == "Size") {
-      c.fwd_flops = 0;
+    const OpFlops f = opFlops(g, n, micro_batch);
+    c.fwd_flops = f.fwd;
+    c.bwd_flops = f.bwd;
+    double overhead = device.op_overhead_s;
+    if (f.cls == OpClass::kHost) { // shapes, constants, lists: no kernel, no bytes
       c.bytes_moved = 0;
-      overhead = 0; // host-side: no kernel
-    } else {
-      // Elementwise-like: a few FLOPs per output element, the same again backward.
-      c.fwd_flops = 4.0 * double(out_numel);
-      c.bwd_flops = c.fwd_flops;
+      overhead = 0;
     }
+    // Matrix work runs at the device's fp32 rate, convolutions on CUDA at its
+    // TF32 rate: PyTorch lets cuDNN use TF32 by default and keeps cuBLAS at
+    // fp32 (torch.backends.cudnn.allow_tf32 / cuda.matmul.allow_tf32).
+    const double peak = f.convolution && device.type == "cuda"
+                            ? std::max(device.peakFlops(cluster::Precision::kTF32) * device.compute_efficiency, 1.0)
+                            : fp32_peak;
+    const double bwd_kernels = f.bwd_kernels;
     c.fwd_time_s = overhead + std::max(c.fwd_flops / peak, double(c.bytes_moved) / bw);
     c.bwd_time_s = bwd_kernels * overhead + std::max(c.bwd_flops / peak, 2.0 * double(c.bytes_moved) / bw);
   }
@@ -88,15 +68,8 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
 }
 
 std::vector<Unit> formUnits(const ir::Graph &g, int max_ops) {
-  static const char *kHeavy[] = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum",
-                                 // TorchScript-imported graphs keep ATen's names
-                                 "aten::linear", "aten::matmul", "aten::bmm", "aten::addmm", "aten::conv2d",
-                                 "aten::_convolution", "aten::conv1d", "aten::einsum"};
-  auto heavy = [](const std::string &op) {
-    for (const char *h : kHeavy)
-      if (op == h) return true;
-    return false;
-  };
+  // Matrix products, convolutions and attention, in either vocabulary.
+  auto heavy = [&g](const ir::Node &node) { return opFlops(g, node, 1).cls == OpClass::kMatrix; };
   const int n = static_cast<int>(g.nodes.size());
   const std::vector<bool> glued = ir::parameterOnlyNodes(g);
   std::vector<Unit> units;
@@ -105,7 +78,7 @@ std::vector<Unit> formUnits(const ir::Graph &g, int max_ops) {
     if (glued[i - 1]) continue; // never separate a weight-only op from its consumer
     int j = i;                  // the op the glued run starting at i leads into
     while (j < n && glued[j]) ++j;
-    if ((j < n && heavy(g.nodes[j].op_type)) || i - begin >= max_ops) {
+    if ((j < n && heavy(g.nodes[j])) || i - begin >= max_ops) {
       units.push_back({begin, i});
       begin = i;
     }

@@ -1,6 +1,6 @@
-// Per-op cost estimates for the planner. For now one analytic source: FLOPs
-// and bytes moved per op against the device's peak compute and bandwidth (a
-// roofline). Measured and file-backed sources arrive with the cost-model work.
+// Per-op cost estimates for the planner. The analytic source: FLOPs
+// (flops.h) and bytes moved per op against the device's achieved compute and
+// bandwidth (a roofline); measured and file-backed tables share CostTable.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +37,9 @@ struct Unit {
 };
 
 /// Groups the graph's ops into units. A unit starts at each compute-heavy op
-/// (MatMul, Gemm, Conv, ...) together with the weight-only ops glued before it
-/// (see ir::sinkParameterOps); cheap runs longer than `max_ops` are split.
+/// (a matrix product, convolution or attention, Note [flop counts]) together
+/// with the weight-only ops glued before it (see ir::sinkParameterOps); cheap
+/// runs longer than `max_ops` are split.
 std::vector<Unit> formUnits(const ir::Graph &g, int max_ops = 64);
 
 /// The cost of one unit at one micro-batch size.

@@ -190,6 +190,7 @@ void refreshEstimates(proto::Plan &plan, const PlanModel &m) {
   }
   plan.mutable_estimates()->set_step_time_s(m.step_time_s);
   plan.mutable_estimates()->set_optimizer(m.costs.optimizer);
+  fillModelFlops(m.graph, plan.mutable_estimates());
   *plan.mutable_cluster() = plan::clusterToProto(m.cluster);
 }
 

@@ -19,6 +19,17 @@ std::string formatFixed(double v, int decimals) {
 namespace {
 
 
+/// "8.18 GFLOP": three significant digits and an SI prefix.
+std::string flopText(double flops) {
+  static const char *prefixes[] = {"", "K", "M", "G", "T", "P", "E"};
+  int p = 0;
+  while (flops >= 1000 && p < 6) {
+    flops /= 1000;
+    ++p;
+  }
+  return formatFixed(flops, flops < 10 ? 2 : flops < 100 ? 1 : 0) + " " + prefixes[p] + "FLOP";
+}
+
 std::string percent(double fraction) { return formatFixed(fraction * 100, 1) + "%"; }
 
 /// "0-3,6": consecutive ranks as ranges.
@@ -183,6 +194,13 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
 
   os << "\npredicted step time  " << timeText(step);
   if (step > 0) os << " (" << formatFixed(samplesPerSecond(plan), 1) << " samples/s)";
+  if (const auto &e = plan.estimates(); e.training_flops_per_sample() > 0) {
+    os << "\nmodel arithmetic     " << flopText(e.forward_flops_per_sample()) << " forward, "
+       << flopText(e.training_flops_per_sample()) << " forward+backward per sample";
+    if (step > 0)
+      os << "; " << flopText(e.training_flops_per_sample() * double(plan.global_batch_size()) / step)
+         << "/s at the predicted step";
+  }
   os << "\npipeline bubble      " << percent(pipelineBubbleFraction(plan)) << " of the pipeline phase idle ("
      << scheduleName(plan.schedule()) << ", " << plan.stages_size()
      << (plan.stages_size() == 1 ? " stage, " : " stages, ") << plan.microbatches()
@@ -198,6 +216,8 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
   j["microbatches"] = plan.microbatches();
   j["schedule"] = scheduleName(plan.schedule());
   j["predicted_step_time_s"] = step;
+  j["forward_flops_per_sample"] = plan.estimates().forward_flops_per_sample();
+  j["training_flops_per_sample"] = plan.estimates().training_flops_per_sample();
   j["samples_per_s"] = samplesPerSecond(plan);
   j["microbatch_size"] = microbatchSize(plan);
   j["bubble_fraction"] = pipelineBubbleFraction(plan);
