@@ -2,10 +2,11 @@
 """Export a test model to ONNX, write its training data and PyTorch reference losses.
 
 Usage:
-  .venv/bin/python models/make_model.py --model {mlp,bert,gpt,nanogpt,hf_encoder,resnet18,mobilenet_v3_small,vit_tiny} --out DIR
+  .venv/bin/python models/make_model.py --model {mlp,bert,gpt,nanogpt,hf_encoder,hf_gpt2,hf_bert,hf_llama,
+                                                 resnet18,mobilenet_v3_small,vit_tiny} --out DIR
       [--batch-size 8] [--samples 64] [--steps 10] [--lr-sgd 0.1]
       [--lr-adam 0.001] [--opset 17] [--seed 0]
-      [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt)
+      [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt, hf_*)
       [--tie-embeddings]                                        (gpt)
       [--image-size S]                                          (torchvision models)
       [--torchscript [--torchscript-bare]] [--dynamo-onnx] [--torch-export]
@@ -46,6 +47,7 @@ except ImportError as e:  # the usual cause: a python3 other than the project's 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
 
+HF_MODELS = ("hf_gpt2", "hf_bert", "hf_llama")  # zoo's transformers models
 MIN_OPSET, MAX_OPSET = 13, 17  # the range rannc supports; 17 is also torch 1.13's newest
 
 
@@ -86,6 +88,20 @@ def make_data(name, model, n, seed):
         labels = np.where(attention_mask == 1, tokens, -100)
         return {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask,
                 "labels": labels.astype(np.int64)}
+    if name in ("hf_gpt2", "hf_llama"):
+        # Hugging Face's causal-LM convention: labels = input_ids, the model
+        # shifts them itself (the last position predicts nothing); 10% noise.
+        noise = rng.random_sample(full.shape) < 0.10
+        full = np.where(noise, rng.randint(1, vocab, size=full.shape), full)
+        input_ids = full[:, :seq].astype(np.int64)
+        return {"input_ids": input_ids, "labels": input_ids.copy()}
+    if name == "hf_bert":
+        # As "bert", but token 0 is BertConfig's pad_token_id (the embedding's
+        # padding_idx, whose row PyTorch never trains; an ONNX Gather does not
+        # know it), so it never occurs: [MASK] is 1, the tokens are 2..vocab-1.
+        tokens = 2 + (start + stride * t[:, :seq]) % (vocab - 2)
+        mask = rng.random_sample(tokens.shape) < 0.15
+        return {"input_ids": np.where(mask, 1, tokens).astype(np.int64), "labels": tokens.astype(np.int64)}
     if name == "bert":
         # Masked-LM flavour: 15% of inputs replaced by [MASK]; labels = clean tokens.
         tokens = full[:, :seq]
@@ -124,6 +140,49 @@ def export_dynamo(model, example, names, path):
     m = onnx.load(path)
     if len(m.graph.output) != 1:
         raise RuntimeError(f"expected 1 graph output, got {len(m.graph.output)}")
+    if inline_buffers_and_name_aliases(model, m):
+        data = path + ".data"
+        if os.path.exists(data):
+            os.remove(data)  # onnx.save appends to an existing external data file
+        onnx.save(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=os.path.basename(data), size_threshold=0)
+
+
+def inline_buffers_and_name_aliases(model, m):
+    """What the legacy exporter does and the dynamo exporter does not, done
+    to its ONNX graph `m`; returns whether anything changed:
+      * buffers other than BatchNorm statistics (Hugging Face's
+        non-persistent position_ids, token_type_ids, a rotary inv_freq)
+        become Constant nodes: as initializers a floating-point one would be
+        trained (Note [buffers] in planner/ir/ir.h), though PyTorch never
+        updates it;
+      * a tied parameter, which the exporter names by its last alias
+        (GPT-2's lm_head.weight), takes named_parameters()' name
+        (transformer.wte.weight), so the trained weights load by PyTorch's names."""
+    bn = {nm for nm, mod in model.named_modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)}
+    inline = {nm for nm, _ in model.named_buffers() if nm.rpartition(".")[0] not in bn}
+    first = {}
+    for nm, p in model.named_parameters(remove_duplicate=False):
+        first.setdefault(id(p), nm)
+    rename = {nm: first[id(p)] for nm, p in model.named_parameters(remove_duplicate=False) if nm != first[id(p)]}
+    inits = {i.name for i in m.graph.initializer}
+    rename = {old: new for old, new in rename.items() if old in inits and new not in inits}
+    consts = [i for i in m.graph.initializer if i.name in inline]
+    if not rename and not consts:
+        return False
+    for i in consts:
+        m.graph.initializer.remove(i)
+    for k, i in enumerate(consts):
+        m.graph.node.insert(k, onnx.helper.make_node("Constant", [], [i.name], name=i.name + "_const", value=i))
+    for i in m.graph.initializer:
+        i.name = rename.get(i.name, i.name)
+    for node in m.graph.node:
+        for k, nm in enumerate(node.input):
+            if nm in rename:
+                node.input[k] = rename[nm]
+    for vi in list(m.graph.value_info) + list(m.graph.input):
+        vi.name = rename.get(vi.name, vi.name)
+    return True
 
 
 def export(model, example, names, path, opset):
@@ -151,7 +210,17 @@ def export(model, example, names, path, opset):
     # Parameters (tied ones once) and BatchNorm running statistics, which
     # rannc imports as buffers; num_batches_tracked is not part of the graph.
     params = [nm for nm, _ in model.named_parameters()]
-    params += [nm for nm, _ in model.named_buffers() if not nm.endswith("num_batches_tracked")]
+    bn = {nm for nm, mod in model.named_modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)}
+    stats = [nm for nm, _ in model.named_buffers() if nm.rpartition(".")[0] in bn]
+    params += [nm for nm in stats if not nm.endswith("num_batches_tracked")]
+    # Other buffers (BERT's integer position_ids, Llama's rotary inv_freq)
+    # may be inlined as constants; as initializers the integer ones are
+    # rannc's `const`, but a floating-point one would be trained.
+    others = {nm: b for nm, b in model.named_buffers() if nm not in stats}
+    trained = sorted(nm for nm in inits if nm in others and others[nm].is_floating_point())
+    if trained:
+        raise RuntimeError(f"floating-point buffers {trained} are initializers: rannc would train them")
+    inits = [nm for nm in inits if nm not in others]
     if sorted(inits) != sorted(params):
         raise RuntimeError(
             f"initializers {sorted(set(inits) ^ set(params))} differ from the parameters and buffers")
@@ -192,12 +261,34 @@ def track_onnx_running_stats(model):
     return stats
 
 
+def buffers_read(model, example):
+    """Names of the buffers that forward reads (as an argument of a torch
+    function or a Tensor method), on a copy of the model: the state_dict
+    (persistent) ones always, the non-persistent ones only if read (Llama's
+    rotary embedding reads inv_freq, not original_inv_freq)."""
+    model = copy.deepcopy(model)
+    seen = set()
+
+    class Record(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            for a in list(args) + list((kwargs or {}).values()):
+                if isinstance(a, torch.Tensor):
+                    seen.add(id(a))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        model(*example)
+    persistent = set(model.state_dict())
+    return {nm for nm, b in model.named_buffers() if nm in persistent or id(b) in seen}
+
+
 def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, buffers_out=None):
     """Losses of `steps` steps; with params_out, also writes the trained
     parameters there (.npz keyed by parameter = ONNX initializer name); with
     buffers_out, the BatchNorm running statistics (track_onnx_running_stats)."""
     model = copy.deepcopy(model)  # every optimizer starts from the exported weights
     model.train()
+    read = buffers_read(model, batch(data, names, 0, bsz)) if buffers_out else set()
     stats = track_onnx_running_stats(model) if buffers_out else {}
     opt = make_opt(model.parameters())
     losses = []
@@ -228,11 +319,14 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
         with open(tmp, "wb") as f:
             np.savez(f, **{nm: t.detach().numpy() for nm, t in stats.items()})
         os.replace(tmp, buffers_out)
-        # PyTorch's own buffers (unbiased running_var, num_batches_tracked):
-        # what a TorchScript model, which runs aten::batch_norm itself, keeps.
+    if buffers_out and read:
+        # PyTorch's own buffers (unbiased running_var, num_batches_tracked;
+        # Hugging Face's non-persistent position_ids, inv_freq, unchanged):
+        # what a TorchScript model, which runs aten::batch_norm itself, has
+        # after training: the buffers its forward reads.
         torch_out = buffers_out.replace("_buffers.npz", "_torch_buffers.npz")
         with open(torch_out + ".tmp", "wb") as f:
-            np.savez(f, **{nm: t.detach().numpy() for nm, t in model.named_buffers()})
+            np.savez(f, **{nm: t.detach().numpy() for nm, t in model.named_buffers() if nm in read})
         os.replace(torch_out + ".tmp", torch_out)
     return losses
 
@@ -369,7 +463,7 @@ def parse_args(argv):
     p.add_argument("--torchscript-bare", action="store_true",
                    help="with --torchscript: save the archive as torch.jit.save does by default, without the "
                         "input description (rannc-plan then needs --data DIR)")
-    sizes = p.add_argument_group("transformer sizes (bert, gpt; defaults are the models' own)")
+    sizes = p.add_argument_group("transformer sizes (bert, gpt, hf_*; defaults are the models' own)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
         sizes.add_argument(flag, type=int)
     p.add_argument("--tie-embeddings", action="store_true",
@@ -378,8 +472,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     a.sizes = {k: v for k, v in (("layers", a.layers), ("hidden", a.hidden), ("heads", a.heads),
                                  ("seq_len", a.seq_len), ("vocab", a.vocab)) if v is not None}
-    if a.sizes and a.model not in ("bert", "gpt"):
-        p.error("transformer size flags apply to bert and gpt only")
+    if a.sizes and a.model not in ("bert", "gpt") + HF_MODELS:
+        p.error("transformer size flags apply to bert, gpt and the hf_* models only")
     if a.tie_embeddings:
         if a.model != "gpt":
             p.error("--tie-embeddings applies to gpt only")
@@ -443,7 +537,12 @@ def main(argv=None):
     if a.torchscript:
         traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
         # Tracing ran forward in training mode: BatchNorm statistics moved.
-        traced.load_state_dict(initial)
+        # A traced module keeps non-persistent buffers (BERT's position_ids,
+        # Llama's inv_freq) in its state_dict; tracing did not change them.
+        missing, unexpected = traced.load_state_dict(initial, strict=False)
+        nonpersistent = {nm for nm, _ in model.named_buffers()} - set(initial)
+        if unexpected or set(missing) - nonpersistent:
+            raise RuntimeError(f"traced state_dict differs: missing {missing}, unexpected {unexpected}")
         # rannc-plan needs forward's inputs: dtype and per-sample shape of each.
         inputs = {nm: {"dtype": str(data[nm].dtype), "shape": list(data[nm].shape[1:])} for nm in names}
         extra = {} if a.torchscript_bare else {"rannc_inputs.json": json.dumps(inputs)}

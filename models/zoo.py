@@ -340,6 +340,88 @@ class HFStyleEncoder(nn.Module):
         return F.cross_entropy(logits.view(-1, self.vocab), labels.view(-1), ignore_index=-100)
 
 
+def _transformers():
+    try:
+        import transformers
+    except ImportError as e:
+        raise SystemExit(f"zoo.py: the hf_* models need transformers ({e}); run tools/setup.sh")
+    return transformers
+
+
+class _HFModel(nn.Module):
+    """A Hugging Face `transformers` model built from a small config with
+    random weights (nothing downloaded), its own loss (`labels=`) as the
+    output. The config turns off what would break exact equivalence: dropout
+    0, no KV cache; attention is transformers' default (SDPA, exported as
+    MatMul/Softmax by the legacy exporter; attn_implementation="eager" trains
+    the same); forward returns `outputs[0]` of `return_dict=False`. Their non-persistent buffers (BERT's integer
+    position_ids, Llama's rotary inv_freq) are inlined as constants by the
+    exporters (make_model.py does it for the dynamo one)."""
+
+    input_names = ("input_ids", "labels")
+
+    def __init__(self, cls, config, vocab, seq_len):
+        super().__init__()
+        self.vocab = vocab
+        self.seq_len = seq_len
+        self.model = cls(config)
+
+    # Causal LMs get an all-ones attention_mask, as a padded batch would pass:
+    # without one, transformers' create_causal_mask looks for packed
+    # sequences in position_ids (torch.diff), and the legacy ONNX exporter
+    # has no aten::diff ("Exporting the operator 'aten::diff' to ONNX opset
+    # version 17 is not supported").
+    ones_mask = False
+
+    def forward(self, input_ids, labels):
+        mask = torch.ones_like(input_ids) if self.ones_mask else None
+        return self.model(input_ids=input_ids, attention_mask=mask, labels=labels, use_cache=False,
+                          return_dict=False)[0]
+
+
+class HFGPT2(_HFModel):
+    """transformers' GPT2LMHeadModel (Conv1D projections, tied lm_head, causal
+    LM loss: the model shifts the labels itself, so labels = input_ids)."""
+
+    ones_mask = True
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.GPT2Config(vocab_size=vocab, n_positions=seq_len, n_embd=hidden, n_layer=layers, n_head=heads,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                            bos_token_id=None, eos_token_id=None, loss_type="ForCausalLM")
+        super().__init__(tf.GPT2LMHeadModel, cfg, vocab, seq_len)
+
+
+class HFBert(_HFModel):
+    """transformers' BertForMaskedLM (token-type and position embeddings,
+    post-LN encoder, tied decoder); labels on every position."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                            num_attention_heads=heads, intermediate_size=4 * hidden, max_position_embeddings=seq_len,
+                            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, use_cache=False,
+                            loss_type="ForMaskedLM")
+        super().__init__(tf.BertForMaskedLM, cfg, vocab, seq_len)
+
+
+class HFLlama(_HFModel):
+    """transformers' LlamaForCausalLM (RMSNorm, rotary positions, SwiGLU MLP,
+    grouped-query attention with 2 key/value heads, untied lm_head)."""
+
+    ones_mask = True
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                             num_hidden_layers=layers, num_attention_heads=heads,
+                             num_key_value_heads=max(1, heads // 2),
+                             max_position_embeddings=seq_len, attention_dropout=0.0, use_cache=False,
+                             bos_token_id=None, eos_token_id=None, loss_type="ForCausalLM")
+        super().__init__(tf.LlamaForCausalLM, cfg, vocab, seq_len)
+
+
 class VisionClassifier(nn.Module):
     """A torchvision classifier + cross-entropy; inputs x [B, 3, S, S], y [B].
 
@@ -392,8 +474,9 @@ def VitTiny(num_classes=10, image_size=32):
 
 
 MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
-          "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder}
-TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder")
+          "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder,
+          "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama}
+TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama")
 VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny")
 
 

@@ -79,6 +79,7 @@ public:
   void send(std::shared_ptr<const std::string> payload, int dst, int tag) override {
     if (payload->size() > static_cast<size_t>(INT32_MAX))
       throw std::runtime_error("message of " + std::to_string(payload->size()) + " bytes exceeds MPI's 2 GiB limit");
+    reapSends();
     pending_.push_back({MPI_REQUEST_NULL, payload});
     check(MPI_Isend(payload->data(), static_cast<int>(payload->size()), MPI_BYTE, dst, tag, comm_,
                     &pending_.back().request),
@@ -134,6 +135,18 @@ public:
   }
 
 private:
+  /// Drops the sends that have completed, so each buffer goes as soon as its
+  /// peer has it rather than at the end of the step (1F1B's memory bound).
+  void reapSends() {
+    size_t kept = 0;
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      int done = 0;
+      check(MPI_Test(&pending_[i].request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!done) pending_[kept++] = std::move(pending_[i]);
+    }
+    pending_.resize(kept);
+  }
+
   struct Pending {
     MPI_Request request;
     std::shared_ptr<const std::string> payload; // keeps the buffer alive

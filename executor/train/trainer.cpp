@@ -181,51 +181,142 @@ torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first
 constexpr int kActTag = 0, kGradTag = 1;
 int tagFor(int mb, int kind) { return 2 * mb + kind; }
 
-/// The axis of `v` that holds samples: the first dimension affine in the batch
-/// size (0 when the shape is unknown).
-int64_t batchAxis(const ir::Value &v) {
-  if (v.shape_known)
-    for (size_t i = 0; i < v.shape.size(); ++i)
-      if (v.shape[i].known && v.shape[i].batch_coeff != 0) return int64_t(i);
-  return 0;
+/// Where a value's samples lie: its batch axis, the first dimension affine in
+/// the batch size (-1: none, Note [batch-free values]; 0 when the shape is
+/// unknown), and their order along it (Value::batch_blocks, Note [batch layout]
+/// in executor/frontend/common.cpp).
+struct BatchLayout {
+  int64_t axis = 0;
+  int64_t blocks = 1;
+};
+
+BatchLayout batchLayout(const ir::Value &v) {
+  if (!v.shape_known) return {0, 1};
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (!v.shape[i].known) return {0, 1};
+    if (v.shape[i].batch_coeff != 0) return {int64_t(i), v.batch_blocks};
+  }
+  return {-1, 1};
 }
 
-/// Rows of `t` for samples [part.begin, part.end) when `t` holds samples
-/// [whole.begin, whole.end) along `axis` (k rows per sample, k = size / samples).
-torch::Tensor sliceSamples(const torch::Tensor &t, int64_t axis, const schedule::SampleRange &whole,
+/// `t`'s sizes with its batch axis, of `rows` rows for `n` samples, viewed as
+/// [blocks, n, rows / (n * blocks)] (Note [batch layout]).
+std::vector<int64_t> blockView(const torch::Tensor &t, const BatchLayout &l, int64_t n) {
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  const int64_t per_sample = sizes[size_t(l.axis)] / n;
+  sizes[size_t(l.axis)] = per_sample / l.blocks;
+  sizes.insert(sizes.begin() + l.axis, {l.blocks, n});
+  return sizes;
+}
+
+/// Samples [part.begin, part.end) of `t`, which holds samples [whole.begin,
+/// whole.end) laid out as `l` says.
+torch::Tensor sliceSamples(const torch::Tensor &t, const BatchLayout &l, const schedule::SampleRange &whole,
                            const schedule::SampleRange &part, const std::string &what) {
-  if (t.dim() == 0 || t.size(axis) % whole.size() != 0)
-    throw std::runtime_error(what + ": dimension " + std::to_string(axis) + " of shape " +
+  if (part.begin == whole.begin && part.end == whole.end) return t;
+  if (l.blocks == 0)
+    throw std::runtime_error(what + ": its samples are mixed along its batch axis (an op such as BatchNorm "
+                             "couples them), so it cannot be split between replicas; cut the model elsewhere");
+  if (t.dim() <= l.axis || t.size(l.axis) % (whole.size() * l.blocks) != 0)
+    throw std::runtime_error(what + ": dimension " + std::to_string(l.axis) + " of shape " +
                              c10::str(t.sizes()) + " is not a multiple of the " + std::to_string(whole.size()) +
                              " samples it holds, so it cannot be split between replicas");
-  const int64_t k = t.size(axis) / whole.size();
-  return t.narrow(axis, (part.begin - whole.begin) * k, part.size() * k);
+  const int64_t k = t.size(l.axis) / whole.size();
+  if (l.blocks == 1) return t.narrow(l.axis, (part.begin - whole.begin) * k, part.size() * k);
+  std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  sizes[size_t(l.axis)] = part.size() * k;
+  return t.reshape(blockView(t, l, whole.size())).narrow(l.axis + 1, part.begin - whole.begin, part.size())
+      .reshape(sizes);
 }
 
-/// Sends one message per peer replica whose samples overlap ours (SPEC: each
-/// rank sends exactly the intersection of sample ranges).
-void sendPieces(comm::Communicator &comm, const torch::Tensor &t, int64_t axis, const schedule::SampleRange &mine,
-                const std::vector<int> &peer_ranks, const std::vector<schedule::SampleRange> &peer_ranges, int tag,
-                const std::string &what) {
-  for (size_t k = 0; k < peer_ranks.size(); ++k) {
-    schedule::SampleRange part = schedule::intersect(mine, peer_ranges[k]);
+/// Joins pieces holding consecutive sample ranges of `counts[i]` samples each.
+torch::Tensor joinSamples(const std::vector<torch::Tensor> &pieces, const std::vector<int64_t> &counts,
+                          const BatchLayout &l) {
+  if (pieces.size() == 1 || pieces[0].numel() == 0) return pieces[0];
+  if (l.blocks <= 1) return torch::cat(pieces, l.axis);
+  std::vector<torch::Tensor> views;
+  int64_t rows = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    views.push_back(pieces[i].reshape(blockView(pieces[i], l, counts[i])));
+    rows += pieces[i].size(l.axis);
+  }
+  std::vector<int64_t> sizes(pieces[0].sizes().begin(), pieces[0].sizes().end());
+  sizes[size_t(l.axis)] = rows;
+  return torch::cat(views, l.axis + 1).reshape(sizes);
+}
+
+// Note [batch-free values]
+// A value whose shape holds no samples (position ids [1, T], a causal mask
+// [T, T], a size) is the same for every sample, so it is never split between
+// replicas: receiver replica i gets it whole from producer replica
+// i % (producer replicas), and sends its gradient back to that replica alone.
+// A producer replica sums the gradients of the receivers it served (none: no
+// gradient). Backward is linear in those gradients, and each receiver's is
+// already weighted by its share of the batch, so once the producer's
+// parameter gradients are all-reduced over its replicas they hold the whole
+// batch's, exactly as one device computes them.
+
+/// How this rank exchanges one value with the replicas of a peer stage.
+struct Link {
+  const std::vector<int> &peer_ranks;
+  const std::vector<schedule::SampleRange> &peer_ranges;
+  schedule::SampleRange mine;
+  int replica = 0;       ///< this rank's replica index in its stage
+  int replicas = 1;      ///< its stage's replica count
+  bool producer = false; ///< this stage computes the value (sends it, receives its gradient)
+
+  /// The peer replicas a batch-free value goes to or comes from.
+  std::vector<size_t> batchFreePeers() const {
+    std::vector<size_t> peers;
+    if (producer) {
+      for (size_t i = 0; i < peer_ranks.size(); ++i)
+        if (int(i) % replicas == replica) peers.push_back(i);
+    } else {
+      peers.push_back(size_t(replica) % peer_ranks.size());
+    }
+    return peers;
+  }
+};
+
+/// Sends `t` (a value or its gradient) to the peer replicas: exactly the
+/// intersection of sample ranges (SPEC), or whole when the value holds no
+/// samples.
+void sendValue(comm::Communicator &comm, const torch::Tensor &t, const BatchLayout &layout, const Link &link,
+               int tag, const std::string &what) {
+  if (layout.axis < 0) {
+    for (size_t k : link.batchFreePeers())
+      comm.send(std::make_shared<std::string>(runtime::packTensor(t)), link.peer_ranks[k], tag);
+    return;
+  }
+  for (size_t k = 0; k < link.peer_ranks.size(); ++k) {
+    schedule::SampleRange part = schedule::intersect(link.mine, link.peer_ranges[k]);
     if (part.size() <= 0) continue;
-    torch::Tensor piece = t.numel() == 0 ? t : sliceSamples(t, axis, mine, part, what);
-    comm.send(std::make_shared<std::string>(runtime::packTensor(piece)), peer_ranks[k], tag);
+    torch::Tensor piece = t.numel() == 0 ? t : sliceSamples(t, layout, link.mine, part, what);
+    comm.send(std::make_shared<std::string>(runtime::packTensor(piece)), link.peer_ranks[k], tag);
   }
 }
 
-/// Receives the overlapping pieces from the peer replicas and joins them in
-/// sample order.
-torch::Tensor recvPieces(comm::Communicator &comm, int64_t axis, const schedule::SampleRange &mine,
-                         const std::vector<int> &peer_ranks, const std::vector<schedule::SampleRange> &peer_ranges,
-                         int tag) {
+/// Receives what sendValue sent this rank: the overlapping pieces joined in
+/// sample order, or a batch-free value whole (its gradients summed; empty
+/// when no receiver sent one).
+torch::Tensor recvValue(comm::Communicator &comm, const BatchLayout &layout, const Link &link, int tag) {
+  if (layout.axis < 0) {
+    torch::Tensor sum;
+    for (size_t k : link.batchFreePeers()) {
+      torch::Tensor t = runtime::unpackTensor(comm.recv(link.peer_ranks[k], tag));
+      if (t.numel() == 0 && t.dim() == 1) continue; // "no gradient"
+      sum = sum.defined() ? sum + t : t;
+    }
+    return sum.defined() ? sum : torch::empty({0});
+  }
   std::vector<torch::Tensor> pieces;
-  for (size_t k = 0; k < peer_ranks.size(); ++k)
-    if (schedule::intersect(mine, peer_ranges[k]).size() > 0)
-      pieces.push_back(runtime::unpackTensor(comm.recv(peer_ranks[k], tag)));
-  if (pieces.size() == 1 || pieces[0].numel() == 0) return pieces[0];
-  return torch::cat(pieces, axis);
+  std::vector<int64_t> counts;
+  for (size_t k = 0; k < link.peer_ranks.size(); ++k)
+    if (const int64_t n = schedule::intersect(link.mine, link.peer_ranges[k]).size(); n > 0) {
+      pieces.push_back(runtime::unpackTensor(comm.recv(link.peer_ranks[k], tag)));
+      counts.push_back(n);
+    }
+  return joinSamples(pieces, counts, layout);
 }
 
 /// Sums the gradients of `params` over `group` (one flat buffer); a rank
@@ -437,6 +528,10 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   int64_t samples_done = 0, peak_memory = 0;
   const bool progress_tty = &log == &std::cerr && ::isatty(STDERR_FILENO);
   auto name = [&](ir::ValueId v) { return "value '" + s.graph.values[v].name + "'"; };
+  auto link = [&](int peer_stage, bool producer) {
+    return Link{ranks_of[size_t(peer_stage)], shards[size_t(peer_stage)], mine, s.replica,
+                int(ranks_of[size_t(s.stage)].size()), producer};
+  };
   Watchdog watchdog(opts.timeout_s, comm);
 
   std::ofstream jsonl;
@@ -455,6 +550,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     std::vector<double> batch_losses(size_t(K), 0.0); // each global batch's loss
     double lr = opts.lr * lrFactor(opts, step, steps), grad_norm = 0;
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
+    std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> received; // RecvActivations -> Forward
     bool skipped = false;
     std::array<double, kPhases> phase_s{};
     for (size_t ai = 0; ai < actions.size(); ++ai) {
@@ -465,15 +561,16 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       watchdog.progress("at step " + std::to_string(step) + ", stage " + std::to_string(s.stage) + ": " +
                         schedule::toString(a));
       switch (a.kind) {
-      case schedule::ActionKind::RecvActivations:
-        break; // received together with the forward below
-      case schedule::ActionKind::Forward: {
-        std::unordered_map<ir::ValueId, torch::Tensor> feeds;
+      case schedule::ActionKind::RecvActivations: {
+        auto &feeds = received[mb];
         for (const auto &r : prog.recvs)
-          feeds[r.value] = recvPieces(comm, batchAxis(s.graph.values[r.value]), mine, ranks_of[r.peer_stage],
-                                      shards[r.peer_stage], tagFor(mb, kActTag));
-        phase_s[kComm] += secondsSince(a0); // waiting for the previous stage
-        a0 = std::chrono::steady_clock::now();
+          feeds[r.value] = recvValue(comm, batchLayout(s.graph.values[r.value]), link(r.peer_stage, false),
+                                     tagFor(mb, kActTag));
+        break;
+      }
+      case schedule::ActionKind::Forward: {
+        std::unordered_map<ir::ValueId, torch::Tensor> feeds = std::move(received[mb]);
+        received.erase(mb);
         const int64_t first = checkpoints.samplesBefore(step) + int64_t(mb) * b + mine.begin;
         for (ir::ValueId in : prog.data_inputs)
           feeds[in] = opts.synthetic
@@ -510,8 +607,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       case schedule::ActionKind::SendGradients:
         for (const auto &r : prog.recvs) {
           torch::Tensor g = runner.inputGrad(mb, r.value);
-          sendPieces(comm, g.defined() ? g : torch::empty({0}), batchAxis(s.graph.values[r.value]), mine,
-                     ranks_of[r.peer_stage], shards[r.peer_stage], tagFor(mb, kGradTag), name(r.value));
+          sendValue(comm, g.defined() ? g : torch::empty({0}), batchLayout(s.graph.values[r.value]),
+                    link(r.peer_stage, false), tagFor(mb, kGradTag), name(r.value));
         }
         runner.release(mb);
         break;

@@ -152,27 +152,63 @@ struct Imported {
   proto::ModelRef ref;
 };
 
-/// A model by its kind: a TorchScript archive, a torch.export program or ONNX.
-Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir,
-                              const ImportFn &import_torch) {
+/// A model by its kind: a TorchScript archive, a torch.export program or ONNX
+/// (its unknown shapes completed where the front ends can, Note [flop counts]
+/// and the executor's batch axes need them).
+Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir, const FrontEnds &front_ends,
+                              std::ostream &log) {
   if (import::isTorchScriptPath(model) || import::isTorchExportPath(model)) {
-    if (!import_torch) return Error{model + ": TorchScript and torch.export import is not available in this tool"};
-    return import_torch(model, data_dir);
+    if (!front_ends.torch) return Error{model + ": TorchScript and torch.export import is not available in this tool"};
+    return front_ends.torch(model, data_dir);
   }
   if (!data_dir.empty())
     return Error{"--data " + data_dir + ": describes the inputs of a TorchScript archive; " + model +
                  " declares its own"};
-  return import::importModel(model);
+  auto graph = import::importModel(model);
+  if (!graph || !front_ends.onnx_shapes) return graph;
+  auto completed = front_ends.onnx_shapes(*graph, model);
+  if (!completed)
+    log << "rannc-plan: warning: " << model << ": " << completed.error().message
+        << "; they count as empty and contiguous in the batch\n";
+  else if (*completed > 0)
+    log << "rannc-plan: " << model << ": ran the graph for the shapes of " << *completed
+        << " values ONNX's shape inference left unknown\n";
+  return graph;
+}
+
+/// Merges the units between which a value the executor cannot split would
+/// cross: floating-point values whose samples are mixed along their batch
+/// axis (Value::batch_blocks 0, Note [batch layout]). The partitioner then
+/// never cuts them; `check` refuses such a cut in a hand edit between stages
+/// of different replica counts.
+std::vector<cost::Unit> glueUnsplittable(const ir::Graph &g, std::vector<cost::Unit> units) {
+  std::vector<int> unit_of(g.nodes.size(), 0);
+  for (int u = 0; u < int(units.size()); ++u)
+    for (int n = units[u].op_begin; n < units[u].op_end; ++n) unit_of[n] = u;
+  std::vector<char> glued(units.size() + 1, 0); // glued[i]: no cut before unit i
+  const auto users = g.users();
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+    const ir::Value &val = g.values[v];
+    if (val.kind != ir::ValueKind::Intermediate || val.batch_blocks != 0 || !ir::isFloating(val.dtype)) continue;
+    for (ir::NodeId reader : users[v])
+      for (int i = unit_of[val.producer] + 1; i <= unit_of[reader]; ++i) glued[i] = 1;
+  }
+  std::vector<cost::Unit> out;
+  for (int u = 0; u < int(units.size()); ++u) {
+    if (glued[u] && !out.empty()) out.back().op_end = units[u].op_end;
+    else out.push_back(units[u]);
+  }
+  return out;
 }
 
 Expected<Imported> importForPlanning(const std::string &model, const std::string &data_dir,
-                                     const ImportFn &import_torch) {
-  auto graph = importAny(model, data_dir, import_torch);
+                                     const FrontEnds &front_ends, std::ostream &log) {
+  auto graph = importAny(model, data_dir, front_ends, log);
   if (!graph) return graph.error();
   auto ref = plan::describeModel(model, *graph, data_dir.empty() ? "model" : "--data " + data_dir);
   if (!ref) return ref.error();
   ir::sinkParameterOps(*graph);
-  auto units = cost::formUnits(*graph);
+  auto units = glueUnsplittable(*graph, cost::formUnits(*graph));
   std::string sha = ref->sha256();
   return Imported{std::move(*graph), std::move(units), std::move(sha), std::move(*ref)};
 }
@@ -181,7 +217,7 @@ Expected<Imported> importForPlanning(const std::string &model, const std::string
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto cluster = clusterFor(opts);
   if (!cluster) return cluster.error();
-  auto imported = importForPlanning(opts.model, opts.data_dir, opts.import_torch);
+  auto imported = importForPlanning(opts.model, opts.data_dir, opts.front_ends, log);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
   auto &units = imported->units;
@@ -221,7 +257,7 @@ Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, s
   if (opts.device_type != "cpu")
     return Error{"rannc-plan profile measures this machine's device (cpu); '" + opts.device_type +
                  "' is not here"};
-  auto imported = importForPlanning(opts.model, opts.data_dir, opts.import_torch);
+  auto imported = importForPlanning(opts.model, opts.data_dir, opts.front_ends, log);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
   auto &units = imported->units;
@@ -242,9 +278,9 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out) {
   return Status::success();
 }
 
-Status runImport(const std::string &model_path, const std::string &data_dir, const ImportFn &import_torch,
-                 std::ostream &out) {
-  auto graph = importAny(model_path, data_dir, import_torch);
+Status runImport(const std::string &model_path, const std::string &data_dir, const FrontEnds &front_ends,
+                 std::ostream &out, std::ostream &log) {
+  auto graph = importAny(model_path, data_dir, front_ends, log);
   if (!graph) return graph.error();
   graph->print(out);
   return Status::success();

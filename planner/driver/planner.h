@@ -28,6 +28,17 @@ using MeasureFn = std::function<Expected<cost::CostTable>(const ir::Graph &, con
 /// archive without its own input description).
 using ImportFn = std::function<Expected<ir::Graph>(const std::string &path, const std::string &data_dir)>;
 
+/// Fills the shapes ONNX's own shape inference left unknown in a graph
+/// imported from `model` (by running it with LibTorch); how many it set.
+using ShapeFn = std::function<Expected<int>(ir::Graph &g, const std::string &model)>;
+
+/// The front ends that need LibTorch, which the tool passes in; an unset one
+/// refuses TorchScript and torch.export, or leaves unknown ONNX shapes unknown.
+struct FrontEnds {
+  ImportFn torch; ///< TorchScript (.pt) and torch.export (.pt2)
+  ShapeFn onnx_shapes;
+};
+
 struct PlanOptions {
   std::string model;
   std::string output;
@@ -51,7 +62,7 @@ struct PlanOptions {
   std::string profile;
   int threads = 1; ///< intra-op threads per rank (what measured costs assume)
   MeasureFn measure; ///< unset: measuring is unavailable
-  ImportFn import_torch; ///< TorchScript (.pt) and torch.export (.pt2); unset: refused
+  FrontEnds front_ends;
   std::string data_dir;        ///< --data: a TorchScript archive's inputs from DIR/<input>.npy
 };
 
@@ -62,7 +73,7 @@ struct ProfileCommandOptions {
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
   std::string device_type = "cpu";
-  ImportFn import_torch; ///< TorchScript (.pt) and torch.export (.pt2); unset: refused
+  FrontEnds front_ends;
 };
 
 /// The cluster the options describe: a cluster file, or --gpus devices of a preset.
@@ -93,7 +104,7 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out);
 /// rannc-plan profile MODEL -o PROFILE (measure is the LibTorch profiler)
 Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log);
 /// rannc-plan import MODEL
-Status runImport(const std::string &model_path, const std::string &data_dir, const ImportFn &import_torch,
-                 std::ostream &out);
+Status runImport(const std::string &model_path, const std::string &data_dir, const FrontEnds &front_ends,
+                 std::ostream &out, std::ostream &log);
 
 } // namespace rannc::planner

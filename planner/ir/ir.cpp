@@ -195,6 +195,9 @@ void Graph::print(std::ostream &os) const {
       const Value &v = values[n.outputs[i]];
       os << '%' << v.name << ':' << dtypeName(v.dtype)
          << (v.shape_known ? shapeString(v.shape) : std::string("[*]"));
+      if (v.batch_blocks != 1)
+        os << (v.batch_blocks == 0 ? std::string("(samples mixed)")
+                                   : "(samples in " + std::to_string(v.batch_blocks) + " blocks)");
     }
     os << " = " << (n.domain.empty() ? "" : n.domain + ".") << n.op_type << '(';
     for (size_t i = 0; i < n.inputs.size(); ++i) {

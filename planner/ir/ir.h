@@ -91,6 +91,12 @@ struct Value {
   bool shape_known = false; ///< false when even the rank is unknown
   ValueKind kind = ValueKind::Intermediate;
   NodeId producer = -1;     ///< the node that writes it (Intermediate only)
+  /// How the samples lie along the batch axis (the first dimension affine in
+  /// B, of size c*B): as [batch_blocks, B, c/batch_blocks] in row-major order.
+  /// 1: each sample's c rows are contiguous ([B*T, C] from a batch-first
+  /// reshape); T: interleaved ([T*B, C] from sequence-first attention); 0:
+  /// unknown (samples mixed, as after BatchNorm). Note [batch layout].
+  int64_t batch_blocks = 1;
 };
 
 struct Node {

@@ -79,6 +79,22 @@ void coverageProblems(const proto::Plan &plan, std::vector<std::string> &problem
 
 /// Values flow forward: through the op order (topological) and through the
 /// stages (an op reads only what its own or an earlier stage computes).
+/// A floating-point value whose samples are mixed along its batch axis
+/// (batch_blocks -1, Note [batch layout]) cannot be split between replicas:
+/// it may cross only between stages with equal replica counts (non-floating
+/// values are recomputed, Note [recomputed values]).
+void unsplittable(const proto::Plan &plan, const proto::Op &producer, const std::string &value, int from, int to,
+                  std::vector<std::string> &problems) {
+  const int a = plan.stages(from).ranks_size(), b = plan.stages(to).ranks_size();
+  if (a == b) return;
+  for (const auto &out : producer.outputs())
+    if (out.name() == value && out.batch_blocks() < 0 && (out.dtype()[0] == 'f' || out.dtype() == "bf16"))
+      problems.push_back("stages[" + std::to_string(to) + "]: reads '" + value + "' from stage " +
+                         std::to_string(from) + ", but its samples are mixed along its batch axis (an op such as "
+                         "BatchNorm couples them), so it cannot be split between " + std::to_string(a) + " and " +
+                         std::to_string(b) + " replicas; move the boundary or give both stages the same replicas");
+}
+
 void dependencyProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
   const auto &graph = plan.graph();
   const int num_ops = graph.ops_size();
@@ -108,6 +124,7 @@ void dependencyProblems(const proto::Plan &plan, std::vector<std::string> &probl
     std::string example;
   };
   std::map<std::pair<int, int>, Backflow> backflows;
+  std::set<std::pair<std::string, int>> crossings; // (value, reader stage), each checked once
   int order_errors = 0;
   constexpr int kMaxOrderErrors = 10;
   for (int n = 0; n < num_ops; ++n)
@@ -128,6 +145,9 @@ void dependencyProblems(const proto::Plan &plan, std::vector<std::string> &probl
                              opRef(plan, p) + "] computes it (graph.ops must be in topological order)");
         continue;
       }
+      if (stage_of[n] >= 0 && stage_of[p] >= 0 && stage_of[p] < stage_of[n] &&
+          crossings.insert({in, stage_of[n]}).second)
+        unsplittable(plan, graph.ops(p), in, stage_of[p], stage_of[n], problems);
       if (stage_of[n] >= 0 && stage_of[p] > stage_of[n]) {
         Backflow &b = backflows[{stage_of[n], stage_of[p]}];
         if (b.count++ == 0) b.example = "op " + opRef(plan, n) + " reads '" + in + "' from op " + opRef(plan, p);

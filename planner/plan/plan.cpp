@@ -115,6 +115,7 @@ proto::Graph graphToProto(const ir::Graph &g) {
       o->set_name(v.name);
       o->set_dtype(std::string(ir::dtypeName(v.dtype)));
       o->set_shape(shapeText(v));
+      if (v.batch_blocks != 1) o->set_batch_blocks(v.batch_blocks == 0 ? -1 : v.batch_blocks);
     }
     for (const auto &[name, value] : n.attrs) {
       proto::Attribute *a = op->add_attrs();
@@ -205,6 +206,7 @@ Expected<ir::Graph> graphFromProto(const proto::Graph &p) {
       ir::Value v;
       v.name = out.name();
       if (Status st = setTypeAndShape(v, out.dtype(), out.shape(), where); !st) return Error{st.message()};
+      v.batch_blocks = out.batch_blocks() == 0 ? 1 : out.batch_blocks() < 0 ? 0 : out.batch_blocks();
       n.outputs.push_back(g.addValue(std::move(v)));
     }
     for (const auto &a : op.attrs()) {

@@ -8,6 +8,7 @@
 #include "planner/cluster/cluster.h"
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
+#include "executor/frontend/common.h"
 #include "executor/frontend/torch_export_import.h"
 #include "executor/train/version.h"
 
@@ -25,6 +26,14 @@ rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, in
     po.repetitions = repetitions;
     return rannc::profile::measureUnits(g, units, po, std::cerr);
   };
+}
+
+/// TorchScript and torch.export import, and ONNX shapes completed by running
+/// the graph for models whose weights take at most 2 GiB (a few seconds).
+rannc::planner::FrontEnds libtorchFrontEnds() {
+  return {rannc::import::importTorchModel, [](rannc::ir::Graph &g, const std::string &model) {
+            return rannc::import::completeShapesByRunning(g, model, int64_t(2) << 30);
+          }};
 }
 
 int fail(const std::string &message) {
@@ -91,7 +100,7 @@ int planCommand(int argc, char **argv) {
   if (cluster->count() && (gpus->count() || type->count()))
     return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
   o.measure = measurer(o.threads, o.optimizer);
-  o.import_torch = rannc::import::importTorchModel;
+  o.front_ends = libtorchFrontEnds();
   if (!memory.empty()) {
     auto bytes = rannc::cluster::parseByteSize(memory);
     if (!bytes) return fail("--device-memory: " + bytes.error().message);
@@ -143,7 +152,7 @@ int profileCommand(int argc, char **argv) {
   }
   for (int64_t b : o.batch_sizes)
     if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
-  o.import_torch = rannc::import::importTorchModel;
+  o.front_ends = libtorchFrontEnds();
   return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions), std::cerr));
 }
 
@@ -157,7 +166,7 @@ int importCommand(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
-  return finish(rannc::planner::runImport(model, data_dir, rannc::import::importTorchModel, std::cout));
+  return finish(rannc::planner::runImport(model, data_dir, libtorchFrontEnds(), std::cout, std::cerr));
 }
 
 /// Adds the options every re-estimating verb shares.

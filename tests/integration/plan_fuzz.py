@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Plan fuzzing: random legal plans of the models in --models, each checked,
+trained with mpirun rannc-exec and compared with PyTorch's own training.
+
+Every generated plan is a hand edit of a one-stage plan: random stage
+boundaries at any op, a random replica count per stage (the ranks in order),
+a random micro-batch count that divides the batch and gives every replica a
+sample, a random schedule, and activation recomputation on a random third of
+the stages. Models with BatchNorm get one replica per stage
+and one micro-batch (SPEC: the only layouts where batch statistics are one
+device's). Each plan must pass `rannc-plan check` and train to PyTorch's losses
+and trained parameters (relative 1e-4; reference_sgd*.json and .npz written by
+models/make_model.py). A plan `check` refuses is not run; the generator tries
+again (at most --tries times) and counts it, and one case of every kind of
+refusal is printed: a refusal of a plan the executor could run is a bug too.
+
+  .venv/bin/python tests/integration/plan_fuzz.py --plan-tool build/tools/rannc-plan \\
+      --exec-tool build/tools/rannc-exec --models build/models --work /tmp/fuzz --plans 200 --seed 1
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_check  # noqa: E402
+
+REL_TOL = train_check.REL_TOL
+BATCHNORM_MODELS = {"resnet18", "resnet18_13", "mobilenet_v3_small"}
+
+
+def run(cmd, timeout=300):
+    return subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
+
+
+def base_plan(args, model, batch, work):
+    """The model on one stage, as JSON (the editable form)."""
+    path = os.path.join(work, f"{model}-base.json")
+    if not os.path.exists(path):
+        p = run([args.plan_tool, os.path.join(args.models, model, "model.onnx"), "--gpus", "1", "--device-type",
+                 "cpu", "--batch-size", str(batch), "--profile", "analytic", "--stages", "1", "--microbatches", "1",
+                 "-o", path])
+        if p.returncode != 0:
+            sys.exit(f"{model}: rannc-plan failed:\n{p.stderr}")
+    return json.load(open(path))
+
+
+def random_plan(rng, base, model, batch, max_ranks):
+    plan = json.loads(json.dumps(base))
+    num_ops = len(plan["graph"]["ops"])
+    batchnorm = model in BATCHNORM_MODELS
+    stages = rng.randint(1, min(max_ranks, 4, num_ops))
+    cuts = sorted(rng.sample(range(1, num_ops), stages - 1))
+    bounds = [0] + cuts + [num_ops]
+    replicas = [1] * stages
+    if not batchnorm:
+        for i in rng.sample(range(stages), stages):
+            if sum(replicas) < max_ranks and rng.random() < 0.5:
+                replicas[i] += 1
+    widest = max(replicas)
+    counts = [m for m in (1, 2, 4) if batch % m == 0 and batch // m >= widest] if not batchnorm else [1]
+    microbatches = rng.choice(counts)
+    rank = 0
+    plan["stages"] = []
+    for s in range(stages):
+        plan["stages"].append({"id": s, "ranks": list(range(rank, rank + replicas[s])),
+                               "op_begin": bounds[s], "op_end": bounds[s + 1], "recompute": rng.random() < 0.3})
+        rank += replicas[s]
+    plan["cluster"]["devices_per_node"] = rank  # one CPU device per rank, as --gpus N makes
+    plan["microbatches"] = microbatches
+    plan["schedule"] = rng.choice(["GPIPE", "ONE_F_ONE_B"])
+    plan.pop("estimates", None)
+    recomputing = [s["id"] for s in plan["stages"] if s["recompute"]]
+    desc = (f"{model}: {stages} stage(s) at ops {bounds}, replicas {replicas}, {microbatches} micro-batch(es), "
+            f"{plan['schedule']}" + (f", recomputing {recomputing}" if recomputing else ""))
+    return plan, rank, desc
+
+
+def train(args, model, plan_path, ranks, ref, work):
+    log = os.path.join(work, "log.jsonl")
+    trained = os.path.join(work, "trained.onnx")
+    for f in (log, trained):
+        if os.path.exists(f):
+            os.remove(f)
+    p = run([args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), args.exec_tool, plan_path,
+             "--data", os.path.join(args.models, model, "data"), "--shuffle", "off", "--log", log, "--steps",
+             str(ref["steps"]), "--optimizer", "sgd", "--lr", repr(ref["lr"]), "--export-onnx", trained])
+    if p.returncode != 0:
+        return None, p.stderr.strip().splitlines()[-1:] or ["(no output)"]
+    losses = [json.loads(line)["loss"] for line in open(log)]
+    if len(losses) != len(ref["losses"]):
+        return None, [f"{len(losses)} steps logged, expected {len(ref['losses'])}"]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(losses, ref["losses"]))
+    try:
+        worst = max(worst, train_check.check_state(trained, os.path.join(args.models, model), "sgd"))
+    except SystemExit as e:
+        return None, [str(e)]
+    return worst, []
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plan-tool", required=True)
+    ap.add_argument("--exec-tool", required=True)
+    ap.add_argument("--mpirun", default="mpirun")
+    ap.add_argument("--models", required=True, help="the folder make_model.py wrote the models into")
+    ap.add_argument("--zoo", default="gpt,bert,gpt_tied,mlp,vit_tiny,gpt_untuned,resnet18",
+                    help="models to draw from (each needs reference_sgd.json)")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--plans", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-ranks", type=int, default=4)
+    ap.add_argument("--tries", type=int, default=20, help="attempts per plan before giving up on a legal one")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    rng = random.Random(a.seed)
+    zoo = [m for m in a.zoo.split(",") if m]
+    refused, refusals, failures, worst_all = 0, {}, [], 0.0
+    start = time.time()
+    for i in range(a.plans):
+        model = zoo[i % len(zoo)]
+        ref = json.load(open(os.path.join(a.models, model, "reference_sgd.json")))
+        base = base_plan(a, model, ref["batch_size"], a.work)
+        plan_path = os.path.join(a.work, f"plan-{i}.json")
+        for _ in range(a.tries):
+            plan, ranks, desc = random_plan(rng, base, model, ref["batch_size"], a.max_ranks)
+            json.dump(plan, open(plan_path, "w"))
+            p = run([a.plan_tool, "check", plan_path])
+            if p.returncode == 0:
+                break
+            refused += 1
+            lines = [ln for ln in (p.stdout + p.stderr).splitlines() if "error: " in ln]
+            problem = lines[0].split("error: ", 1)[1] if lines else (p.stdout + p.stderr).strip()[-300:]
+            refusals.setdefault(problem.split(":")[0], f"{desc}\n    {problem}")
+        else:
+            failures.append(f"plan {i}: no legal plan of {model} in {a.tries} tries")
+            continue
+        worst, problems = train(a, model, plan_path, ranks, ref, a.work)
+        status = "ok" if worst is not None and worst <= REL_TOL else "FAILED"
+        shown = f"{worst:.2e}" if worst is not None else "-"
+        print(f"[{i + 1}/{a.plans}] {status}  {desc}  worst rel {shown}  {' '.join(problems)}", flush=True)
+        if status != "ok":
+            failures.append(f"plan {i} ({plan_path}): {desc}: {' '.join(problems) or f'worst {shown}'}")
+        else:
+            worst_all = max(worst_all, worst)
+    for kind, example in refusals.items():
+        print(f"check refused plans like: {example}")
+    print(f"{a.plans} plans of {len(zoo)} models in {time.time() - start:.0f} s: {a.plans - len(failures)} exact "
+          f"(worst relative difference {worst_all:.2e}, tolerance {REL_TOL}), {len(failures)} failed; "
+          f"{refused} generated plans refused by check")
+    if failures:
+        sys.exit("\n".join(failures))
+
+
+if __name__ == "__main__":
+    main()
