@@ -19,6 +19,10 @@ StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
   for (ir::ValueId b : program_.buffers)
     if (!buffers_.count(b)) throw std::runtime_error("buffer '" + g.values[b].name + "' was not loaded");
   for (const ir::BufferUpdate &u : ir::bufferUpdates(g)) updates_[u.node].push_back(u);
+  for (ir::NodeId n : program_.nodes) {
+    const std::string &op = g.nodes[n].op_type;
+    in_place_ |= g.nodes[n].domain == "aten" && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_';
+  }
 }
 
 std::vector<torch::Tensor> StageRunner::parameters() const {
@@ -28,13 +32,53 @@ std::vector<torch::Tensor> StageRunner::parameters() const {
 }
 
 void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor> feeds) {
-  auto &env = envs_[mb];
-  env = std::move(feeds);
   for (const auto &r : program_.recvs) {
-    auto it = env.find(r.value);
-    if (it == env.end()) throw std::runtime_error("value '" + g_.values[r.value].name + "' was not received");
+    auto it = feeds.find(r.value);
+    if (it == feeds.end()) throw std::runtime_error("value '" + g_.values[r.value].name + "' was not received");
     if (it->second.is_floating_point()) it->second.requires_grad_(true);
   }
+  auto &env = envs_[mb];
+  if (!recompute_) {
+    env = std::move(feeds);
+    run(env, true);
+    return;
+  }
+  // Note [recomputation]: keep the inputs, the sent values and the loss.
+  Stash &stash = stash_[mb];
+  stash.inputs = feeds;
+  if (in_place_) // an in-place op (TorchScript's `out += identity`) may write to an input
+    for (auto &[v, t] : stash.inputs) t = t.detach().clone().requires_grad_(t.requires_grad());
+  stash.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  env = std::move(feeds);
+  {
+    torch::NoGradGuard no_grad;
+    run(env, true);
+  }
+  std::unordered_map<ir::ValueId, torch::Tensor> kept = stash.inputs;
+  for (const auto &snd : program_.sends) kept[snd.value] = env.at(snd.value);
+  if (program_.computes_loss) kept[loss_] = env.at(loss_);
+  env = std::move(kept);
+}
+
+void StageRunner::dropSent(int mb) {
+  auto &env = envs_.at(mb);
+  for (const auto &snd : program_.sends)
+    if (!stash_.at(mb).inputs.count(snd.value)) env.erase(snd.value);
+}
+
+void StageRunner::recomputeForward(int mb) {
+  Stash &stash = stash_.at(mb);
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  const torch::Tensor now = gen.get_state();
+  gen.set_state(stash.rng_state);
+  auto &env = envs_[mb];
+  env = std::move(stash.inputs);
+  run(env, false);
+  gen.set_state(now);
+  stash_.erase(mb);
+}
+
+void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers) {
   std::vector<torch::Tensor> inputs;
   for (ir::NodeId n : program_.nodes) {
     const ir::Node &node = g_.nodes[n];
@@ -47,7 +91,9 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
       switch (g_.values[in].kind) {
       case ir::ValueKind::Parameter: inputs.push_back(params_.at(in)); break;
       case ir::ValueKind::Constant: inputs.push_back(constants_.at(in)); break;
-      case ir::ValueKind::Buffer: inputs.push_back(buffers_.at(in)); break;
+      case ir::ValueKind::Buffer: // a recomputation must not move running statistics again
+        inputs.push_back(update_buffers ? buffers_.at(in) : buffers_.at(in).clone());
+        break;
       default: {
         auto it = env.find(in);
         if (it == env.end())
@@ -60,7 +106,7 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
     // Note [buffers]: a training-mode BatchNormalization's updated running
     // statistics become the buffers' contents (the kernel returns them
     // detached; in inference mode it returns none and nothing changes).
-    if (auto u = updates_.find(n); u != updates_.end())
+    if (auto u = updates_.find(n); update_buffers && u != updates_.end())
       for (const ir::BufferUpdate &bu : u->second)
         for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
           if (node.outputs[i] == bu.update && outs[i].defined()) {
@@ -82,6 +128,7 @@ const torch::Tensor &StageRunner::value(int mb, ir::ValueId v) const {
 }
 
 void StageRunner::backward(int mb, const std::vector<torch::Tensor> &send_grads, double loss_weight) {
+  if (recompute_) recomputeForward(mb);
   // The same value may go to several consumers: sum their gradients first.
   std::map<ir::ValueId, torch::Tensor> grads;
   for (size_t i = 0; i < program_.sends.size() && i < send_grads.size(); ++i) {

@@ -51,9 +51,37 @@ public:
   /// does not influence the loss; undefined for non-floating values).
   torch::Tensor inputGrad(int mb, ir::ValueId v) const;
   /// Drops the micro-batch's saved values.
-  void release(int mb) { envs_.erase(mb); }
+  void release(int mb) {
+    envs_.erase(mb);
+    stash_.erase(mb);
+  }
+
+  /// Note [recomputation]
+  /// A recomputing stage runs forward without recording autograd and keeps,
+  /// per micro-batch, only its inputs (received values, data), the values it
+  /// sends and the loss. Just before the micro-batch's backward it re-runs
+  /// forward from those inputs with autograd on, the random generator set
+  /// back to its state before the first run (dropout draws the same masks),
+  /// and buffers left alone (BatchNorm's running statistics move once per
+  /// micro-batch). The planner counts k*b*cut_in + b*act of activations for it
+  /// (evaluate.cpp) instead of k*b*(cut_in + act): one micro-batch's full set
+  /// at a time.
+  void setRecompute(bool on) { recompute_ = on; }
+  /// A recomputing stage's sent values, once sent: backward recomputes them.
+  void dropSent(int mb);
+  bool recomputes() const { return recompute_; }
 
 private:
+  /// Runs the program's ops on `env` (inputs in, every value out).
+  void run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers);
+  /// The recomputing forward of `mb` from its stash.
+  void recomputeForward(int mb);
+
+  struct Stash {
+    std::unordered_map<ir::ValueId, torch::Tensor> inputs;
+    torch::Tensor rng_state; ///< the CPU generator's state before the first forward
+  };
+
   const ir::Graph &g_;
   schedule::StageProgram program_;
   std::map<ir::ValueId, torch::Tensor> params_;
@@ -62,6 +90,9 @@ private:
   std::map<ir::NodeId, std::vector<ir::BufferUpdate>> updates_; ///< buffer updates by the node that makes them
   ir::ValueId loss_;
   std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> envs_;
+  bool recompute_ = false;
+  bool in_place_ = false; ///< the program has in-place ATen ops
+  std::map<int, Stash> stash_; ///< recomputing stages: what forward keeps (Note [recomputation])
 };
 
 /// Random data of `v`'s shape at `samples` samples: normal floats, zero

@@ -496,6 +496,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
 
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
                               std::move(s.constants), std::move(s.buffers));
+  runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
   const auto &prog = runner.program();
   auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
@@ -542,7 +543,13 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   if (rank == 0)
     log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
         << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
-        << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer << "\n";
+        << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer;
+  if (rank == 0) {
+    std::string recomputing;
+    for (const auto &st : s.plan.stages())
+      if (st.recompute()) recomputing += (recomputing.empty() ? "" : ",") + std::to_string(st.id());
+    log << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing) << "\n";
+  }
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
@@ -586,16 +593,17 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       }
       case schedule::ActionKind::SendActivations:
         for (const auto &snd : prog.sends)
-          sendPieces(comm, runner.value(mb, snd.value), batchAxis(s.graph.values[snd.value]), mine,
-                     ranks_of[snd.peer_stage], shards[snd.peer_stage], tagFor(mb, kActTag), name(snd.value));
+          sendValue(comm, runner.value(mb, snd.value), batchLayout(s.graph.values[snd.value]),
+                    link(snd.peer_stage, true), tagFor(mb, kActTag), name(snd.value));
+        if (runner.recomputes()) runner.dropSent(mb); // backward recomputes them (Note [recomputation])
         break;
       case schedule::ActionKind::RecvGradients: {
         auto &grads = send_grads[mb];
         for (const auto &snd : prog.sends) {
-          torch::Tensor g = recvPieces(comm, batchAxis(s.graph.values[snd.value]), mine, ranks_of[snd.peer_stage],
-                                       shards[snd.peer_stage], tagFor(mb, kGradTag));
+          torch::Tensor g = recvValue(comm, batchLayout(s.graph.values[snd.value]), link(snd.peer_stage, true),
+                                      tagFor(mb, kGradTag));
           // An empty message stands for "no gradient" (a non-floating value).
-          grads.push_back(g.numel() == 0 && runner.value(mb, snd.value).numel() != 0 ? torch::Tensor() : g);
+          grads.push_back(g.numel() == 0 ? torch::Tensor() : g);
         }
         break;
       }

@@ -119,7 +119,10 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.devices.intra_node = {cluster.intra_node.bandwidth, cluster.intra_node.latency_s};
   p.devices.inter_node = {cluster.inter_node.bandwidth, cluster.inter_node.latency_s};
   p.optimizer_bytes_per_param_byte = cost::optimizerStateFactor(opts.optimizer);
-  p.allow_recompute = false; // the executor does not recompute activations yet
+  // Activation recomputation (Note [recomputation] in executor/runtime/stage.h):
+  // auto lets the DP choose it per stage where activations would not fit.
+  p.allow_recompute = opts.recompute != "off";
+  p.force_recompute = opts.recompute == "on";
   p.constraints.stages = opts.stages;
   p.constraints.replicas = opts.replicas;
   p.constraints.microbatches = opts.microbatches;

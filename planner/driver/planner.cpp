@@ -4,6 +4,7 @@
 #include <fstream>
 #include <set>
 
+#include "planner/cost/flops.h"
 #include "planner/cost/profile_file.h"
 #include "planner/import/onnx_import.h"
 #include "planner/driver/lower.h"
@@ -73,6 +74,13 @@ void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, in
   e->set_peak_memory_bytes(int64_t(c.memory.total()));
   e->set_memory_capacity_bytes(int64_t(capacity_bytes));
   e->set_allreduce_time_s(c.allreduce_s);
+  e->set_recompute_saved_bytes(int64_t(c.recompute_saves_bytes));
+}
+
+void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
+  const cost::GraphFlops f = cost::graphFlops(g, 1);
+  e->set_forward_flops_per_sample(f.fwd);
+  e->set_training_flops_per_sample(f.fwd + f.bwd);
 }
 
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
@@ -123,6 +131,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     for (int j = 0; j < stage.replicas; ++j) st->add_ranks(plan_units.firstRank(s) + j);
     st->set_op_begin(costs.units[stage.block_begin].op_begin);
     st->set_op_end(costs.units[stage.block_end - 1].op_end);
+    st->set_recompute(stage.recompute);
     const int64_t num_params = rangeParameterCount(g, st->op_begin(), st->op_end());
     fillStageEstimates(c, ev.capacity_bytes, num_params, st->mutable_estimates());
     optimizer = std::max(optimizer, double(num_params) * costs.optimizer_s_per_param);
@@ -131,6 +140,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   // stage's optimizer step, which every stage takes after the all-reduce.
   plan.mutable_estimates()->set_step_time_s(ev.step_time_s + optimizer);
   plan.mutable_estimates()->set_optimizer(opts.optimizer);
+  fillModelFlops(g, plan.mutable_estimates());
   *plan.mutable_graph() = plan::graphToProto(g);
   return plan;
 }

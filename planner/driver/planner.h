@@ -53,6 +53,7 @@ struct PlanOptions {
   int stages = 0;
   std::vector<int> replicas;   ///< one count for every stage, or one per stage
   std::string schedule;        ///< "gpipe" | "1f1b" | "" (searched)
+  std::string recompute = "auto"; ///< "auto" (chosen per stage where memory needs it) | "on" | "off"
   bool power_of_two_replicas = false;
   std::string strategy = "auto"; ///< auto (the DP) | uniform | parameters | time
   double memory_margin = 0.1;  ///< fraction of device memory kept free
@@ -88,6 +89,9 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log);
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs,
                                 const cluster::ClusterSpec &cluster, const PlanOptions &opts,
                                 const std::string &model_sha256);
+
+/// Sets the model's forward and training FLOPs per sample (Note [flop counts]).
+void fillModelFlops(const ir::Graph &g, proto::Estimates *e);
 
 /// Fills a stage's estimates from the partitioner's evaluation of it (planGraph
 /// and `check --update` both use it, so plans always carry the same fields).

@@ -169,7 +169,8 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   m.solution.microbatches = plan.microbatches();
   m.solution.schedule = plan.schedule() == proto::GPIPE ? partition::Schedule::GPipe : partition::Schedule::OneFOneB;
   for (const auto &s : plan.stages())
-    m.solution.stages.push_back({unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), false});
+    m.solution.stages.push_back(
+        {unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), s.recompute()});
   m.evaluation = partition::evaluate(m.problem, m.solution);
 
   double slowest_optimizer = 0;

@@ -88,6 +88,7 @@ Expected<SolveResult> solveBaseline(const Problem &p, Strategy strategy) {
       sol.stages.push_back(Stage{(*bounds)[s], (*bounds)[s + 1], replicas[s], false});
     for (bool recompute : {false, true}) {
       if (recompute && !p.allow_recompute) break;
+      if (!recompute && p.force_recompute) continue;
       for (Stage &st : sol.stages) st.recompute = recompute;
       Evaluation ev = evaluate(p, sol);
       ++result.stats.solutions;

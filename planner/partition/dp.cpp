@@ -301,7 +301,7 @@ private:
     const double act = act_[e] - act_[a], b = samples_[ri], k = inflight;
     const double fixed_mem = params + params + p_.optimizer_bytes_per_param_byte * params;
     const double working = b * maxWork(a, e), buffers = (bufs_[e] - bufs_[a]) + 2 * b * (cut_in + cut_out);
-    if (fixed_mem + k * b * (cut_in + act) + working + buffers <= cap_) return 0;
+    if (!p_.force_recompute && fixed_mem + k * b * (cut_in + act) + working + buffers <= cap_) return 0;
     if (p_.allow_recompute && fixed_mem + (k * b * cut_in + b * act) + working + buffers <= cap_) return 1;
     return -1;
   }

@@ -112,6 +112,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.memory.grads = c.param_bytes;
   c.memory.optimizer = p.optimizer_bytes_per_param_byte * c.param_bytes;
   c.memory.activations = stage.recompute ? k * b * cut_in + b * act : k * b * (cut_in + act);
+  if (stage.recompute) c.recompute_saves_bytes = k * b * (cut_in + act) - c.memory.activations;
   c.memory.working = b * work;
   c.memory.buffers = model_buffers + 2 * b * (cut_in + cut_out);
   return c;
@@ -164,6 +165,8 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                               " replicas but a micro-batch has only " + std::to_string(per_microbatch) + " samples");
     if (st.recompute && !p.allow_recompute)
       ev.violations.push_back(stageName(s) + " recomputes but recomputation is not allowed");
+    if (!st.recompute && p.force_recompute)
+      ev.violations.push_back(stageName(s) + " does not recompute but every stage must");
     const double mem = c.memory.total();
     if (mem > ev.capacity_bytes)
       ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (params " +

@@ -44,6 +44,7 @@ struct StageCost {
   bool allreduce_intra_node = true;
   double param_bytes = 0;        ///< parameters of the stage's blocks
   StageMemory memory;            ///< one device's peak, by kind
+  double recompute_saves_bytes = 0; ///< activation bytes recomputation saves (0 when the stage keeps them)
 
   /// Device time of one forward slot: receive inputs, then compute.
   double forwardSlot() const { return recv_activations_s + fwd_s; }

@@ -85,6 +85,7 @@ struct Problem {
   Devices devices;
   double optimizer_bytes_per_param_byte = 0; ///< SGD 0, momentum 1, Adam/AdamW 2 (gradients are always 1x)
   bool allow_recompute = true;               ///< may a stage recompute its activations in backward
+  bool force_recompute = false;              ///< must every stage recompute (--recompute on); needs allow_recompute
   Constraints constraints;
 
   /// n, the number of blocks.

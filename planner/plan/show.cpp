@@ -192,6 +192,11 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
     os << "\n";
   }
 
+  for (const auto &s : plan.stages())
+    if (s.recompute())
+      os << "recompute: stage " << s.id() << " keeps only its inputs per micro-batch and re-runs forward before "
+         << "backward, saving " << bytesText(double(s.estimates().recompute_saved_bytes())) << " of activations\n";
+
   os << "\npredicted step time  " << timeText(step);
   if (step > 0) os << " (" << formatFixed(samplesPerSecond(plan), 1) << " samples/s)";
   if (const auto &e = plan.estimates(); e.training_flops_per_sample() > 0) {
@@ -258,6 +263,8 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["fwd_time_s"] = e.fwd_time_s();
     st["bwd_time_s"] = e.bwd_time_s();
     st["allreduce_time_s"] = e.allreduce_time_s();
+    st["recompute"] = s.recompute();
+    st["recompute_saved_bytes"] = e.recompute_saved_bytes();
     st["busy_time_s"] = stageBusyTime(plan, i);
     st["utilisation"] = step > 0 ? stageBusyTime(plan, i) / step : 0.0;
     j["stages"].push_back(std::move(st));

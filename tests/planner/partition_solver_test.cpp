@@ -227,6 +227,7 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
   p.devices.intra_node = {uni(50, 500), uni(0, 0.01)};
   p.devices.inter_node = {uni(5, 50), uni(0, 0.05)};
   p.allow_recompute = pick(0, 1);
+  p.force_recompute = p.allow_recompute && pick(0, 3) == 0; // --recompute on
   Constraints &c = p.constraints;
   const int max_stages = std::min(n, p.devices.count);
   switch (trial % 8) {

@@ -76,6 +76,10 @@ int planCommand(int argc, char **argv) {
                  "(default: the partitioner chooses)")
       ->delimiter(',');
   app.add_flag("--power-of-two-replicas", o.power_of_two_replicas, "only search replica counts that are powers of two");
+  app.add_option("--recompute", o.recompute,
+                 "activation recomputation per stage: auto (where activations would not fit), on (every stage), off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--strategy", o.strategy,
