@@ -3,7 +3,7 @@
 
 Usage:
   .venv/bin/python models/make_model.py --model {mlp,bert,gpt,nanogpt,hf_encoder,hf_gpt2,hf_bert,hf_llama,
-                                                 resnet18,mobilenet_v3_small,vit_tiny} --out DIR
+                                                 resnet18,mobilenet_v3_small,vit_tiny,convnext_tiny,swin_tiny} --out DIR
       [--batch-size 8] [--samples 64] [--steps 10] [--lr-sgd 0.1]
       [--lr-adam 0.001] [--opset 17] [--seed 0]
       [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt, hf_*)

@@ -473,11 +473,34 @@ def VitTiny(num_classes=10, image_size=32):
     return VisionClassifier(vit, image_size, num_classes)
 
 
+def ConvNeXtTiny(num_classes=10, image_size=32):
+    """torchvision's ConvNeXt (7x7 depthwise convs, LayerNorm over channels,
+    layer scale, no BatchNorm) at two tiny stages; layer scale 0.5 instead of
+    1e-6 so the residual branches train visibly in a few steps."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    _torchvision()
+    net = ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
+                   layer_scale=0.5, num_classes=num_classes)
+    return VisionClassifier(net, image_size, num_classes)
+
+
+def SwinTiny(num_classes=10, image_size=32):
+    """torchvision's Swin Transformer (shifted windows: roll, window
+    partitioning, relative position bias, patch merging) at two tiny stages,
+    stochastic depth off."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    _torchvision()
+    net = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=[4, 4],
+                          stochastic_depth_prob=0.0, num_classes=num_classes)
+    return VisionClassifier(net, image_size, num_classes)
+
+
 MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
           "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder,
-          "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama}
+          "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama, "convnext_tiny": ConvNeXtTiny,
+          "swin_tiny": SwinTiny}
 TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama")
-VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny")
+VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny", "convnext_tiny", "swin_tiny")
 
 
 def build(name, seed=0, **kwargs):
