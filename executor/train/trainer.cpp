@@ -467,6 +467,129 @@ std::string formatEta(double seconds) {
   return buf;
 }
 
+/// One step as this rank's schedule interpreter saw it.
+struct StepRecord {
+  int64_t step = 0;
+  double loss_sum = 0;              ///< this rank's share of the step's mean loss (the loss stage only)
+  std::vector<double> batch_losses; ///< each accumulated batch's loss share
+  std::array<double, kPhases> phase_s{};
+  double step_time_s = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  bool skipped = false;
+};
+
+/// A step's reductions over all ranks and rank 0's reporting of them: the
+/// JSON line (SPEC's log keys and more), the progress line, the run's summary.
+class StepReporter {
+public:
+  struct Context {
+    const TrainOptions &opts;
+    comm::Communicator &comm;
+    const std::vector<std::vector<int>> &ranks_of; ///< every stage's ranks
+    int64_t samples_per_step = 0;                  ///< K x B
+    int64_t tokens_per_sample = 0;
+    bool computes_loss = false;                    ///< this rank's stage computes the loss
+    int64_t first_step = 0, steps = 0;
+  };
+
+  StepReporter(Context c, std::ostream &log) : c_(std::move(c)), log_(log) {}
+
+  /// Opens the --log file on rank 0: appended to when resuming.
+  Status open() {
+    if (c_.comm.rank() != 0 || c_.opts.log.empty()) return Status::success();
+    jsonl_.open(c_.opts.log, c_.first_step > 0 ? std::ios::app : std::ios::trunc);
+    if (!jsonl_) return Error{c_.opts.log + ": cannot write the log"};
+    return Status::success();
+  }
+
+  /// Reduces `r` over the ranks and reports it; an error (said by rank 0) for a
+  /// non-finite loss under --on-nonfinite stop.
+  Status report(StepRecord r, const GradientBuckets *buckets) {
+    comm::Communicator &comm = c_.comm;
+    const int world = comm.size(), rank = comm.rank();
+    const int64_t K = int64_t(r.batch_losses.size());
+    // Loss from the stage that computes it; memory per rank; slowest rank's time.
+    std::vector<double> sums(1 + (2 + kPhases) * world, 0.0);
+    sums[0] = c_.computes_loss ? r.loss_sum : 0.0;
+    sums[1 + rank] = double(runtime::peakTensorBytes());
+    sums[1 + world + rank] = double(peakRssBytes());
+    for (int k = 0; k < kPhases; ++k) sums[1 + (2 + k) * world + rank] = r.phase_s[size_t(k)];
+    comm.allReduce(sums.data(), int(sums.size()), comm::ReduceOp::Sum);
+    comm.allReduce(&r.step_time_s, 1, comm::ReduceOp::Max);
+    if (K > 1) comm.allReduce(r.batch_losses.data(), int(K), comm::ReduceOp::Sum);
+    const double loss = sums[0];
+    if (!std::isfinite(loss) && c_.opts.on_nonfinite == "stop")
+      return Error{rank == 0 ? "non-finite loss (" + std::to_string(loss) + ") at step " + std::to_string(r.step) : ""};
+    if (rank != 0) return Status::success();
+    std::vector<int64_t> mem(sums.begin() + 1, sums.begin() + 1 + world);
+    std::vector<int64_t> rss(sums.begin() + 1 + world, sums.begin() + 1 + 2 * world);
+    nlohmann::ordered_json j;
+    j["step"] = r.step;
+    j["loss"] = loss;
+    j["samples_per_s"] = double(c_.samples_per_step) / r.step_time_s;
+    if (c_.tokens_per_sample > 0) j["tokens_per_s"] = double(c_.samples_per_step * c_.tokens_per_sample) / r.step_time_s;
+    j["step_time_s"] = r.step_time_s;
+    j["peak_memory_bytes"] = *std::max_element(mem.begin(), mem.end());
+    j["peak_memory_bytes_per_rank"] = mem;
+    j["peak_rss_bytes"] = *std::max_element(rss.begin(), rss.end());
+    j["lr"] = r.lr;
+    j["grad_norm"] = r.grad_norm;
+    if (K > 1) j["batch_losses"] = r.batch_losses;
+    // Per stage, the slowest of its ranks in each phase: compute, waiting
+    // for and sending to other stages and replicas, the optimizer update.
+    nlohmann::ordered_json stage_times = nlohmann::ordered_json::array();
+    for (size_t st = 0; st < c_.ranks_of.size(); ++st) {
+      nlohmann::ordered_json t;
+      t["stage"] = st;
+      for (int k = 0; k < kPhases; ++k) {
+        double worst = 0;
+        for (int rk : c_.ranks_of[st]) worst = std::max(worst, sums[size_t(1 + (2 + k) * world + rk)]);
+        t[kPhaseNames[k]] = worst;
+      }
+      stage_times.push_back(t);
+    }
+    j["stage_times_s"] = stage_times;
+    // Rank 0's replica all-reduce: buckets started during backward, of all.
+    if (buckets) j["allreduce_buckets_overlapped"] = {buckets->startedEarly(), buckets->size()};
+    if (r.skipped) j["skipped"] = true;
+    if (jsonl_) jsonl_ << j.dump() << "\n" << std::flush;
+    run_time_ += r.step_time_s;
+    samples_done_ += c_.samples_per_step;
+    last_loss_ = loss;
+    peak_memory_ = std::max(peak_memory_, j["peak_memory_bytes"].get<int64_t>());
+    if (c_.opts.progress) {
+      // On a terminal one line rewritten in place; otherwise a line per step.
+      const bool tty = &log_ == &std::cerr && ::isatty(STDERR_FILENO);
+      const double eta = run_time_ / double(r.step + 1 - c_.first_step) * double(c_.steps - r.step - 1);
+      char line[160];
+      std::snprintf(line, sizeof line, "step %lld/%lld  loss %.6g  %.1f samples/s  ETA %s", (long long)(r.step + 1),
+                    (long long)c_.steps, loss, double(c_.samples_per_step) / r.step_time_s, formatEta(eta).c_str());
+      log_ << line << (tty ? (r.step + 1 == c_.steps ? "\n" : "\r") : "\n") << std::flush;
+    }
+    return Status::success();
+  }
+
+  /// Rank 0's final line: steps, time, throughput, loss, peak memory.
+  void summary() const {
+    if (c_.comm.rank() != 0 || c_.steps <= c_.first_step) return;
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "rannc-exec: done: %lld step(s) in %.3g s, %.1f samples/s, final loss %.6g, peak tensor memory "
+                  "%.1f MiB per rank",
+                  (long long)(c_.steps - c_.first_step), run_time_, double(samples_done_) / std::max(run_time_, 1e-12),
+                  last_loss_, double(peak_memory_) / (1 << 20));
+    log_ << line << "\n";
+  }
+
+private:
+  Context c_;
+  std::ostream &log_;
+  std::ofstream jsonl_;
+  double run_time_ = 0, last_loss_ = 0;
+  int64_t samples_done_ = 0, peak_memory_ = 0;
+};
+
 } // namespace
 
 Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &log) {
@@ -523,11 +646,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
-  const int64_t tokens_per_sample = tokensPerSample(s.graph);
-  // The final summary (rank 0) and the progress line.
-  double run_time = 0, last_loss = 0;
-  int64_t samples_done = 0, peak_memory = 0;
-  const bool progress_tty = &log == &std::cerr && ::isatty(STDERR_FILENO);
+  StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
+                         steps},
+                        log);
   auto name = [&](ir::ValueId v) { return "value '" + s.graph.values[v].name + "'"; };
   auto link = [&](int peer_stage, bool producer) {
     return Link{ranks_of[size_t(peer_stage)], shards[size_t(peer_stage)], mine, s.replica,
@@ -535,11 +656,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   };
   Watchdog watchdog(opts.timeout_s, comm);
 
-  std::ofstream jsonl;
-  if (rank == 0 && !opts.log.empty()) {
-    jsonl.open(opts.log, *first_step > 0 ? std::ios::app : std::ios::trunc); // resumed: trimmed, then appended
-    if (!jsonl) return Error{opts.log + ": cannot write the log"};
-  }
+  if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
   if (rank == 0)
     log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
         << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
@@ -553,13 +670,12 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    double loss_sum = 0;                        // mean of the K batches' losses
-    std::vector<double> batch_losses(size_t(K), 0.0); // each global batch's loss
-    double lr = opts.lr * lrFactor(opts, step, steps), grad_norm = 0;
+    StepRecord rec;
+    rec.step = step;
+    rec.batch_losses.assign(size_t(K), 0.0); // each global batch's loss; their mean is the step's
+    rec.lr = opts.lr * lrFactor(opts, step, steps);
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
     std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> received; // RecvActivations -> Forward
-    bool skipped = false;
-    std::array<double, kPhases> phase_s{};
     for (size_t ai = 0; ai < actions.size(); ++ai) {
       const schedule::Action &a = actions[ai];
       const int mb = a.microbatch;
@@ -586,8 +702,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         runner.forward(mb, std::move(feeds));
         if (prog.computes_loss) {
           const double weighted = runner.loss(mb).item<double>() * double(mine.size()) / double(B);
-          batch_losses[size_t(mb / M)] += weighted;
-          loss_sum += weighted / double(K);
+          rec.batch_losses[size_t(mb / M)] += weighted;
+          rec.loss_sum += weighted / double(K);
         }
         break;
       }
@@ -635,101 +751,33 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
           return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(step) + " in stage " +
                                        std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
                                  : ""};
-        skipped = bad > 0;
+        rec.skipped = bad > 0;
         // The global gradient norm: each stage's (replica-reduced, so equal on
         // every replica) squared norm, counted once per stage via replica 0,
         // and a shared parameter once, in its first reader stage.
-        grad_norm = s.replica == 0 ? squared : 0.0;
-        comm.allReduce(&grad_norm, 1, comm::ReduceOp::Sum);
-        grad_norm = std::sqrt(grad_norm);
-        if (!skipped && opts.clip_grad_norm > 0)
-          scaleGradients(runner.parameters(), clipFactor(grad_norm, opts.clip_grad_norm));
-        setLearningRate(*optimizer, lr);
-        if (!skipped) optimizer->step();
+        rec.grad_norm = s.replica == 0 ? squared : 0.0;
+        comm.allReduce(&rec.grad_norm, 1, comm::ReduceOp::Sum);
+        rec.grad_norm = std::sqrt(rec.grad_norm);
+        if (!rec.skipped && opts.clip_grad_norm > 0)
+          scaleGradients(runner.parameters(), clipFactor(rec.grad_norm, opts.clip_grad_norm));
+        setLearningRate(*optimizer, rec.lr);
+        if (!rec.skipped) optimizer->step();
         runtime::zeroGradients(runner.parameters());
         break;
       }
       }
-      phase_s[phaseOf(a.kind)] += secondsSince(a0);
+      rec.phase_s[phaseOf(a.kind)] += secondsSince(a0);
     }
     comm.waitSends();
-    double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-
-    // Loss from the stage that computes it; memory per rank; slowest rank's time.
-    const int world = comm.size();
-    std::vector<double> sums(1 + (2 + kPhases) * world, 0.0);
-    sums[0] = prog.computes_loss ? loss_sum : 0.0;
-    sums[1 + rank] = double(runtime::peakTensorBytes());
-    sums[1 + world + rank] = double(peakRssBytes());
-    for (int k = 0; k < kPhases; ++k) sums[1 + (2 + k) * world + rank] = phase_s[size_t(k)];
-    comm.allReduce(sums.data(), int(sums.size()), comm::ReduceOp::Sum);
-    comm.allReduce(&step_time, 1, comm::ReduceOp::Max);
-    if (K > 1) comm.allReduce(batch_losses.data(), int(K), comm::ReduceOp::Sum);
-    const double loss = sums[0];
-    if (!std::isfinite(loss) && opts.on_nonfinite == "stop")
-      return Error{rank == 0 ? "non-finite loss (" + std::to_string(loss) + ") at step " + std::to_string(step) : ""};
-    if (rank == 0) {
-      std::vector<int64_t> mem(sums.begin() + 1, sums.begin() + 1 + world);
-      std::vector<int64_t> rss(sums.begin() + 1 + world, sums.begin() + 1 + 2 * world);
-      nlohmann::ordered_json j;
-      j["step"] = step;
-      j["loss"] = loss;
-      j["samples_per_s"] = double(K * B) / step_time;
-      if (tokens_per_sample > 0) j["tokens_per_s"] = double(K * B * tokens_per_sample) / step_time;
-      j["step_time_s"] = step_time;
-      j["peak_memory_bytes"] = *std::max_element(mem.begin(), mem.end());
-      j["peak_memory_bytes_per_rank"] = mem;
-      j["peak_rss_bytes"] = *std::max_element(rss.begin(), rss.end());
-      j["lr"] = lr;
-      j["grad_norm"] = grad_norm;
-      if (K > 1) j["batch_losses"] = batch_losses;
-      // Per stage, the slowest of its ranks in each phase: compute, waiting
-      // for and sending to other stages and replicas, the optimizer update.
-      nlohmann::ordered_json stage_times = nlohmann::ordered_json::array();
-      for (int st = 0; st < num_stages; ++st) {
-        nlohmann::ordered_json t;
-        t["stage"] = st;
-        for (int k = 0; k < kPhases; ++k) {
-          double worst = 0;
-          for (int r : ranks_of[size_t(st)]) worst = std::max(worst, sums[size_t(1 + (2 + k) * world + r)]);
-          t[kPhaseNames[k]] = worst;
-        }
-        stage_times.push_back(t);
-      }
-      j["stage_times_s"] = stage_times;
-      // Rank 0's replica all-reduce: buckets started during backward, of all.
-      if (buckets) j["allreduce_buckets_overlapped"] = {buckets->startedEarly(), buckets->size()};
-      if (skipped) j["skipped"] = true;
-      if (jsonl) jsonl << j.dump() << "\n" << std::flush;
-      run_time += step_time;
-      samples_done += K * B;
-      last_loss = loss;
-      peak_memory = std::max(peak_memory, j["peak_memory_bytes"].get<int64_t>());
-      if (opts.progress) {
-        // On a terminal one line rewritten in place; otherwise a line per step.
-        const double eta = run_time / double(step + 1 - *first_step) * double(steps - step - 1);
-        char line[160];
-        std::snprintf(line, sizeof line, "step %lld/%lld  loss %.6g  %.1f samples/s  ETA %s",
-                      (long long)(step + 1), (long long)steps, loss, double(K * B) / step_time,
-                      formatEta(eta).c_str());
-        log << line << (progress_tty ? (step + 1 == steps ? "\n" : "\r") : "\n") << std::flush;
-      }
-    }
+    rec.step_time_s = secondsSince(t0);
+    if (Status st = reporter.report(std::move(rec), buckets.get()); !st) return st;
     if (checkpoints.due(step + 1, steps)) {
       watchdog.progress("writing the checkpoint of step " + std::to_string(step + 1));
       checkpoints.save(step + 1, log);
     }
   }
   if (Status st = checkpoints.exportTrained(log); !st) return st;
-  if (rank == 0 && steps > *first_step) {
-    char line[200];
-    std::snprintf(line, sizeof line,
-                  "rannc-exec: done: %lld step(s) in %.3g s, %.1f samples/s, final loss %.6g, peak tensor memory "
-                  "%.1f MiB per rank",
-                  (long long)(steps - *first_step), run_time, double(samples_done) / std::max(run_time, 1e-12),
-                  last_loss, double(peak_memory) / (1 << 20));
-    log << line << "\n";
-  }
+  reporter.summary();
   comm.barrier();
   return Status::success();
 }
