@@ -99,12 +99,18 @@ int64_t findBatchBlocks(const ir::Value &v, const torch::Tensor &at3, const torc
 /// a shape leaves open (Note [batch layout]). Returns how many values it set.
 int solveShapes(ir::Graph &g, const std::map<std::string, torch::Tensor> &weights,
                 const std::function<bool(const ir::Value &)> &which) {
+  std::vector<char> wanted(g.values.size(), 0);
+  bool any = false;
+  for (ir::ValueId id = 0; id < ir::ValueId(g.values.size()); ++id)
+    any |= wanted[id] = g.values[id].kind == ir::ValueKind::Intermediate && which(g.values[id]);
   const std::vector<torch::Tensor> in3 = syntheticBatch(g, 3);
-  const std::vector<torch::Tensor> at3 = evaluate(g, weights, in3), at5 = evaluate(g, weights, syntheticBatch(g, 5));
+  const std::vector<torch::Tensor> at3 = evaluate(g, weights, in3);
+  // The batch-5 run only solves shapes: a layout-only pass does without it.
+  const std::vector<torch::Tensor> at5 = any ? evaluate(g, weights, syntheticBatch(g, 5)) : at3;
   int set = 0;
   for (ir::ValueId id = 0; id < ir::ValueId(g.values.size()); ++id) {
     ir::Value &v = g.values[id];
-    if (v.kind != ir::ValueKind::Intermediate || !which(v)) continue;
+    if (!wanted[id]) continue;
     const torch::Tensor &a = at3[id], &b = at5[id];
     if (!a.defined() || !b.defined()) continue;
     v.dtype = runtime::fromScalarType(a.scalar_type());

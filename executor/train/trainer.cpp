@@ -657,15 +657,14 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   Watchdog watchdog(opts.timeout_s, comm);
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
-  if (rank == 0)
-    log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
-        << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
-        << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer;
   if (rank == 0) {
     std::string recomputing;
     for (const auto &st : s.plan.stages())
       if (st.recompute()) recomputing += (recomputing.empty() ? "" : ",") + std::to_string(st.id());
-    log << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing) << "\n";
+    log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
+        << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
+        << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
+        << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing) << "\n";
   }
 
   for (int64_t step = *first_step; step < steps; ++step) {

@@ -87,8 +87,7 @@ Expected<SolveResult> solveBaseline(const Problem &p, Strategy strategy) {
     for (int s = 0; s < num_stages; ++s)
       sol.stages.push_back(Stage{(*bounds)[s], (*bounds)[s + 1], replicas[s], false});
     for (bool recompute : {false, true}) {
-      if (recompute && !p.allow_recompute) break;
-      if (!recompute && p.force_recompute) continue;
+      if (!p.recomputeAllowed(recompute)) continue;
       for (Stage &st : sol.stages) st.recompute = recompute;
       Evaluation ev = evaluate(p, sol);
       ++result.stats.solutions;

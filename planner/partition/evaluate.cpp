@@ -163,10 +163,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
     if (st.replicas > per_microbatch)
       ev.violations.push_back(stageName(s) + " has " + std::to_string(st.replicas) +
                               " replicas but a micro-batch has only " + std::to_string(per_microbatch) + " samples");
-    if (st.recompute && !p.allow_recompute)
-      ev.violations.push_back(stageName(s) + " recomputes but recomputation is not allowed");
-    if (!st.recompute && p.force_recompute)
-      ev.violations.push_back(stageName(s) + " does not recompute but every stage must");
+    if (!p.recomputeAllowed(st.recompute))
+      ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes but recomputation is not allowed"
+                                                            : " does not recompute but every stage must"));
     const double mem = c.memory.total();
     if (mem > ev.capacity_bytes)
       ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (params " +

@@ -50,7 +50,7 @@ Expected<SolveResult> solveExhaustive(const Problem &p, int64_t max_solutions) {
               if (per_stage && (*per_stage)[s] != r) continue;
               if (rank + r + (num_stages - s - 1) > p.devices.count) continue;
               for (bool rec : {false, true}) {
-                if ((rec && !p.allow_recompute) || (!rec && p.force_recompute)) continue;
+                if (!p.recomputeAllowed(rec)) continue;
                 Stage st{a, e, r, rec};
                 StageCost c = evaluateStage(p, st, s, num_stages, rank, m, sched);
                 if (c.memory.total() > p.devices.capacity()) continue;

@@ -22,7 +22,8 @@ void Problem::print(std::ostream &os) const {
      << devices.per_node << "/node, " << formatBytes(devices.memory_bytes) << ", margin " << devices.memory_margin
      << "), intra " << devices.intra_node.bandwidth << " B/s + " << devices.intra_node.latency_s << " s, inter "
      << devices.inter_node.bandwidth << " B/s + " << devices.inter_node.latency_s << " s, optimizer x"
-     << optimizer_bytes_per_param_byte << (force_recompute ? ", recompute forced" : allow_recompute ? ", recompute allowed" : "") << "\n";
+     << optimizer_bytes_per_param_byte
+     << (force_recompute ? ", recompute forced" : allow_recompute ? ", recompute allowed" : "") << "\n";
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block &b = blocks[i];
     os << "  block " << i << ": fwd " << b.fwd.fixed_s << "+" << b.fwd.per_sample_s << "b s, bwd " << b.bwd.fixed_s

@@ -90,6 +90,8 @@ struct Problem {
 
   /// n, the number of blocks.
   int numBlocks() const { return static_cast<int>(blocks.size()); }
+  /// Whether a stage may take this recomputation choice (allow_recompute, force_recompute).
+  bool recomputeAllowed(bool recompute) const { return recompute ? allow_recompute : !force_recompute; }
   /// Deterministic text form, one block per line.
   void print(std::ostream &os) const;
 };

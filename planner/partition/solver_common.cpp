@@ -40,7 +40,7 @@ Error noFeasiblePlan(const Problem &p) {
       for (Schedule sched : schedulesToSearch(p))
         for (int r : replicaCandidates(p, m))
           for (bool rec : {false, true}) {
-            if ((rec && !p.allow_recompute) || (!rec && p.force_recompute)) continue;
+            if (!p.recomputeAllowed(rec)) continue;
             Stage st{j, j + 1, r, rec};
             double mem = evaluateStage(p, st, 0, 1, 0, m, sched).memory.total();
             if (mem < need) {

@@ -77,8 +77,6 @@ void coverageProblems(const proto::Plan &plan, std::vector<std::string> &problem
   }
 }
 
-/// Values flow forward: through the op order (topological) and through the
-/// stages (an op reads only what its own or an earlier stage computes).
 /// A floating-point value whose samples are mixed along its batch axis
 /// (batch_blocks -1, Note [batch layout]) cannot be split between replicas:
 /// it may cross only between stages with equal replica counts (non-floating
@@ -88,13 +86,16 @@ void unsplittable(const proto::Plan &plan, const proto::Op &producer, const std:
   const int a = plan.stages(from).ranks_size(), b = plan.stages(to).ranks_size();
   if (a == b) return;
   for (const auto &out : producer.outputs())
-    if (out.name() == value && out.batch_blocks() < 0 && (out.dtype()[0] == 'f' || out.dtype() == "bf16"))
+    if (auto dtype = ir::parseDType(out.dtype());
+        out.name() == value && out.batch_blocks() < 0 && dtype && ir::isFloating(*dtype))
       problems.push_back("stages[" + std::to_string(to) + "]: reads '" + value + "' from stage " +
                          std::to_string(from) + ", but its samples are mixed along its batch axis (an op such as "
                          "BatchNorm couples them), so it cannot be split between " + std::to_string(a) + " and " +
                          std::to_string(b) + " replicas; move the boundary or give both stages the same replicas");
 }
 
+/// Values flow forward: through the op order (topological) and through the
+/// stages (an op reads only what its own or an earlier stage computes).
 void dependencyProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
   const auto &graph = plan.graph();
   const int num_ops = graph.ops_size();

@@ -97,6 +97,28 @@ TEST(Plan, StructuralProblemsNameTheField) {
   EXPECT_NE(all.find("microbatches: 3 does not divide global_batch_size 8"), std::string::npos) << all;
 }
 
+TEST(Plan, ValuesWithMixedSamplesCrossOnlyBetweenEqualReplicaCounts) {
+  proto::Plan p = gptPlan(2);
+  ASSERT_EQ(p.stages_size(), 2);
+  // Mark every float value stage 1 reads from stage 0 as having its samples
+  // mixed (Note [batch layout]), as after a BatchNorm.
+  const int cut = p.stages(0).op_end();
+  int marked = 0;
+  for (int n = 0; n < cut; ++n)
+    for (auto &out : *p.mutable_graph()->mutable_ops(n)->mutable_outputs())
+      if (out.dtype() == "f32") {
+        out.set_batch_blocks(-1);
+        ++marked;
+      }
+  ASSERT_GT(marked, 0);
+  EXPECT_TRUE(structuralProblems(p).empty()); // 1 and 1 replicas: nothing to split
+  p.mutable_stages(1)->add_ranks(2);          // now 1 and 2 replicas
+  std::string all;
+  for (const auto &s : structuralProblems(p)) all += s + "\n";
+  EXPECT_NE(all.find("stages[1]: reads '"), std::string::npos) << all;
+  EXPECT_NE(all.find("cannot be split between 1 and 2 replicas"), std::string::npos) << all;
+}
+
 TEST(Plan, NewerFormatIsRefused) {
   proto::Plan p = gptPlan(1);
   p.set_format_version(kFormatVersion + 1);
