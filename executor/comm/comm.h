@@ -41,6 +41,13 @@ public:
   /// Starts an in-place all-reduce and returns at once; `data` must stay
   /// untouched until the request is complete. Ranks start theirs in the same order.
   virtual std::unique_ptr<Request> startAllReduce(float *data, int64_t count, ReduceOp op) = 0;
+  /// Starts an in-place reduce-scatter of `data`, size() blocks of `block`
+  /// floats: when complete, data[0, block) holds the sum over all ranks of
+  /// block rank() (the rest of `data` is undefined). `block` < 2^31.
+  virtual std::unique_ptr<Request> startReduceScatter(float *data, int64_t block) = 0;
+  /// Starts an in-place all-gather: each rank's block of `block` floats lies
+  /// at data[rank() * block]; when complete every rank holds all blocks.
+  virtual std::unique_ptr<Request> startAllGather(float *data, int64_t block) = 0;
   virtual void barrier() = 0;
   /// Copies `bytes` bytes at `data` on rank `root` to `data` on every rank.
   virtual void broadcast(void *data, size_t bytes, int root) = 0;

@@ -127,6 +127,24 @@ public:
     return req;
   }
 
+  std::unique_ptr<Request> startReduceScatter(float *data, int64_t block) override {
+    auto req = std::make_unique<MpiRequest>();
+    req->requests.push_back(MPI_REQUEST_NULL);
+    check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, data, blockCount(block), MPI_FLOAT, MPI_SUM, comm_,
+                                    &req->requests.back()),
+          "MPI_Ireduce_scatter_block");
+    return req;
+  }
+
+  std::unique_ptr<Request> startAllGather(float *data, int64_t block) override {
+    auto req = std::make_unique<MpiRequest>();
+    req->requests.push_back(MPI_REQUEST_NULL);
+    check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, blockCount(block), MPI_FLOAT, comm_,
+                         &req->requests.back()),
+          "MPI_Iallgather");
+    return req;
+  }
+
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   [[noreturn]] void abort(int code) override {
@@ -135,6 +153,11 @@ public:
   }
 
 private:
+  static int blockCount(int64_t block) {
+    if (block >= kChunk * 2) throw std::runtime_error("a collective block of 2^31 floats or more");
+    return static_cast<int>(block);
+  }
+
   /// Drops the sends that have completed, so each buffer goes as soon as its
   /// peer has it rather than at the end of the step (1F1B's memory bound).
   void reapSends() {

@@ -7,8 +7,8 @@
 namespace rannc::train {
 
 GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<torch::Tensor> &params,
-                                 int64_t bucket_bytes)
-    : group_(group) {
+                                 int64_t bucket_bytes, Mode mode)
+    : group_(group), mode_(mode) {
   // Reverse model order: roughly the order backward finishes gradients.
   std::vector<int64_t> numel;
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
@@ -31,10 +31,40 @@ GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<to
         }));
     hooks_.emplace_back(std::move(acc), key);
   }
+  const int64_t r = group_.size();
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    buckets_[i].flat = torch::zeros({numel[i]});
-    adopt(buckets_[i]);
+    Bucket &b = buckets_[i];
+    const int64_t size = sharded() ? (numel[i] + r - 1) / r * r : numel[i];
+    b.flat = torch::zeros({size});
+    adopt(b);
+    if (!sharded()) continue;
+    // The parameters move into one flat buffer laid out like the gradients;
+    // the padding stays zero (its gradient is zero, so no optimizer moves it).
+    b.block = size / r;
+    b.param_flat = torch::zeros({size});
+    torch::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (torch::Tensor &p : b.params) {
+      torch::Tensor view = b.param_flat.narrow(0, offset, p.numel()).view(p.sizes());
+      offset += p.numel();
+      view.copy_(p);
+      p.set_data(view);
+    }
   }
+}
+
+std::vector<GradientBuckets::Shard> GradientBuckets::shards() const {
+  std::vector<Shard> out;
+  const int64_t j = group_.rank();
+  for (const Bucket &b : buckets_) out.push_back({b.param_flat.narrow(0, j * b.block, b.block),
+                                                  b.flat.narrow(0, j * b.block, b.block)});
+  return out;
+}
+
+void GradientBuckets::gatherParameters() {
+  std::vector<std::unique_ptr<comm::Request>> requests;
+  for (Bucket &b : buckets_) requests.push_back(group_.startAllGather(b.param_flat.data_ptr<float>(), b.block));
+  for (auto &req : requests) req->wait();
 }
 
 bool GradientBuckets::adopt(Bucket &b) {
@@ -80,7 +110,9 @@ void GradientBuckets::arrived(size_t bucket) {
 
 void GradientBuckets::start(Bucket &b) {
   adopt(b); // normally a no-op: the gradients already live in the bucket
-  b.request = group_.startAllReduce(b.flat.data_ptr<float>(), b.flat.numel(), comm::ReduceOp::Sum);
+  b.request = mode_ == Mode::ReduceScatter ? group_.startReduceScatter(b.flat.data_ptr<float>(), b.block)
+                                           : group_.startAllReduce(b.flat.data_ptr<float>(), b.flat.numel(),
+                                                                   comm::ReduceOp::Sum);
 }
 
 void GradientBuckets::startReady() {
@@ -90,9 +122,12 @@ void GradientBuckets::startReady() {
 void GradientBuckets::finish() {
   armed_ = false;
   while (next_ < buckets_.size()) start(buckets_[next_++]);
+  const int64_t j = group_.rank();
   for (Bucket &b : buckets_) { // the sums land in the gradients themselves
     b.request->wait();
     b.request.reset();
+    // A reduce-scatter leaves this rank's sums at the front of the buffer.
+    if (mode_ == Mode::ReduceScatter && j > 0) b.flat.narrow(0, j * b.block, b.block).copy_(b.flat.narrow(0, 0, b.block));
   }
 }
 

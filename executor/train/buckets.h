@@ -19,6 +19,12 @@
 // so the all-reduce needs no copies and no memory beyond the gradients the
 // planner already counts. Earlier backwards of the step (other micro-batches)
 // only accumulate: their hooks do nothing while the buckets are not armed.
+//
+// Sharded (ZeRO-1, Note [sharded optimizer state] in zero.h), each bucket is
+// padded to a multiple of the replicas and its parameters move into a flat
+// buffer as well; replica j owns block j of every bucket. The buckets then
+// reduce-scatter instead, so each replica ends with the sums of its own
+// blocks only, which finish() moves to where the block lies in the bucket.
 #pragma once
 
 #include <torch/torch.h>
@@ -34,8 +40,20 @@ namespace rannc::train {
 
 class GradientBuckets {
 public:
+  /// How the buckets reduce and whether the parameters are sharded.
+  enum class Mode {
+    AllReduce,     ///< every replica gets every sum
+    ShardedUpdate, ///< all-reduce, parameters flat and sharded (a stage whose tied parameters need whole sums)
+    ReduceScatter, ///< each replica gets the sums of its own blocks, parameters flat and sharded
+  };
+  /// This rank's block of one bucket: views into the flat parameter and gradient buffers.
+  struct Shard {
+    torch::Tensor param, grad;
+  };
+
   /// `params`: the stage's parameters (float32 leaves), in model order.
-  GradientBuckets(comm::Communicator &group, const std::vector<torch::Tensor> &params, int64_t bucket_bytes);
+  GradientBuckets(comm::Communicator &group, const std::vector<torch::Tensor> &params, int64_t bucket_bytes,
+                  Mode mode = Mode::AllReduce);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets &) = delete;
   GradientBuckets &operator=(const GradientBuckets &) = delete;
@@ -43,8 +61,18 @@ public:
   /// Call before the step's last backward: its gradients are final.
   void arm();
   /// Starts the buckets not started yet and waits for every one: the
-  /// gradients then hold the sums; disarms.
+  /// gradients then hold the sums (ReduceScatter: only this rank's blocks
+  /// do); disarms.
   void finish();
+  Mode mode() const { return mode_; }
+  bool sharded() const { return mode_ != Mode::AllReduce; }
+  /// Sharded: this rank's block of each bucket.
+  std::vector<Shard> shards() const;
+  /// Sharded: the parameters of bucket i in their order in its flat buffer.
+  const std::vector<torch::Tensor> &bucketParams(size_t i) const { return buckets_[i].params; }
+  /// Sharded: every rank's updated block of every bucket to every rank.
+  void gatherParameters();
+  comm::Communicator &group() const { return group_; }
   /// Number of buckets (for logs and tests).
   size_t size() const { return buckets_.size(); }
   /// Buckets started by hooks during the last armed backward (not by finish()).
@@ -54,7 +82,9 @@ private:
   struct Bucket {
     std::vector<torch::Tensor> params; ///< their .grad are views of `flat`
     int pending = 0; ///< parameters whose final gradient has not arrived
-    torch::Tensor flat;
+    torch::Tensor flat;       ///< the gradients (padded to a multiple of the replicas when sharded)
+    torch::Tensor param_flat; ///< sharded: the parameters, same layout
+    int64_t block = 0;        ///< sharded: flat.numel() / replicas
     std::unique_ptr<comm::Request> request;
   };
   void arrived(size_t bucket);
@@ -65,6 +95,7 @@ private:
   void startReady();
 
   comm::Communicator &group_;
+  Mode mode_;
   std::vector<Bucket> buckets_;
   /// Each parameter's gradient accumulator (kept alive: it holds the hook) and the hook's key.
   std::vector<std::pair<c10::intrusive_ptr<torch::autograd::Node>, uintptr_t>> hooks_;

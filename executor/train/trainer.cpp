@@ -32,6 +32,7 @@
 #include "executor/train/checkpoint.h"
 #include "executor/train/npy.h"
 #include "executor/train/optim.h"
+#include "executor/train/zero.h"
 #include "planner/import/onnx_import.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/model_ref.h"
@@ -627,11 +628,23 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   const int64_t K = opts.accumulation_steps;
   const int64_t steps = opts.epochs > 0 ? stepsForEpochs(opts.epochs, s.samples, K * B) : opts.steps;
   auto actions = schedule::accumulate(schedule::build(kind, s.stage, num_stages, M), int(K), M);
+  // The whole stage's optimizer; with sharded state (Note [sharded optimizer
+  // state]) it holds the state only while a checkpoint is loaded or saved.
   auto optimizer = makeOptimizer(opts, runner.parameters());
+  auto make_optimizer = [&](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); };
   SharedParameters shared(s.graph, s.ranges, s.stage, runner, comm);
   // The replica all-reduce overlaps the step's last backward (Note [gradient buckets]).
   std::unique_ptr<GradientBuckets> buckets;
-  if (group->size() > 1) buckets = std::make_unique<GradientBuckets>(*group, runner.parameters(), opts.bucket_bytes);
+  std::unique_ptr<ShardedOptimizer> sharded;
+  if (group->size() > 1) {
+    using Mode = GradientBuckets::Mode;
+    const bool shard = s.plan.stages(s.stage).zero() > 0;
+    const Mode mode = !shard ? Mode::AllReduce : shared.groups.empty() ? Mode::ReduceScatter : Mode::ShardedUpdate;
+    buckets = std::make_unique<GradientBuckets>(*group, runner.parameters(), opts.bucket_bytes, mode);
+    if (shard) sharded = std::make_unique<ShardedOptimizer>(*buckets, make_optimizer);
+  }
+  // Reduce-scattered, a replica holds the sums of its own blocks only.
+  const bool blocks_only = buckets && buckets->mode() == GradientBuckets::Mode::ReduceScatter;
   size_t last_backward = 0;
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].kind == schedule::ActionKind::Backward) last_backward = i;
@@ -640,11 +653,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   for (ir::ValueId v : prog.parameters)
     if (!shared.counted_elsewhere.count(v)) norm_params.push_back(runner.parameter(v));
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
-  Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, *optimizer,
-                            [&](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); },
+  Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, *optimizer, make_optimizer,
                             s.samples, K * B});
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
+  if (sharded) sharded->scatterState(*optimizer);
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
   StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
                          steps},
@@ -658,13 +671,16 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
   if (rank == 0) {
-    std::string recomputing;
-    for (const auto &st : s.plan.stages())
+    std::string recomputing, sharding;
+    for (const auto &st : s.plan.stages()) {
       if (st.recompute()) recomputing += (recomputing.empty() ? "" : ",") + std::to_string(st.id());
+      if (st.zero() > 0) sharding += (sharding.empty() ? "" : ",") + std::to_string(st.id());
+    }
     log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
         << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
         << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
-        << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing) << "\n";
+        << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
+        << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << "\n";
   }
 
   for (int64_t step = *first_step; step < steps; ++step) {
@@ -743,7 +759,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // All ranks agree on finiteness first, so no stage steps alone.
         // One pass over the gradients gives both the stage's squared norm
         // and its finiteness (runtime::gradSquaredNorm).
-        const double squared = runtime::gradSquaredNorm(norm_params);
+        const double squared = runtime::gradSquaredNorm(blocks_only ? sharded->parameters() : norm_params);
         double bad = std::isfinite(squared) ? 0.0 : double(s.stage + 1);
         comm.allReduce(&bad, 1, comm::ReduceOp::Max);
         if (bad > 0 && opts.on_nonfinite == "stop")
@@ -753,14 +769,18 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         rec.skipped = bad > 0;
         // The global gradient norm: each stage's (replica-reduced, so equal on
         // every replica) squared norm, counted once per stage via replica 0,
-        // and a shared parameter once, in its first reader stage.
-        rec.grad_norm = s.replica == 0 ? squared : 0.0;
+        // and a shared parameter once, in its first reader stage; reduce-
+        // scattered, every replica's blocks.
+        rec.grad_norm = blocks_only || s.replica == 0 ? squared : 0.0;
         comm.allReduce(&rec.grad_norm, 1, comm::ReduceOp::Sum);
         rec.grad_norm = std::sqrt(rec.grad_norm);
         if (!rec.skipped && opts.clip_grad_norm > 0)
-          scaleGradients(runner.parameters(), clipFactor(rec.grad_norm, opts.clip_grad_norm));
-        setLearningRate(*optimizer, rec.lr);
-        if (!rec.skipped) optimizer->step();
+          scaleGradients(sharded ? sharded->parameters() : runner.parameters(),
+                         clipFactor(rec.grad_norm, opts.clip_grad_norm));
+        setLearningRate(*optimizer, rec.lr); // a checkpoint saves its options
+        if (sharded) setLearningRate(sharded->inner(), rec.lr);
+        if (!rec.skipped && sharded) sharded->step();
+        else if (!rec.skipped) optimizer->step();
         runtime::zeroGradients(runner.parameters());
         break;
       }
@@ -772,7 +792,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     if (Status st = reporter.report(std::move(rec), buckets.get()); !st) return st;
     if (checkpoints.due(step + 1, steps)) {
       watchdog.progress("writing the checkpoint of step " + std::to_string(step + 1));
+      if (sharded) sharded->gatherState(*optimizer); // saved per parameter
       checkpoints.save(step + 1, log);
+      if (sharded) optimizer->state().clear();
     }
   }
   if (Status st = checkpoints.exportTrained(log); !st) return st;

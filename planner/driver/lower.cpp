@@ -123,6 +123,8 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   // auto lets the DP choose it per stage where activations would not fit.
   p.allow_recompute = opts.recompute != "off";
   p.force_recompute = opts.recompute == "on";
+  p.allow_zero = opts.zero != "0";
+  p.force_zero = opts.zero == "1";
   p.constraints.stages = opts.stages;
   p.constraints.replicas = opts.replicas;
   p.constraints.microbatches = opts.microbatches;

@@ -75,6 +75,7 @@ void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, in
   e->set_memory_capacity_bytes(int64_t(capacity_bytes));
   e->set_allreduce_time_s(c.allreduce_s);
   e->set_recompute_saved_bytes(int64_t(c.recompute_saves_bytes));
+  e->set_zero_saved_bytes(int64_t(c.zero_saves_bytes));
 }
 
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
@@ -132,9 +133,11 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     st->set_op_begin(costs.units[stage.block_begin].op_begin);
     st->set_op_end(costs.units[stage.block_end - 1].op_end);
     st->set_recompute(stage.recompute);
+    st->set_zero(c.zero ? 1 : 0);
     const int64_t num_params = rangeParameterCount(g, st->op_begin(), st->op_end());
     fillStageEstimates(c, ev.capacity_bytes, num_params, st->mutable_estimates());
-    optimizer = std::max(optimizer, double(num_params) * costs.optimizer_s_per_param);
+    // A sharded stage updates only its replica's share of the parameters.
+    optimizer = std::max(optimizer, double(num_params) / (c.zero ? c.replicas : 1) * costs.optimizer_s_per_param);
   }
   // The partitioner's step (pipeline, transfers, all-reduce) plus the slowest
   // stage's optimizer step, which every stage takes after the all-reduce.

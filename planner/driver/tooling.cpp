@@ -170,14 +170,16 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   m.solution.schedule = plan.schedule() == proto::GPIPE ? partition::Schedule::GPipe : partition::Schedule::OneFOneB;
   for (const auto &s : plan.stages())
     m.solution.stages.push_back(
-        {unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), s.recompute()});
+        {unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), s.recompute(),
+         s.zero() > 0});
   m.evaluation = partition::evaluate(m.problem, m.solution);
 
   double slowest_optimizer = 0;
   for (const auto &st : plan.stages()) {
     const int64_t params = rangeParameterCount(m.graph, st.op_begin(), st.op_end());
     m.stage_params.push_back(params);
-    m.stage_optimizer_s.push_back(double(params) * m.costs.optimizer_s_per_param);
+    const int shards = st.zero() > 0 ? std::max(1, st.ranks_size()) : 1; // a sharded stage updates its share
+    m.stage_optimizer_s.push_back(double(params) / shards * m.costs.optimizer_s_per_param);
     slowest_optimizer = std::max(slowest_optimizer, m.stage_optimizer_s.back());
   }
   m.step_time_s = m.evaluation.step_time_s + slowest_optimizer;

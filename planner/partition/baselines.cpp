@@ -86,9 +86,18 @@ Expected<SolveResult> solveBaseline(const Problem &p, Strategy strategy) {
     sol.schedule = schedule;
     for (int s = 0; s < num_stages; ++s)
       sol.stages.push_back(Stage{(*bounds)[s], (*bounds)[s + 1], replicas[s], false});
-    for (bool recompute : {false, true}) {
+    // The memory techniques in order of cost: sharding (free in time) before
+    // recomputation, each stage sharding only where allowed.
+    for (int choice = 0; choice < 4; ++choice) {
+      const bool recompute = choice & 2, zero = choice & 1;
       if (!p.recomputeAllowed(recompute)) continue;
-      for (Stage &st : sol.stages) st.recompute = recompute;
+      bool allowed = true;
+      for (Stage &st : sol.stages) {
+        st.recompute = recompute;
+        st.zero = zero && st.replicas > 1;
+        allowed = allowed && p.zeroAllowed(st.zero, st.replicas);
+      }
+      if (!allowed) continue;
       Evaluation ev = evaluate(p, sol);
       ++result.stats.solutions;
       if (ev.feasible()) {

@@ -67,6 +67,7 @@ struct Point {
   int32_t prev_state;
   int32_t prev_point;
   bool recompute;
+  bool zero;
 };
 
 /// Per-stage numbers of one candidate stage (placement included).
@@ -75,6 +76,7 @@ struct StageVals {
   double c[2]; // the maxima's arguments, see Note [exact stage DP]
   double ar;
   bool recompute;
+  bool zero;
 };
 
 class MicrobatchDP {
@@ -149,12 +151,12 @@ public:
         for (size_t ri = 0; ri < R_.size(); ++ri) {
           const int r = R_[ri];
           if (r > per_microbatch_) break;
-          StageVals cache[2][8];
-          bool cached[2][8] = {};
+          StageVals cache[4][8];
+          bool cached[4][8] = {};
           for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
             if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
-            const int rec = recomputeChoice(a, e, ri, inflightFor(k));
-            if (rec < 0) continue;
+            const int choice = memoryChoice(a, e, ri, inflightFor(k));
+            if (choice < 0) continue;
             int next[2];
             const int num_next = nextClasses(k, e, next);
             for (int j = 0; j < num_next; ++j) {
@@ -163,8 +165,9 @@ public:
                 const int64_t s = s0 + d, t = t0 + d;
                 if (lb_a_[t] == kInf) continue;
                 const int flags = placement(a, e, r, d);
-                if (!cached[rec][flags]) cache[rec][flags] = values(a, e, ri, rec, flags), cached[rec][flags] = true;
-                const StageVals &v = cache[rec][flags];
+                if (!cached[choice][flags])
+                  cache[choice][flags] = values(a, e, ri, choice, flags), cached[choice][flags] = true;
+                const StageVals &v = cache[choice][flags];
                 if (!(v.ar < ar_limit_)) continue;
                 lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
                 lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
@@ -189,7 +192,7 @@ public:
     for (int k = 1; k <= kmax_; ++k) {
       const int64_t s = sid(k, 0, 0);
       if (!source_[k] || lb_a_[s] == kInf) continue;
-      Point root{0, {0, 0}, 0, -1, -1, false};
+      Point root{0, {0, 0}, 0, -1, -1, false, false};
       for (int i = 0; i < nc_; ++i) root.c[i] = lb_c_[i][s];
       fronts_[s].push_back(root);
     }
@@ -205,7 +208,7 @@ public:
             for (size_t pi = 0; pi < from.size(); ++pi) {
               const Point &pt = from[pi];
               Point q{pt.a + v.a, {0, 0}, std::max(pt.psi, v.ar), static_cast<int32_t>(s), static_cast<int32_t>(pi),
-                      v.recompute};
+                      v.recompute, v.zero};
               for (int i = 0; i < nc_; ++i) q.c[i] = std::max(std::max(pt.c[i], v.c[i]), lb_c_[i][t]);
               if (boundAt(t, q.a, q.c) >= incumbent) continue;
               if (insert(fronts_[t], q)) ++stats.points;
@@ -257,7 +260,7 @@ private:
     while (fronts_[t][pi].prev_state >= 0) {
       const Point &q = fronts_[t][pi];
       const int64_t s = q.prev_state;
-      sol.stages.push_back(Stage{aOf(s), aOf(t), dOf(t) - dOf(s), q.recompute});
+      sol.stages.push_back(Stage{aOf(s), aOf(t), dOf(t) - dOf(s), q.recompute, q.zero});
       pi = q.prev_point;
       t = s;
     }
@@ -286,23 +289,38 @@ private:
   int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
 
   /// Parameters, gradients and optimizer state of blocks [a, e) fit at all
-  /// (false for every longer range too).
+  /// (false for every longer range too), the state sharded as far as it can be.
   bool paramsFit(int a, int e) const {
     const double params = params_[e] - params_[a];
-    return params + params + p_.optimizer_bytes_per_param_byte * params + (bufs_[e] - bufs_[a]) <= cap_;
+    const double opt = p_.optimizer_bytes_per_param_byte * params;
+    const int max_r = R_.empty() ? 1 : R_.back();
+    return params + params + (p_.allow_zero && max_r > 1 ? opt / max_r : opt) + (bufs_[e] - bufs_[a]) <= cap_;
   }
 
-  /// 0: blocks [a, e) on R_[ri] replicas fit with `inflight` micro-batches in
-  /// flight; 1: only when recomputing (and that is allowed); -1: not at all.
-  /// The same sum, in the same order, as evaluateStage's memory.total().
-  int recomputeChoice(int a, int e, size_t ri, int inflight) const {
+  static constexpr int kRecompute = 1, kZero = 2; ///< bits of a memory choice
+
+  /// How blocks [a, e) on R_[ri] replicas fit with `inflight` micro-batches
+  /// in flight: the fastest allowed choice that fits, as kRecompute | kZero
+  /// bits, or -1 when none does. Sharding costs no time (Note [partition cost
+  /// model]), so it is taken only where memory needs it; recomputation costs
+  /// a forward, so it comes last. The same sums, in the same order, as
+  /// evaluateStage's memory.total().
+  int memoryChoice(int a, int e, size_t ri, int inflight) const {
+    const int r = R_[ri];
     const double params = params_[e] - params_[a];
     const double cut_in = p_.cut_bytes_per_sample[a], cut_out = p_.cut_bytes_per_sample[e];
     const double act = act_[e] - act_[a], b = samples_[ri], k = inflight;
-    const double fixed_mem = params + params + p_.optimizer_bytes_per_param_byte * params;
+    const double full_optimizer = p_.optimizer_bytes_per_param_byte * params;
     const double working = b * maxWork(a, e), buffers = (bufs_[e] - bufs_[a]) + 2 * b * (cut_in + cut_out);
-    if (!p_.force_recompute && fixed_mem + k * b * (cut_in + act) + working + buffers <= cap_) return 0;
-    if (p_.allow_recompute && fixed_mem + (k * b * cut_in + b * act) + working + buffers <= cap_) return 1;
+    for (bool rec : {false, true}) {
+      if (!p_.recomputeAllowed(rec)) continue;
+      const double activations = rec ? k * b * cut_in + b * act : k * b * (cut_in + act);
+      for (bool zero : {false, true}) {
+        if (!p_.zeroAllowed(zero, r)) continue;
+        const double fixed_mem = params + params + (zero ? full_optimizer / r : full_optimizer);
+        if (fixed_mem + activations + working + buffers <= cap_) return (rec ? kRecompute : 0) | (zero ? kZero : 0);
+      }
+    }
     return -1;
   }
 
@@ -318,7 +336,8 @@ private:
   }
 
   /// The stage's numbers (see StageVals) for a placement from placement().
-  StageVals values(int a, int e, size_t ri, int rec, int flags) const {
+  StageVals values(int a, int e, size_t ri, int choice, int flags) const {
+    const bool rec = choice & kRecompute;
     const int r = R_[ri];
     const double b = samples_[ri], params = params_[e] - params_[a];
     const double fwd = (f0_[e] - f0_[a]) + (f1_[e] - f1_[a]) * b, bwd = (g0_[e] - g0_[a]) + (g1_[e] - g1_[a]) * b;
@@ -336,7 +355,7 @@ private:
       ar = 2.0 * (r - 1) / r * params / l.bandwidth + 2.0 * (r - 1) * l.latency_s;
     }
     const double f = recv_act + fwd, g = recv_grad + (rec ? fwd : 0) + bwd;
-    StageVals v{f + g, {0, 0}, ar, rec == 1};
+    StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0};
     if (sched_ == Schedule::GPipe) {
       v.c[0] = f, v.c[1] = g;
     } else {
@@ -356,9 +375,9 @@ private:
         if (d + r > D_ - (k - 1)) break; // the later stages need a device each
         if (r > per_microbatch_) break;  // a replica without samples (only pinned counts get here)
         if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
-        const int rec = recomputeChoice(a, e, ri, inflight);
-        if (rec < 0) continue;
-        const StageVals v = values(a, e, ri, rec, placement(a, e, r, d));
+        const int choice = memoryChoice(a, e, ri, inflight);
+        if (choice < 0) continue;
+        const StageVals v = values(a, e, ri, choice, placement(a, e, r, d));
         if (!(v.ar < ar_limit_)) continue;
         int next[2];
         const int num_next = nextClasses(k, e, next);

@@ -38,10 +38,16 @@ namespace rannc::partition {
 //   Then every replica group all-reduces its gradients, after the pipeline has
 //   drained (a synchronous optimizer step):
 //     AR_s = 2 (r-1)/r * param_bytes / bw + 2 (r-1) lat, bw intra-node when the
-//     group's ranks share a node; the step pays max_s AR_s.
+//     group's ranks share a node; the step pays max_s AR_s. A sharded stage
+//     (ZeRO-1) reduce-scatters the gradients and all-gathers the updated
+//     parameters instead: (r-1)/r * param_bytes each way, the same bytes and
+//     the same formula, so sharding costs no time in this model.
 //
 // Memory of one device:
-//   params P, grads P, optimizer state opt * P;
+//   params P, grads P, optimizer state opt * P, or opt * P / r when the stage
+//   shards it over its r replicas (Note [sharded optimizer state] in
+//   executor/train/zero.h; the executor pads each bucket to a multiple of r,
+//   at most r-1 elements a bucket, which the model leaves out);
 //   in flight k = M (GPipe) or min(M, S - s) (1F1B);
 //   activations = k b (cut[a] + sum act)       without recomputation
 //               = k b cut[a] + b sum act       with (stage inputs only, plus one
@@ -71,6 +77,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.first_rank = first_rank;
   c.replicas = stage.replicas;
   c.recompute = stage.recompute;
+  c.zero = stage.zero && stage.replicas > 1;
   c.samples = replicaSamples(p.batch_size, microbatches, stage.replicas);
   const double b = static_cast<double>(c.samples);
 
@@ -110,7 +117,9 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   const double k = c.inflight;
   c.memory.params = c.param_bytes;
   c.memory.grads = c.param_bytes;
-  c.memory.optimizer = p.optimizer_bytes_per_param_byte * c.param_bytes;
+  const double full_optimizer = p.optimizer_bytes_per_param_byte * c.param_bytes;
+  c.memory.optimizer = c.zero ? full_optimizer / stage.replicas : full_optimizer;
+  c.zero_saves_bytes = full_optimizer - c.memory.optimizer;
   c.memory.activations = stage.recompute ? k * b * cut_in + b * act : k * b * (cut_in + act);
   if (stage.recompute) c.recompute_saves_bytes = k * b * (cut_in + act) - c.memory.activations;
   c.memory.working = b * work;
@@ -163,6 +172,11 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
     if (st.replicas > per_microbatch)
       ev.violations.push_back(stageName(s) + " has " + std::to_string(st.replicas) +
                               " replicas but a micro-batch has only " + std::to_string(per_microbatch) + " samples");
+    if (!p.zeroAllowed(st.zero, st.replicas))
+      ev.violations.push_back(stageName(s) + (st.zero ? " shards its optimizer state but sharding is not allowed or it "
+                                                         "has a single replica"
+                                                       : " does not shard its optimizer state but every replicated "
+                                                         "stage must"));
     if (!p.recomputeAllowed(st.recompute))
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes but recomputation is not allowed"
                                                             : " does not recompute but every stage must"));
@@ -205,11 +219,12 @@ void Evaluation::print(std::ostream &os) const {
      << formatBytes(capacity_bytes) << ")\n";
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageCost &c = stages[s];
-    std::snprintf(buf, sizeof buf, "%-6zu [%d,%d)%*s %d..%d%*s %-3lld %-2d %-8.3f %-8.3f %-8.3f %-8.3f %s%s\n", s,
+    std::snprintf(buf, sizeof buf, "%-6zu [%d,%d)%*s %d..%d%*s %-3lld %-2d %-8.3f %-8.3f %-8.3f %-8.3f %s%s%s\n", s,
                   c.block_begin, c.block_end, 1, "", c.first_rank, c.first_rank + c.replicas - 1, 1, "",
                   static_cast<long long>(c.samples), c.inflight, c.fwd_s * 1e3,
                   (c.bwd_s + c.recompute_s) * 1e3, (c.recv_activations_s + c.recv_gradients_s) * 1e3,
-                  c.allreduce_s * 1e3, formatBytes(c.memory.total()).c_str(), c.recompute ? " recompute" : "");
+                  c.allreduce_s * 1e3, formatBytes(c.memory.total()).c_str(), c.recompute ? " recompute" : "",
+                  c.zero ? " zero" : "");
     os << buf;
   }
   std::snprintf(buf, sizeof buf, "step %.6f s = fill/drain %.6f + steady %.6f + all-reduce %.6f\n", step_time_s,

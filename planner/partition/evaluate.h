@@ -31,6 +31,7 @@ struct StageCost {
   int first_rank = 0;           ///< its ranks are first_rank .. first_rank + replicas - 1
   int replicas = 1;
   bool recompute = false;
+  bool zero = false;            ///< optimizer state sharded over the replicas
   int64_t samples = 0;          ///< per-replica micro-batch b = ceil(B / (M r))
   int inflight = 0;             ///< micro-batches whose activations are alive at once
   double fwd_s = 0;             ///< forward compute
@@ -45,6 +46,7 @@ struct StageCost {
   double param_bytes = 0;        ///< parameters of the stage's blocks
   StageMemory memory;            ///< one device's peak, by kind
   double recompute_saves_bytes = 0; ///< activation bytes recomputation saves (0 when the stage keeps them)
+  double zero_saves_bytes = 0;      ///< optimizer state bytes sharding saves (0 when the stage does not shard)
 
   /// Device time of one forward slot: receive inputs, then compute.
   double forwardSlot() const { return recv_activations_s + fwd_s; }

@@ -49,15 +49,16 @@ Expected<SolveResult> solveExhaustive(const Problem &p, int64_t max_solutions) {
             for (int r : replicas) {
               if (per_stage && (*per_stage)[s] != r) continue;
               if (rank + r + (num_stages - s - 1) > p.devices.count) continue;
-              for (bool rec : {false, true}) {
-                if (!p.recomputeAllowed(rec)) continue;
-                Stage st{a, e, r, rec};
-                StageCost c = evaluateStage(p, st, s, num_stages, rank, m, sched);
-                if (c.memory.total() > p.devices.capacity()) continue;
-                sol.stages.push_back(st);
-                place(s + 1, e, rank + r);
-                sol.stages.pop_back();
-              }
+              for (bool rec : {false, true})
+                for (bool zero : {false, true}) {
+                  if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, r)) continue;
+                  Stage st{a, e, r, rec, zero};
+                  StageCost c = evaluateStage(p, st, s, num_stages, rank, m, sched);
+                  if (c.memory.total() > p.devices.capacity()) continue;
+                  sol.stages.push_back(st);
+                  place(s + 1, e, rank + r);
+                  sol.stages.pop_back();
+                }
             }
         };
         place(0, 0, 0);

@@ -23,7 +23,8 @@ void Problem::print(std::ostream &os) const {
      << "), intra " << devices.intra_node.bandwidth << " B/s + " << devices.intra_node.latency_s << " s, inter "
      << devices.inter_node.bandwidth << " B/s + " << devices.inter_node.latency_s << " s, optimizer x"
      << optimizer_bytes_per_param_byte
-     << (force_recompute ? ", recompute forced" : allow_recompute ? ", recompute allowed" : "") << "\n";
+     << (force_recompute ? ", recompute forced" : allow_recompute ? ", recompute allowed" : "")
+     << (force_zero ? ", zero forced" : allow_zero ? ", zero allowed" : "") << "\n";
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block &b = blocks[i];
     os << "  block " << i << ": fwd " << b.fwd.fixed_s << "+" << b.fwd.per_sample_s << "b s, bwd " << b.bwd.fixed_s
@@ -40,6 +41,7 @@ Status validate(const Problem &p) {
   const int n = p.numBlocks();
   if (n == 0) errs.push_back("no blocks");
   if (p.force_recompute && !p.allow_recompute) errs.push_back("recomputation is forced but not allowed");
+  if (p.force_zero && !p.allow_zero) errs.push_back("sharding (zero) is forced but not allowed");
   for (int i = 0; i < n; ++i) {
     const Block &b = p.blocks[i];
     for (double x : {b.fwd.fixed_s, b.fwd.per_sample_s, b.bwd.fixed_s, b.bwd.per_sample_s, b.param_bytes,
@@ -124,7 +126,7 @@ int Solution::firstRank(int s) const {
 void Solution::print(std::ostream &os) const {
   os << scheduleName(schedule) << " M=" << microbatches;
   for (const Stage &s : stages)
-    os << " [" << s.block_begin << "," << s.block_end << ")x" << s.replicas << (s.recompute ? "r" : "");
+    os << " [" << s.block_begin << "," << s.block_end << ")x" << s.replicas << (s.zero ? "z" : "") << (s.recompute ? "r" : "");
 }
 
 int64_t replicaSamples(int64_t batch_size, int microbatches, int replicas) {

@@ -86,12 +86,19 @@ struct Problem {
   double optimizer_bytes_per_param_byte = 0; ///< SGD 0, momentum 1, Adam/AdamW 2 (gradients are always 1x)
   bool allow_recompute = true;               ///< may a stage recompute its activations in backward
   bool force_recompute = false;              ///< must every stage recompute (--recompute on); needs allow_recompute
+  bool allow_zero = true;                    ///< may a replicated stage shard its optimizer state (ZeRO-1)
+  bool force_zero = false;                   ///< must every replicated stage shard it (--zero 1); needs allow_zero
   Constraints constraints;
 
   /// n, the number of blocks.
   int numBlocks() const { return static_cast<int>(blocks.size()); }
   /// Whether a stage may take this recomputation choice (allow_recompute, force_recompute).
   bool recomputeAllowed(bool recompute) const { return recompute ? allow_recompute : !force_recompute; }
+  /// Whether a stage of `replicas` may take this sharding choice: sharding
+  /// needs 2 replicas or more, and forcing it binds only such stages.
+  bool zeroAllowed(bool zero, int replicas) const {
+    return zero ? allow_zero && replicas > 1 : !(force_zero && replicas > 1);
+  }
   /// Deterministic text form, one block per line.
   void print(std::ostream &os) const;
 };
@@ -105,11 +112,12 @@ struct Stage {
   int block_end = 0;   ///< one past the last block
   int replicas = 1;    ///< data-parallel devices running this stage
   bool recompute = false; ///< keep only the stage inputs per micro-batch, recompute the rest in backward
+  bool zero = false;      ///< shard the optimizer state over the replicas (ZeRO-1)
 
-  /// Same range, replicas and recomputation.
+  /// Same range, replicas, recomputation and sharding.
   bool operator==(const Stage &o) const {
     return block_begin == o.block_begin && block_end == o.block_end && replicas == o.replicas &&
-           recompute == o.recompute;
+           recompute == o.recompute && zero == o.zero;
   }
 };
 
@@ -128,7 +136,7 @@ struct Solution {
   int devicesUsed() const;
   /// First rank of stage s (the sum of the replicas before it).
   int firstRank(int s) const;
-  /// One line: "1f1b M=8 [0,3)x2 [3,5)x1r ...", an `r` marking recomputation.
+  /// One line: "1f1b M=8 [0,3)x2z [3,5)x1r ...", an `r` marking recomputation, a `z` sharding.
   void print(std::ostream &os) const;
   /// Same stages, micro-batches and schedule.
   bool operator==(const Solution &o) const {

@@ -39,9 +39,10 @@ Error noFeasiblePlan(const Problem &p) {
     for (int m : microbatchCandidates(p))
       for (Schedule sched : schedulesToSearch(p))
         for (int r : replicaCandidates(p, m))
-          for (bool rec : {false, true}) {
-            if (!p.recomputeAllowed(rec)) continue;
-            Stage st{j, j + 1, r, rec};
+          for (int choice = 0; choice < 4; ++choice) {
+            const bool rec = choice & 1, zero = choice & 2;
+            if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, r)) continue;
+            Stage st{j, j + 1, r, rec, zero};
             double mem = evaluateStage(p, st, 0, 1, 0, m, sched).memory.total();
             if (mem < need) {
               need = mem;
@@ -62,7 +63,7 @@ Error noFeasiblePlan(const Problem &p) {
   if (worst_need > cap)
     return Error{"no plan fits in memory: the smallest stage (block " + std::to_string(worst_block) + " alone, " +
                  std::to_string(worst_stage.replicas) + " replicas, " + std::to_string(worst_m) + " micro-batches" +
-                 (worst_stage.recompute ? ", recomputing" : "") + ") needs " + formatBytes(worst_need) +
+                 (worst_stage.recompute ? ", recomputing" : "") + (worst_stage.zero ? ", sharding the optimizer state" : "") + ") needs " + formatBytes(worst_need) +
                  " but a device holds " + formatBytes(cap) + " (" + formatBytes(p.devices.memory_bytes) + " x (1 - " +
                  margin + "))"};
   return Error{"no plan fits on " + devices + " with these constraints: every block fits in a stage of its own (the "

@@ -227,6 +227,11 @@ std::vector<std::string> structuralProblems(const proto::Plan &plan) {
       problems.push_back(where + ": op range [" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) +
                          ") is outside the graph's ops [0, " + std::to_string(num_ops) + ")");
     if (s.ranks_size() == 0) problems.push_back(where + ".ranks: the stage has no ranks");
+    if (s.zero() != 0 && s.zero() != 1)
+      problems.push_back(where + ".zero: is " + std::to_string(s.zero()) + ", expected 0 or 1 (ZeRO stage)");
+    else if (s.zero() == 1 && s.ranks_size() < 2)
+      problems.push_back(where + ".zero: 1 shards the optimizer state over the stage's replicas, but it has " +
+                         std::to_string(s.ranks_size()) + "; set zero: 0 or give it more ranks");
   }
   coverageProblems(plan, problems);
   dependencyProblems(plan, problems);

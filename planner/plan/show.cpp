@@ -196,6 +196,11 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
     if (s.recompute())
       os << "recompute: stage " << s.id() << " keeps only its inputs per micro-batch and re-runs forward before "
          << "backward, saving " << bytesText(double(s.estimates().recompute_saved_bytes())) << " of activations\n";
+  for (const auto &s : plan.stages())
+    if (s.zero() > 0)
+      os << "zero: stage " << s.id() << " shards its optimizer state over its " << s.ranks_size()
+         << " replicas (each updates its share, then they all-gather the parameters), saving "
+         << bytesText(double(s.estimates().zero_saved_bytes())) << " per device\n";
 
   os << "\npredicted step time  " << timeText(step);
   if (step > 0) os << " (" << formatFixed(samplesPerSecond(plan), 1) << " samples/s)";
@@ -265,6 +270,8 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["allreduce_time_s"] = e.allreduce_time_s();
     st["recompute"] = s.recompute();
     st["recompute_saved_bytes"] = e.recompute_saved_bytes();
+    st["zero"] = s.zero();
+    st["zero_saved_bytes"] = e.zero_saved_bytes();
     st["busy_time_s"] = stageBusyTime(plan, i);
     st["utilisation"] = step > 0 ? stageBusyTime(plan, i) / step : 0.0;
     j["stages"].push_back(std::move(st));

@@ -9,6 +9,8 @@
     stages x 2 replicas and on 3 stages gives PyTorch's losses for the
     remaining steps; the exported ONNX (--export-onnx and `rannc-exec export`)
     holds PyTorch's trained parameters (and BatchNorm statistics, if any).
+--case cross-plan --zero: a checkpoint written with sharded optimizer state
+    (--zero 1) resumed unsharded, and one written unsharded resumed sharded.
 --case errors: a missing checkpoint folder, a corrupt manifest, a damaged
     file, a checkpoint of another model, another optimizer, ... each stop
     every rank with one clear line and a non-zero exit, before any step.
@@ -251,48 +253,63 @@ def check_export(args, path, optimizer, what):
 
 
 def check_cross_plan(args):
+    if args.zero:
+        # Sharded optimizer state (Note [sharded optimizer state]): written
+        # sharded, resumed unsharded; written unsharded, resumed sharded.
+        resume_elsewhere(args, ("dp2-zero", 2, "--stages 1 --replicas 2 --microbatches 1 --zero 1"),
+                         [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 0")])
+        resume_elsewhere(args, ("pp2", 2, PP2), [("2x2-zero", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 1")])
+        return
+    layouts = [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2"),
+               ("3stages", 4, "--stages 3 --replicas 2,1,1 --microbatches 4")]
+    pp2 = resume_elsewhere(args, ("pp2", 2, PP2), layouts[:1] if args.quick else layouts)
+    # The 2-stage run trained to the end, exported straight from its stages.
+    full = os.path.join(args.work, "pp2-full.onnx")
+    ok(train(args, pp2, 2, ["--shuffle", "off", "--steps", str(args.ref["steps"]), "--export-onnx", full]),
+       "2 stages with --export-onnx")
+    check_export(args, full, args.optimizer, "2 stages: --export-onnx")
+
+
+def resume_elsewhere(args, source_layout, layouts):
+    """Trains half the steps on the source layout with checkpoints, resumes
+    each of `layouts` from them, and compares losses and exports with
+    PyTorch's. Returns the source plan."""
     work = args.work
     steps, half = args.ref["steps"], args.ref["steps"] // 2
     want = {k: loss for k, loss in enumerate(args.ref["losses"])}
     flags = ["--shuffle", "off"]  # PyTorch's reference order
-    pp2 = plan(args, 2, PP2, os.path.join(work, "pp2.pb"))
-    source = os.path.join(work, "source")
+    source_name, source_ranks, source_flags = source_layout
+    source_plan = plan(args, source_ranks, source_flags, os.path.join(work, f"{source_name}.pb"))
+    source = os.path.join(work, f"source-{source_name}")
     shutil.rmtree(source, ignore_errors=True)
-    source_log = os.path.join(work, "source.jsonl")
-    ok(train(args, pp2, 2, flags + ["--steps", str(half), "--checkpoint-dir", source, "--log", source_log]),
-       f"{half} steps on 2 stages")
-    compare_losses(read_log(source_log), {k: want[k] for k in range(half)}, REL_TOL, "2 stages, before the checkpoint")
+    source_log = os.path.join(work, f"source-{source_name}.jsonl")
+    ok(train(args, source_plan, source_ranks, flags + ["--steps", str(half), "--checkpoint-dir", source, "--log",
+                                                       source_log]), f"{half} steps on {source_name}")
+    compare_losses(read_log(source_log), {k: want[k] for k in range(half)}, REL_TOL,
+                   f"{source_name}, before the checkpoint")
 
-    layouts = [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2"),
-               ("3stages", 4, "--stages 3 --replicas 2,1,1 --microbatches 4")]
-    if args.quick:
-        layouts = layouts[:1]
     for name, ranks, layout in layouts:
         p = plan(args, ranks, layout, os.path.join(work, f"{name}.pb"))
-        ckpt = os.path.join(work, f"ckpt-{name}")
+        ckpt = os.path.join(work, f"ckpt-{source_name}-{name}")
         shutil.rmtree(ckpt, ignore_errors=True)
         shutil.copytree(source, ckpt)
-        log = os.path.join(work, f"{name}.jsonl")
+        log = os.path.join(work, f"{source_name}-{name}.jsonl")
         shutil.copyfile(source_log, log)
-        exported = os.path.join(work, f"{name}.onnx")
+        exported = os.path.join(work, f"{source_name}-{name}.onnx")
         r = ok(train(args, p, ranks, flags + ["--steps", str(steps), "--checkpoint-dir", ckpt, "--resume", "--log",
                                               log, "--export-onnx", exported]), f"resume on {name}")
         print(r.stderr[-1500:])
         if resumed_from(r.stderr) != half:
             sys.exit(f"{name}: expected to resume from step {half}")
-        compare_losses(read_log(log), want, REL_TOL, f"saved on 2 stages, resumed on {name}")
+        compare_losses(read_log(log), want, REL_TOL, f"saved on {source_name}, resumed on {name}")
         check_export(args, exported, args.optimizer, f"{name}: --export-onnx")
         # The same weights from the checkpoint the run wrote last, without mpirun.
-        from_ckpt = os.path.join(work, f"{name}-from-checkpoint.onnx")
+        from_ckpt = os.path.join(work, f"{source_name}-{name}-from-checkpoint.onnx")
         e = ok(run([args.exec_tool, "export", ckpt, "-o", from_ckpt]), "rannc-exec export")
         print(e.stderr.strip())
         if open(from_ckpt, "rb").read() != open(exported, "rb").read():
             sys.exit(f"{name}: `rannc-exec export` of the last checkpoint differs from --export-onnx")
-
-    # The 2-stage run trained to the end, exported straight from its stages.
-    full = os.path.join(work, "pp2-full.onnx")
-    ok(train(args, pp2, 2, flags + ["--steps", str(steps), "--export-onnx", full]), "2 stages with --export-onnx")
-    check_export(args, full, args.optimizer, "2 stages: --export-onnx")
+    return source_plan
 
 
 # --------------------------------------------------------------------------- errors
@@ -399,10 +416,12 @@ def main():
     ap.add_argument("--optimizer", default="adam", choices=["sgd", "adam"])
     ap.add_argument("--case", required=True, choices=["resume", "cross-plan", "errors"])
     ap.add_argument("--quick", action="store_true", help="cross-plan: resume on 1 rank only")
+    ap.add_argument("--zero", action="store_true",
+                    help="cross-plan: between sharded (--zero 1) and unsharded optimizer state")
     args = ap.parse_args()
     args.model_dir = os.path.join(args.models, args.model)
     args.ref = json.load(open(os.path.join(args.model_dir, f"reference_{args.optimizer}.json")))
-    args.work = os.path.join(args.work, f"{args.model}-{args.optimizer}-{args.case}")
+    args.work = os.path.join(args.work, f"{args.model}-{args.optimizer}-{args.case}" + ("-zero" if args.zero else ""))
     os.makedirs(args.work, exist_ok=True)
     {"resume": check_resume, "cross-plan": check_cross_plan, "errors": check_errors}[args.case](args)
     print("all checks passed")

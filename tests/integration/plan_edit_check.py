@@ -200,6 +200,9 @@ def main():
                        f"[{boundary - 2}, {boundary})", "op in no stage")
     expect_check_fails(args, broken("rank_missing", lambda t: set_stage_field(t, 1, "ranks", 2)),
                        "stages[*].ranks: rank 1 in no stage", "rank missing")
+    expect_check_fails(args, broken("zero_one_rank", lambda t: set_stage_field(t, 0, "zero", 1)),
+                       "stages[0].zero: 1 shards the optimizer state over the stage's replicas, but it has 1",
+                       "sharded optimizer state on a stage of one rank")
 
     def swap(t):
         t = set_stage_field(t, 0, "op_begin", boundary)

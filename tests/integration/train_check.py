@@ -70,6 +70,13 @@ def check_training(args):
     steps = [json.loads(line) for line in open(log)]
     shown = run([args.plan_tool, "show", plan_path, "--json"])
     stages = json.loads(shown.stdout)["num_stages"]
+    if "--zero 1" in args.plan_args:
+        # Sharded optimizer state: every replicated stage says so, and the log does.
+        sharded = [st["zero"] for st in json.loads(shown.stdout)["stages"] if len(st["ranks"]) > 1]
+        if not sharded or sharded != [1] * len(sharded):
+            sys.exit(f"--zero 1: the plan's replicated stages have zero {sharded}")
+        if "optimizer state sharded in stage(s)" not in p.stderr:
+            sys.exit("--zero 1: rannc-exec did not say it shards the optimizer state")
     if "rannc-exec: done: " not in p.stderr:
         sys.exit("rannc-exec printed no final summary")
     if len(steps) != ref["steps"]:

@@ -94,11 +94,53 @@ TEST(SolveDP, RecomputesOnlyTheStageThatDoesNotFit) {
   EXPECT_NE(none.error().message.find("needs"), std::string::npos) << none.error().message;
 }
 
+TEST(SolveDP, ShardsTheOptimizerStateOnlyWhereMemoryNeedsIt) {
+  // One block of 100 parameter bytes with Adam on 2 replicas: unsharded it
+  // needs 100 + 100 + 200 = 400 B a device, sharded 100 + 100 + 200/2 = 300 B.
+  Problem p = computeOnly({block(1, 100)}, 2, 2);
+  p.optimizer_bytes_per_param_byte = 2;
+  p.constraints.replicas = {2};
+  p.devices.memory_bytes = 350;
+  auto r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(str(r->solution), "1f1b M=1 [0,1)x2z");
+  const Evaluation ev = evaluate(p, r->solution);
+  ASSERT_EQ(ev.stages.size(), 1u);
+  EXPECT_DOUBLE_EQ(ev.stages[0].memory.optimizer, 100);
+  EXPECT_DOUBLE_EQ(ev.stages[0].zero_saves_bytes, 100);
+  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 300);
+  // Sharding costs no time: the step is that of the unsharded plan.
+  EXPECT_DOUBLE_EQ(r->step_time_s, 3);
+  auto ex = solveExhaustive(p);
+  ASSERT_TRUE(ex.ok());
+  EXPECT_DOUBLE_EQ(ex->step_time_s, r->step_time_s);
+
+  p.devices.memory_bytes = 450; // fits whole: no sharding unless forced
+  EXPECT_EQ(str(solveDP(p)->solution), "1f1b M=1 [0,1)x2");
+  p.force_zero = true;
+  EXPECT_EQ(str(solveDP(p)->solution), "1f1b M=1 [0,1)x2z");
+
+  p.devices.memory_bytes = 350; // --zero 0: nothing fits
+  p.force_zero = p.allow_zero = false;
+  auto none = solveDP(p);
+  ASSERT_FALSE(none.ok());
+  // A single replica cannot shard: evaluate() says so.
+  Solution one = r->solution;
+  one.stages[0].replicas = 1;
+  p.allow_zero = true;
+  p.constraints.replicas.clear();
+  const Evaluation bad = evaluate(p, one);
+  ASSERT_FALSE(bad.feasible());
+  EXPECT_NE(bad.violations.front().find("single replica"), std::string::npos) << bad.violations.front();
+}
+
 TEST(SolveDP, InfeasibleProblemNamesTheSmallestStage) {
   // A block of 100 parameter bytes with Adam needs 100+100+200 = 400 B even
-  // alone; a device holds 1000 * (1 - 0.75) = 250 B.
+  // alone; a device holds 1000 * (1 - 0.75) = 250 B. (--zero 0: sharded over
+  // 4 replicas it would need 100+100+50 = 250 B.)
   Problem p = computeOnly({block(1, 100), block(1, 1)}, 4, 8);
   p.optimizer_bytes_per_param_byte = 2;
+  p.allow_zero = false;
   p.devices.memory_bytes = 1000;
   p.devices.memory_margin = 0.75;
   for (Strategy s : {Strategy::Auto, Strategy::Uniform}) {
@@ -228,6 +270,8 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
   p.devices.inter_node = {uni(5, 50), uni(0, 0.05)};
   p.allow_recompute = pick(0, 1);
   p.force_recompute = p.allow_recompute && pick(0, 3) == 0; // --recompute on
+  p.allow_zero = pick(0, 1);
+  p.force_zero = p.allow_zero && pick(0, 3) == 0; // --zero 1
   Constraints &c = p.constraints;
   const int max_stages = std::min(n, p.devices.count);
   switch (trial % 8) {
@@ -260,7 +304,7 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
 
 TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   std::mt19937 rng(2024);
-  int feasible = 0, infeasible = 0, recomputing = 0, gpipe = 0, unequal = 0, multi_node = 0;
+  int feasible = 0, infeasible = 0, recomputing = 0, sharding = 0, gpipe = 0, unequal = 0, multi_node = 0;
   for (int trial = 0; trial < 600; ++trial) {
     Problem p = randomProblem(rng, trial);
     ASSERT_TRUE(validate(p).ok()) << validate(p).message();
@@ -293,6 +337,16 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
     const Solution &s = dp->solution;
     gpipe += s.schedule == Schedule::GPipe;
     recomputing += std::any_of(s.stages.begin(), s.stages.end(), [](const Stage &x) { return x.recompute; });
+    sharding += std::any_of(s.stages.begin(), s.stages.end(), [](const Stage &x) { return x.zero; });
+    // Sharding costs no time, so the DP shards only where memory needs it
+    // (or --zero 1 says so): the same plan without it does not fit.
+    if (!p.force_zero)
+      for (size_t i = 0; i < s.stages.size(); ++i)
+        if (s.stages[i].zero) {
+          Solution unsharded = s;
+          unsharded.stages[i].zero = false;
+          EXPECT_FALSE(evaluate(p, unsharded).feasible()) << where.str() << str(s);
+        }
     unequal += std::any_of(s.stages.begin(), s.stages.end(),
                            [&](const Stage &x) { return x.replicas != s.stages[0].replicas; });
     multi_node += s.devicesUsed() > p.devices.per_node;
@@ -301,10 +355,12 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   EXPECT_GE(feasible, 400);
   EXPECT_GE(infeasible, 60);
   EXPECT_GE(recomputing, 15);
+  EXPECT_GE(sharding, 15);
   EXPECT_GE(gpipe, 30);
   EXPECT_GE(unequal, 30);
   EXPECT_GE(multi_node, 50);
   std::cout << "feasible " << feasible << ", infeasible " << infeasible << ", recomputing " << recomputing
+            << ", sharding " << sharding
             << ", gpipe " << gpipe << ", unequal replicas " << unequal << ", multi-node " << multi_node << "\n";
 }
 

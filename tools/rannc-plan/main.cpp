@@ -80,6 +80,11 @@ int planCommand(int argc, char **argv) {
                  "activation recomputation per stage: auto (where activations would not fit), on (every stage), off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  app.add_option("--zero", o.zero,
+                 "optimizer state sharded over a stage's replicas (ZeRO-1): auto (where memory needs it), 1 (every "
+                 "replicated stage), 0 (never)")
+      ->check(CLI::IsMember({"auto", "0", "1"}))
+      ->capture_default_str();
   app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--strategy", o.strategy,
