@@ -85,7 +85,7 @@ void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
 }
 
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
-                                const PlanOptions &opts, const std::string &model_sha256) {
+                                const PlanOptions &opts, const std::string &model_sha256, std::ostream *log) {
   if (opts.batch_size < 1) return Error{"--batch-size must be at least 1"};
   if (opts.microbatches < 0) return Error{"--microbatches must be at least 1"};
   if (opts.microbatches > 0 && opts.batch_size % opts.microbatches != 0)
@@ -105,6 +105,13 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   if (!blocks) return blocks.error();
   auto solved = partition::solve(blocks->problem, *strategy);
   if (!solved) return solved.error();
+  if (log) {
+    const partition::SolveStats &st = solved->stats;
+    *log << "rannc-plan: searched " << blocks->problem.numBlocks() << " blocks on " << cluster.worldSize()
+         << " devices in " << st.seconds << " s (" << st.microbatch_counts << " micro-batch counts, "
+         << st.microbatch_counts_pruned << " skipped by their bound, " << st.allreduce_thresholds << " DP passes, "
+         << st.states << " states, " << st.points << " front points)\n";
+  }
   const partition::Solution plan_units = partition::expandToUnits(*blocks, solved->solution);
   const partition::Evaluation ev = partition::evaluate(*units, plan_units);
   if (!ev.feasible()) {
@@ -239,7 +246,7 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
       << graph.parameters.size() << " parameters, opset " << graph.opset << "\n";
   auto costs = loadCosts(graph, units, *cluster, opts, sha, log);
   if (!costs) return costs.error();
-  auto plan = planGraph(graph, *costs, *cluster, opts, sha);
+  auto plan = planGraph(graph, *costs, *cluster, opts, sha, &log);
   if (!plan) return plan.error();
   *plan->mutable_model() = imported->ref;
   for (const auto &s : plan->stages())

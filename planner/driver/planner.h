@@ -86,10 +86,10 @@ Expected<cluster::ClusterSpec> clusterFor(const PlanOptions &opts);
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log);
 
 /// Builds a plan for an imported graph from a cost table over its units: the
-/// pure part of makePlan.
+/// pure part of makePlan. With `log`, says what the search took.
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs,
                                 const cluster::ClusterSpec &cluster, const PlanOptions &opts,
-                                const std::string &model_sha256);
+                                const std::string &model_sha256, std::ostream *log = nullptr);
 
 /// Sets the model's forward and training FLOPs per sample (Note [flop counts]).
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e);
