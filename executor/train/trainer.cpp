@@ -279,21 +279,39 @@ struct Link {
   }
 };
 
+/// A message's bytes, counted as tensor memory (the logged peak) until the
+/// communicator drops them: when the transfer completes (Note [buffers]).
+std::shared_ptr<const std::string> countedPayload(std::string bytes) {
+  const int64_t n = int64_t(bytes.size());
+  runtime::countHostBytes(n);
+  return std::shared_ptr<const std::string>(new std::string(std::move(bytes)), [n](const std::string *p) {
+    runtime::countHostBytes(-n);
+    delete p;
+  });
+}
+
+/// A received message unpacked, its bytes counted while both exist.
+torch::Tensor unpackCounted(const std::string &bytes) {
+  runtime::countHostBytes(int64_t(bytes.size()));
+  torch::Tensor t = runtime::unpackTensor(bytes);
+  runtime::countHostBytes(-int64_t(bytes.size()));
+  return t;
+}
+
 /// Sends `t` (a value or its gradient) to the peer replicas: exactly the
 /// intersection of sample ranges (SPEC), or whole when the value holds no
 /// samples.
 void sendValue(comm::Communicator &comm, const torch::Tensor &t, const BatchLayout &layout, const Link &link,
                int tag, const std::string &what) {
   if (layout.axis < 0) {
-    for (size_t k : link.batchFreePeers())
-      comm.send(std::make_shared<std::string>(runtime::packTensor(t)), link.peer_ranks[k], tag);
+    for (size_t k : link.batchFreePeers()) comm.send(countedPayload(runtime::packTensor(t)), link.peer_ranks[k], tag);
     return;
   }
   for (size_t k = 0; k < link.peer_ranks.size(); ++k) {
     schedule::SampleRange part = schedule::intersect(link.mine, link.peer_ranges[k]);
     if (part.size() <= 0) continue;
     torch::Tensor piece = t.numel() == 0 ? t : sliceSamples(t, layout, link.mine, part, what);
-    comm.send(std::make_shared<std::string>(runtime::packTensor(piece)), link.peer_ranks[k], tag);
+    comm.send(countedPayload(runtime::packTensor(piece)), link.peer_ranks[k], tag);
   }
 }
 
@@ -304,7 +322,7 @@ torch::Tensor recvValue(comm::Communicator &comm, const BatchLayout &layout, con
   if (layout.axis < 0) {
     torch::Tensor sum;
     for (size_t k : link.batchFreePeers()) {
-      torch::Tensor t = runtime::unpackTensor(comm.recv(link.peer_ranks[k], tag));
+      torch::Tensor t = unpackCounted(comm.recv(link.peer_ranks[k], tag));
       if (t.numel() == 0 && t.dim() == 1) continue; // "no gradient"
       sum = sum.defined() ? sum + t : t;
     }
@@ -314,7 +332,7 @@ torch::Tensor recvValue(comm::Communicator &comm, const BatchLayout &layout, con
   std::vector<int64_t> counts;
   for (size_t k = 0; k < link.peer_ranks.size(); ++k)
     if (const int64_t n = schedule::intersect(link.mine, link.peer_ranges[k]).size(); n > 0) {
-      pieces.push_back(runtime::unpackTensor(comm.recv(link.peer_ranks[k], tag)));
+      pieces.push_back(unpackCounted(comm.recv(link.peer_ranks[k], tag)));
       counts.push_back(n);
     }
   return joinSamples(pieces, counts, layout);
