@@ -462,6 +462,18 @@ def MobileNetV3Small(num_classes=10, image_size=32):
     return VisionClassifier(_torchvision().mobilenet_v3_small(num_classes=num_classes), image_size, num_classes)
 
 
+def EfficientNetB0(num_classes=10, image_size=32):
+    """torchvision's EfficientNet-B0 (MBConv: depthwise convs, squeeze-excitation
+    with SiLU and sigmoid gates, BatchNorm), stochastic depth and dropout off."""
+    net = _torchvision().efficientnet_b0(num_classes=num_classes, dropout=0.0, stochastic_depth_prob=0.0)
+    return VisionClassifier(net, image_size, num_classes)
+
+
+def RegNetY400MF(num_classes=10, image_size=32):
+    """torchvision's RegNetY-400MF (grouped 3x3 convs, squeeze-excitation, BatchNorm)."""
+    return VisionClassifier(_torchvision().regnet_y_400mf(num_classes=num_classes), image_size, num_classes)
+
+
 def VitTiny(num_classes=10, image_size=32):
     """A tiny torchvision VisionTransformer (patch conv, class token, nn.MultiheadAttention)."""
     vit = _torchvision().vision_transformer.VisionTransformer(
@@ -498,9 +510,10 @@ def SwinTiny(num_classes=10, image_size=32):
 MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
           "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder,
           "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama, "convnext_tiny": ConvNeXtTiny,
-          "swin_tiny": SwinTiny}
+          "swin_tiny": SwinTiny, "efficientnet_b0": EfficientNetB0, "regnet_y_400mf": RegNetY400MF}
 TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama")
-VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny", "convnext_tiny", "swin_tiny")
+VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny", "convnext_tiny", "swin_tiny", "efficientnet_b0",
+                 "regnet_y_400mf")
 
 
 def build(name, seed=0, **kwargs):
