@@ -5,6 +5,7 @@
 #include <set>
 
 #include "planner/cost/flops.h"
+#include "planner/cost/precision.h"
 #include "planner/cost/profile_file.h"
 #include "planner/import/onnx_import.h"
 #include "planner/driver/lower.h"
@@ -75,6 +76,7 @@ void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, in
   e->set_memory_capacity_bytes(int64_t(capacity_bytes));
   e->set_allreduce_time_s(c.allreduce_s);
   e->set_recompute_saved_bytes(int64_t(c.recompute_saves_bytes));
+  e->set_lowp_weight_bytes(int64_t(c.memory.lowp_weights));
 }
 
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
@@ -121,6 +123,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.set_microbatches(plan_units.microbatches);
   plan.set_schedule(plan_units.schedule == partition::Schedule::OneFOneB ? proto::ONE_F_ONE_B : proto::GPIPE);
   plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs)");
+  if (opts.precision != "fp32") plan.set_precision(opts.precision); // fp32 plans stay as before
   *plan.mutable_cluster() = plan::clusterToProto(cluster);
   double optimizer = 0;
   for (int s = 0; s < plan_units.numStages(); ++s) {
@@ -234,6 +237,8 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto &sha = imported->sha;
   log << "rannc-plan: " << opts.model << ": " << graph.nodes.size() << " ops in " << units.size() << " units, "
       << graph.parameters.size() << " parameters, opset " << graph.opset << "\n";
+  if (Status st = cost::checkPrecision(opts.precision); !st) return Error{"--precision: " + st.message()};
+  cost::assignComputeDTypes(graph, opts.precision, cluster->device.type); // Note [autocast dtypes]
   auto costs = loadCosts(graph, units, *cluster, opts, sha, log);
   if (!costs) return costs.error();
   auto plan = planGraph(graph, *costs, *cluster, opts, sha);

@@ -54,6 +54,7 @@ struct PlanOptions {
   std::vector<int> replicas;   ///< one count for every stage, or one per stage
   std::string schedule;        ///< "gpipe" | "1f1b" | "" (searched)
   std::string recompute = "auto"; ///< "auto" (chosen per stage where memory needs it) | "on" | "off"
+  std::string precision = "fp32"; ///< "fp32" | "bf16" | "fp16": compute under autocast (Note [autocast dtypes])
   bool power_of_two_replicas = false;
   std::string strategy = "auto"; ///< auto (the DP) | uniform | parameters | time
   double memory_margin = 0.1;  ///< fraction of device memory kept free

@@ -159,6 +159,7 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   lower.batch_size = plan.global_batch_size();
   lower.memory_margin = m.memory_margin;
   lower.optimizer = m.costs.optimizer;
+  lower.precision = plan.precision().empty() ? "fp32" : plan.precision();
   auto problem = lowerToProblem(m.graph, m.costs, m.cluster, lower);
   if (!problem) return Error{"cluster: " + problem.error().message};
   m.problem = std::move(*problem);

@@ -74,13 +74,14 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.samples = replicaSamples(p.batch_size, microbatches, stage.replicas);
   const double b = static_cast<double>(c.samples);
 
-  double act = 0, work = 0, model_buffers = 0;
+  double act = 0, work = 0, model_buffers = 0, lowp_weights = 0;
   for (int i = stage.block_begin; i < stage.block_end; ++i) {
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b);
     c.bwd_s += blk.bwd.at(b);
     c.param_bytes += blk.param_bytes;
     model_buffers += blk.buffer_bytes;
+    lowp_weights += blk.lowp_weight_bytes;
     act += blk.activation_bytes_per_sample;
     work = std::max(work, blk.working_bytes_per_sample);
   }
@@ -115,6 +116,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   if (stage.recompute) c.recompute_saves_bytes = k * b * (cut_in + act) - c.memory.activations;
   c.memory.working = b * work;
   c.memory.buffers = model_buffers + 2 * b * (cut_in + cut_out);
+  c.memory.lowp_weights = lowp_weights;
   return c;
 }
 

@@ -116,6 +116,8 @@ proto::Graph graphToProto(const ir::Graph &g) {
       o->set_dtype(std::string(ir::dtypeName(v.dtype)));
       o->set_shape(shapeText(v));
       if (v.batch_blocks != 1) o->set_batch_blocks(v.batch_blocks == 0 ? -1 : v.batch_blocks);
+      if (v.compute_dtype != ir::DType::Undefined && v.compute_dtype != v.dtype)
+        o->set_compute_dtype(std::string(ir::dtypeName(v.compute_dtype)));
     }
     for (const auto &[name, value] : n.attrs) {
       proto::Attribute *a = op->add_attrs();
@@ -207,6 +209,13 @@ Expected<ir::Graph> graphFromProto(const proto::Graph &p) {
       v.name = out.name();
       if (Status st = setTypeAndShape(v, out.dtype(), out.shape(), where); !st) return Error{st.message()};
       v.batch_blocks = out.batch_blocks() == 0 ? 1 : out.batch_blocks() < 0 ? 0 : out.batch_blocks();
+      if (!out.compute_dtype().empty()) {
+        auto cd = ir::parseDType(out.compute_dtype());
+        if (!cd || !ir::isFloating(*cd) || !ir::isFloating(v.dtype))
+          return Error{where + ": output '" + out.name() + "': compute_dtype '" + out.compute_dtype() +
+                       "' is not a floating dtype of a floating value"};
+        v.compute_dtype = *cd;
+      }
       n.outputs.push_back(g.addValue(std::move(v)));
     }
     for (const auto &a : op.attrs()) {

@@ -16,7 +16,8 @@ namespace {
 
 /// The LibTorch profiler as the driver's measured cost source, with this
 /// tool's thread count, optimizer and repetitions.
-rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions = 3) {
+rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions = 3,
+                                   const std::string &precision = "fp32") {
   return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units,
              const std::vector<int64_t> &sizes) -> rannc::Expected<rannc::cost::CostTable> {
     rannc::profile::ProfileOptions po;
@@ -24,6 +25,7 @@ rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, in
     po.threads = threads;
     po.optimizer = optimizer;
     po.repetitions = repetitions;
+    po.precision = precision;
     return rannc::profile::measureUnits(g, units, po, std::cerr);
   };
 }
@@ -80,6 +82,11 @@ int planCommand(int argc, char **argv) {
                  "activation recomputation per stage: auto (where activations would not fit), on (every stage), off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "compute precision: fp32, or bf16/fp16 under LibTorch's autocast with fp32 weights, gradients and "
+                 "optimizer state")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--strategy", o.strategy,
@@ -103,7 +110,7 @@ int planCommand(int argc, char **argv) {
   }
   if (cluster->count() && (gpus->count() || type->count()))
     return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
-  o.measure = measurer(o.threads, o.optimizer);
+  o.measure = measurer(o.threads, o.optimizer, 3, o.precision);
   o.front_ends = libtorchFrontEnds();
   if (!memory.empty()) {
     auto bytes = rannc::cluster::parseByteSize(memory);
