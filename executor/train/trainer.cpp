@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -30,6 +31,7 @@
 #include "executor/schedule/schedule.h"
 #include "executor/train/buckets.h"
 #include "executor/train/checkpoint.h"
+#include "executor/train/loss_scale.h"
 #include "executor/train/npy.h"
 #include "executor/train/optim.h"
 #include "planner/import/onnx_import.h"
@@ -620,6 +622,13 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
                               std::move(s.constants), std::move(s.buffers));
   runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
+  const std::string precision = s.plan.precision().empty() ? "fp32" : s.plan.precision();
+  // Mixed precision: forward under autocast; values cross stages in the
+  // dtype autocast gave them (packTensor carries it), and their gradients
+  // come back in it (Note [autocast dtypes] in planner/cost/precision.cpp).
+  if (precision != "fp32") runner.setAutocast(precision == "bf16" ? torch::kBFloat16 : torch::kHalf);
+  std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
+  if (precision == "fp16") scaler.emplace();
   const auto &prog = runner.program();
   auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
@@ -664,13 +673,15 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
         << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
         << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
-        << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing) << "\n";
+        << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing) << ", precision " << precision
+        << "\n";
   }
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     StepRecord rec;
     rec.step = step;
+    runner.newStep(); // autocast's weight copies are of the previous step's weights
     rec.batch_losses.assign(size_t(K), 0.0); // each global batch's loss; their mean is the step's
     rec.lr = opts.lr * lrFactor(opts, step, steps);
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
@@ -723,7 +734,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       }
       case schedule::ActionKind::Backward:
-        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K));
+        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K) * (scaler ? scaler->scale() : 1.0));
         send_grads.erase(mb);
         if (prog.recvs.empty()) runner.release(mb);
         break;
@@ -743,10 +754,17 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // All ranks agree on finiteness first, so no stage steps alone.
         // One pass over the gradients gives both the stage's squared norm
         // and its finiteness (runtime::gradSquaredNorm).
+        if (scaler) scaler->unscale(runner.parameters()); // Note [loss scaling]
         const double squared = runtime::gradSquaredNorm(norm_params);
         double bad = std::isfinite(squared) ? 0.0 : double(s.stage + 1);
         comm.allReduce(&bad, 1, comm::ReduceOp::Max);
-        if (bad > 0 && opts.on_nonfinite == "stop")
+        if (scaler) {
+          if (bad > 0 && rank == 0)
+            log << "rannc-exec: step " << step << ": fp16 gradients overflowed at loss scale " << scaler->scale()
+                << "; step skipped, scale now " << scaler->scale() * 0.5 << "\n";
+          scaler->update(bad > 0);
+        }
+        if (bad > 0 && opts.on_nonfinite == "stop" && !scaler)
           return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(step) + " in stage " +
                                        std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
                                  : ""};
