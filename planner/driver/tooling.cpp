@@ -100,7 +100,8 @@ Expected<proto::Plan> readSoundPlan(const std::string &path) {
 std::string memoryBreakdown(const partition::StageMemory &m) {
   return "params " + plan::bytesText(m.params) + ", grads " + plan::bytesText(m.grads) + ", optimizer " +
          plan::bytesText(m.optimizer) + ", activations " + plan::bytesText(m.activations) + ", working " +
-         plan::bytesText(m.working) + ", buffers " + plan::bytesText(m.buffers);
+         plan::bytesText(m.working) + ", buffers " + plan::bytesText(m.buffers) +
+         (m.lowp_weights > 0 ? ", low-precision weights " + plan::bytesText(m.lowp_weights) : std::string());
 }
 
 } // namespace

@@ -48,7 +48,9 @@ namespace rannc::partition {
 //                                               micro-batch rebuilt in backward);
 //   working = b max work_i; buffers = sum buf_i + 2 b (cut[a] + cut[e]) (the
 //   model buffers, Note [buffers] in ir.h, then one micro-batch's activations
-//   and gradients staged on both cuts).
+//   and gradients staged on both cuts); lowp_weights = sum lowp_i, the
+//   bf16/fp16 weight copies of a mixed-precision plan (Note [autocast dtypes]
+//   in planner/cost/precision.cpp), held once per stage.
 //   Feasible when the total <= memory * (1 - margin).
 
 namespace {
@@ -174,7 +176,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                               formatBytes(c.memory.params) + ", grads " + formatBytes(c.memory.grads) +
                               ", optimizer " + formatBytes(c.memory.optimizer) + ", activations " +
                               formatBytes(c.memory.activations) + ", working " + formatBytes(c.memory.working) +
-                              ", buffers " + formatBytes(c.memory.buffers) + ") but a device holds " +
+                              ", buffers " + formatBytes(c.memory.buffers) +
+                              (c.memory.lowp_weights > 0 ? ", low-precision weights " + formatBytes(c.memory.lowp_weights) : "") +
+                              ") but a device holds " +
                               formatBytes(ev.capacity_bytes));
     ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
     const double f = c.forwardSlot(), g = c.backwardSlot();

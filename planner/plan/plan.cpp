@@ -261,6 +261,9 @@ proto::Cluster clusterToProto(const cluster::ClusterSpec &c) {
   d->set_compute_efficiency(c.device.compute_efficiency);
   d->set_memory_efficiency(c.device.memory_efficiency);
   d->set_op_overhead_s(c.device.op_overhead_s);
+  d->set_peak_flops_tf32(c.device.peak_flops_tf32);
+  d->set_peak_flops_fp16(c.device.peak_flops_fp16);
+  d->set_peak_flops_bf16(c.device.peak_flops_bf16);
   p.mutable_intra_node()->set_bandwidth(c.intra_node.bandwidth);
   p.mutable_intra_node()->set_latency_s(c.intra_node.latency_s);
   p.mutable_inter_node()->set_bandwidth(c.inter_node.bandwidth);
@@ -277,6 +280,9 @@ cluster::ClusterSpec clusterFromProto(const proto::Cluster &p) {
   if (p.device().compute_efficiency() > 0) c.device.compute_efficiency = p.device().compute_efficiency();
   if (p.device().memory_efficiency() > 0) c.device.memory_efficiency = p.device().memory_efficiency();
   if (p.device().has_op_overhead_s()) c.device.op_overhead_s = p.device().op_overhead_s();
+  c.device.peak_flops_tf32 = p.device().peak_flops_tf32();
+  c.device.peak_flops_fp16 = p.device().peak_flops_fp16();
+  c.device.peak_flops_bf16 = p.device().peak_flops_bf16();
   c.intra_node = {p.intra_node().bandwidth(), p.intra_node().latency_s()};
   c.inter_node = {p.inter_node().bandwidth(), p.inter_node().latency_s()};
   return c;
