@@ -9,14 +9,14 @@ Usage:
       [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt, hf_*)
       [--tie-embeddings]                                        (gpt)
       [--image-size S]                                          (torchvision models)
-      [--torchscript [--torchscript-bare]] [--dynamo-onnx] [--torch-export]
+      [--torchscript [--torchscript-bare]] [--dynamo-onnx] [--torch-export] [--precisions bf16,fp16]
 
 Writes:
   DIR/model.onnx             graph whose single output "loss" is the scalar loss
   DIR/data/<input>.npy       one array per graph input, first dim = samples
   DIR/reference_sgd.json     losses of plain PyTorch training with SGD
   DIR/reference_adam.json    ... and with Adam
-  DIR/reference_{sgd,adam}_{bf16,fp16}.json  ... trained under torch.autocast("cpu", dtype=...)
+  DIR/reference_{sgd,adam}_{bf16,fp16}.json  with --precisions: trained under torch.autocast("cpu", dtype=...)
                              (fp16 with torch.amp.GradScaler)
   DIR/reference_{sgd,adam}_params.npz  PyTorch's parameters after those steps
   DIR/reference_{sgd,adam}_buffers.npz BatchNorm running statistics after them, as
@@ -460,6 +460,8 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=8, help="global batch size B")
     p.add_argument("--samples", type=int, default=64, help="number of samples N in data/")
     p.add_argument("--steps", type=int, default=10, help="reference training steps")
+    p.add_argument("--precisions", default="", help="also write autocast references, e.g. bf16,fp16 "
+                   "(reference_<opt>_<precision>.json; rannc-plan --precision)")
     p.add_argument("--lr-sgd", type=float, default=0.1)
     p.add_argument("--lr-adam", type=float, default=0.001)
     p.add_argument("--opset", type=int, default=17)
@@ -514,6 +516,8 @@ def parse_args(argv):
         p.error(f"--opset must be in [{MIN_OPSET}, {MAX_OPSET}], got {a.opset}")
     if a.seed < 0:
         p.error(f"--seed must be >= 0, got {a.seed}")
+    if set(filter(None, a.precisions.split(","))) - {"bf16", "fp16"}:
+        p.error(f"--precisions: {a.precisions!r} is not a list of bf16, fp16")
     if a.torchscript_bare and not a.torchscript:
         p.error("--torchscript-bare needs --torchscript")
     return a
@@ -586,7 +590,7 @@ def main(argv=None):
     for (opt_name, lr, make_opt), (prec, dtype) in itertools.product((
         ("sgd", a.lr_sgd, lambda ps: torch.optim.SGD(ps, lr=a.lr_sgd)),
         ("adam", a.lr_adam, lambda ps: torch.optim.Adam(ps, lr=a.lr_adam)),
-    ), (("bf16", torch.bfloat16), ("fp16", torch.float16))):
+    ), [(pr, {"bf16": torch.bfloat16, "fp16": torch.float16}[pr]) for pr in a.precisions.split(",") if pr]):
         try:
             losses = train_reference(model, data, names, a.steps, a.batch_size, make_opt, autocast=dtype)
         except RuntimeError as e:  # e.g. GPT's -1e9 attention mask does not fit fp16
