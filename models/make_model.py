@@ -285,19 +285,22 @@ def buffers_read(model, example):
     return {nm for nm, b in model.named_buffers() if nm in persistent or id(b) in seen}
 
 
-def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, buffers_out=None, autocast=None):
+def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, buffers_out=None, autocast=None,
+                    init_scale=2.0 ** 16, skipped=None):
     """Losses of `steps` steps; with params_out, also writes the trained
     parameters there (.npz keyed by parameter = ONNX initializer name); with
     buffers_out, the BatchNorm running statistics (track_onnx_running_stats).
     With autocast (torch.bfloat16 or torch.float16), each forward runs under
     torch.autocast('cpu', dtype=autocast): mixed precision as PyTorch users
-    write it, fp32 weights and optimizer state (rannc-plan --precision)."""
+    write it, fp32 weights and optimizer state (rannc-plan --precision); fp16
+    with torch.amp.GradScaler(init_scale=init_scale), the steps it skips
+    appended to the list `skipped`."""
     model = copy.deepcopy(model)  # every optimizer starts from the exported weights
     model.train()
     read = buffers_read(model, batch(data, names, 0, bsz)) if buffers_out else set()
     stats = track_onnx_running_stats(model) if buffers_out else {}
     opt = make_opt(model.parameters())
-    scaler = torch.amp.GradScaler("cpu") if autocast == torch.float16 else None
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale) if autocast == torch.float16 else None
     losses = []
     # Parameters whose gradient is rounding noise at every step (below 1e-6 of
     # the step's largest gradient entry): mathematically zero, such as an
@@ -314,7 +317,10 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
         if scaler:  # fp16: GradScaler's dynamic loss scaling, its defaults
             scaler.scale(loss).backward()
             scaler.step(opt)
+            before = scaler.get_scale()
             scaler.update()
+            if skipped is not None and scaler.get_scale() < before:  # inf/nan gradients: the step was skipped
+                skipped.append(k)
             continue
         loss.backward()
         peak = {nm: float(p.grad.abs().max()) for nm, p in model.named_parameters() if p.grad is not None}
@@ -600,6 +606,16 @@ def main(argv=None):
             "model": a.model, "optimizer": opt_name, "lr": lr, "precision": prec,
             "batch_size": a.batch_size, "steps": a.steps, "losses": losses,
         })
+        if prec == "fp16" and opt_name == "adam":
+            # A loss scale far too large: GradScaler skips steps until it has
+            # backed off enough (rannc-exec --loss-scale must skip the same).
+            skipped = []
+            losses = train_reference(model, data, names, a.steps, a.batch_size, make_opt, autocast=dtype,
+                                     init_scale=2.0 ** 24, skipped=skipped)
+            write_json(os.path.join(a.out, f"reference_{opt_name}_{prec}_overflow.json"), {
+                "model": a.model, "optimizer": opt_name, "lr": lr, "precision": prec, "loss_scale": 2.0 ** 24,
+                "skipped_steps": skipped, "batch_size": a.batch_size, "steps": a.steps, "losses": losses,
+            })
 
     for vname, v in VARIANTS.items():
         steps = variant_steps(v, a.steps, a.samples, a.batch_size)

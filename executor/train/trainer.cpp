@@ -95,6 +95,9 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
                  "), but this LibTorch build has no CUDA; pass --device cpu to run it on CPU"};
   if (device == "cuda")
     return Error{opts.plan + ": running on CUDA devices is not implemented in this rannc-exec yet; pass --device cpu"};
+  if (opts.loss_scale && s.plan.precision() != "fp16")
+    return Error{"--loss-scale: only fp16 plans scale the loss (" + opts.plan + " is " +
+                 (s.plan.precision().empty() ? "fp32" : s.plan.precision()) + ")"};
   const int world = plan::worldSize(s.plan);
   if (world != comm.size())
     return Error{opts.plan + ": the plan is for " + std::to_string(world) + " ranks, but this job has " +
@@ -628,7 +631,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   // come back in it (Note [autocast dtypes] in planner/cost/precision.cpp).
   if (precision != "fp32") runner.setAutocast(precision == "bf16" ? torch::kBFloat16 : torch::kHalf);
   std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
-  if (precision == "fp16") scaler.emplace();
+  if (precision == "fp16") scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
   const auto &prog = runner.program();
   auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer

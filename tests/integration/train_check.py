@@ -55,12 +55,13 @@ def check_training(args):
     model_dir = os.path.join(args.models, args.model)
     name = args.variant or args.optimizer
     lowp = args.precision != "fp32"
-    ref = json.load(open(os.path.join(model_dir, f"reference_{name}" + (f"_{args.precision}" if lowp else "") + ".json")))
+    suffix = (f"_{args.precision}" if lowp else "") + ("_overflow" if args.overflow else "")
+    ref = json.load(open(os.path.join(model_dir, f"reference_{name}{suffix}.json")))
     tol = LOWP_REL_TOL if lowp else REL_TOL
     layout = args.plan_args.replace("--", "").replace(" ", "_").replace(",", "-")
     work = os.path.join(args.work, f"{args.model}-{args.ranks}-{name}-{args.microbatches}-{layout}"
                                    + ("-ts" if args.torchscript else "") + (f"-{args.model_file}" if args.model_file else "")
-                                   + (f"-{args.precision}" if lowp else ""))
+                                   + (f"-{args.precision}" if lowp else "") + ("-overflow" if args.overflow else ""))
     os.makedirs(work, exist_ok=True)
     plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"], os.path.join(work, "plan.pb"))
     # The DP may leave devices idle where more ranks would not be faster (a
@@ -75,6 +76,8 @@ def check_training(args):
     if args.check_state:
         train_args = train_args + ["--export-state" if args.torchscript else "--export-onnx", trained]
     train_args = train_args + args.exec_args.split()
+    if args.overflow:
+        train_args += ["--loss-scale", repr(ref["loss_scale"])]
     p = run(mpirun(args, ranks) + [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"),
                                         "--shuffle", "off", "--log", log] + train_args)
     print(p.stderr[-3000:])
@@ -115,6 +118,13 @@ def check_training(args):
         ref_gap = max(abs(a - w) / abs(w) for a, w in zip(ref["losses"], fp32))
         print(f"{args.precision}: max relative difference from PyTorch's fp32 run: rannc {gap:.3e}, "
               f"PyTorch autocast {ref_gap:.3e}")
+        if args.overflow:  # fp16 loss scaling: the same steps skipped as PyTorch's GradScaler
+            got = [r["step"] for r in steps if r.get("skipped")]
+            print(f"skipped steps: rannc {got}, PyTorch {ref['skipped_steps']}")
+            if got != ref["skipped_steps"] or not got:
+                sys.exit(f"skipped steps {got} differ from GradScaler's {ref['skipped_steps']}")
+            if p.stderr.count("gradients overflowed at loss scale") != len(got):
+                sys.exit("rannc-exec did not log each overflowing step")
         if gap < min(LOWP_MIN_FP32_GAP, ref_gap / 4):
             sys.exit(f"losses match the fp32 run to {gap:.1e}: {args.precision} autocast did not take effect")
         if worst > tol:
@@ -450,6 +460,9 @@ def main():
     ap.add_argument("--microbatches", type=int, default=1)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                     help="plan with --precision; bf16/fp16 compare with reference_<opt>_<precision>.json")
+    ap.add_argument("--overflow", action="store_true",
+                    help="fp16: start from reference_<opt>_fp16_overflow.json's loss scale, so GradScaler skips steps, "
+                         "and expect rannc-exec to skip the same ones")
     ap.add_argument("--device-memory", help="plan for this much memory per rank and check that ranks stay within it")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
