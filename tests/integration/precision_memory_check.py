@@ -13,16 +13,10 @@ Prints the figures (docs/training.md quotes them).
 import argparse
 import json
 import os
-import subprocess
 import sys
 
-
-def run(cmd):
-    print("+", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, text=True, capture_output=True, timeout=600)
-    if p.returncode != 0:
-        sys.exit(f"failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return p
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from recompute_check import run  # noqa: E402  (the same checked subprocess call)
 
 
 def main():
