@@ -762,10 +762,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         double bad = std::isfinite(squared) ? 0.0 : double(s.stage + 1);
         comm.allReduce(&bad, 1, comm::ReduceOp::Max);
         if (scaler) {
-          if (bad > 0 && rank == 0)
-            log << "rannc-exec: step " << step << ": fp16 gradients overflowed at loss scale " << scaler->scale()
-                << "; step skipped, scale now " << scaler->scale() * 0.5 << "\n";
+          const double was = scaler->scale();
           scaler->update(bad > 0);
+          if (bad > 0 && rank == 0)
+            log << "rannc-exec: step " << step << ": fp16 gradients overflowed at loss scale " << was
+                << "; step skipped, scale now " << scaler->scale() << "\n";
         }
         if (bad > 0 && opts.on_nonfinite == "stop" && !scaler)
           return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(step) + " in stage " +
