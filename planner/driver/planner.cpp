@@ -37,7 +37,7 @@ Expected<cost::CostTable> loadCosts(const ir::Graph &g, const std::vector<cost::
     log << "\n";
     return opts.measure(g, units, sizes);
   }
-  auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads});
+  auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads, opts.precision});
   if (!table) return table.error();
   bool same_units = table->units.size() == units.size();
   for (size_t i = 0; same_units && i < units.size(); ++i)
@@ -280,7 +280,8 @@ Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, s
   log << "rannc-plan: profiling " << units.size() << " units of " << opts.model << "\n";
   auto table = measure(graph, units, opts.batch_sizes);
   if (!table) return table.error();
-  if (Status st = cost::writeProfile(*table, {sha, opts.device_type, opts.threads}, opts.output); !st) return st;
+  if (Status st = cost::writeProfile(*table, {sha, opts.device_type, opts.threads, opts.precision}, opts.output); !st)
+    return st;
   log << "rannc-plan: wrote " << opts.output << "\n";
   return Status::success();
 }

@@ -74,6 +74,7 @@ struct ProfileCommandOptions {
   std::string output;
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
+  std::string precision = "fp32"; ///< measure under autocast at bf16/fp16 (as PlanOptions::precision)
   std::string device_type = "cpu";
   FrontEnds front_ends;
 };

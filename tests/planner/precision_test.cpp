@@ -9,6 +9,7 @@
 
 #include "planner/cost/cost.h"
 #include "planner/cost/precision.h"
+#include "planner/cost/profile_file.h"
 #include "planner/plan/plan.h"
 
 namespace rannc::cost {
@@ -126,6 +127,24 @@ TEST(Precision, PlanRoundTripAndChecks) {
   EXPECT_FALSE(plan::graphFromProto(p).ok());
   EXPECT_TRUE(checkPrecision("bf16").ok());
   EXPECT_FALSE(checkPrecision("int8").ok());
+}
+
+TEST(Precision, ProfilesRecordTheirPrecision) {
+  // A bf16 profile plans bf16 plans only; fp32 ones (written without the
+  // field, as before it existed) plan fp32 plans only.
+  CostTable t;
+  t.units = {{0, 1}};
+  t.batch_sizes = {1};
+  t.costs = {{UnitCost{1e-3, 2e-3, 100, 10}}};
+  const std::string path = ::testing::TempDir() + "/precision_test.profile";
+  ASSERT_TRUE(writeProfile(t, {"sha", "cpu", 1, "bf16"}, path).ok());
+  EXPECT_TRUE(readProfile(path, {"sha", "cpu", 1, "bf16"}).ok());
+  auto fp32 = readProfile(path, {"sha", "cpu", 1, "fp32"});
+  ASSERT_FALSE(fp32.ok());
+  EXPECT_NE(fp32.error().message.find("measured in bf16"), std::string::npos) << fp32.error().message;
+  ASSERT_TRUE(writeProfile(t, {"sha", "cpu", 1}, path).ok());
+  EXPECT_TRUE(readProfile(path, {"sha", "cpu", 1}).ok());
+  EXPECT_FALSE(readProfile(path, {"sha", "cpu", 1, "fp16"}).ok());
 }
 
 } // namespace

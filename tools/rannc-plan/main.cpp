@@ -152,6 +152,9 @@ int profileCommand(int argc, char **argv) {
   app.add_option("--optimizer", optimizer, "optimizer whose step time to measure: sgd or adam")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
+  app.add_option("--precision", o.precision, "measure under autocast at bf16/fp16, for plans of that --precision")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   int repetitions = 3;
   app.add_option("--repetitions", repetitions, "timed runs per unit and size after one warm-up; the median is kept")
       ->capture_default_str()
@@ -164,7 +167,7 @@ int profileCommand(int argc, char **argv) {
   for (int64_t b : o.batch_sizes)
     if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
   o.front_ends = libtorchFrontEnds();
-  return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions), std::cerr));
+  return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions, o.precision), std::cerr));
 }
 
 int importCommand(int argc, char **argv) {
