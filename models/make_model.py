@@ -9,13 +9,15 @@ Usage:
       [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt, hf_*)
       [--tie-embeddings]                                        (gpt)
       [--image-size S]                                          (torchvision models)
-      [--torchscript [--torchscript-bare]] [--dynamo-onnx] [--torch-export]
+      [--torchscript [--torchscript-bare]] [--dynamo-onnx] [--torch-export] [--precisions bf16,fp16]
 
 Writes:
   DIR/model.onnx             graph whose single output "loss" is the scalar loss
   DIR/data/<input>.npy       one array per graph input, first dim = samples
   DIR/reference_sgd.json     losses of plain PyTorch training with SGD
   DIR/reference_adam.json    ... and with Adam
+  DIR/reference_{sgd,adam}_{bf16,fp16}.json  with --precisions: trained under torch.autocast("cpu", dtype=...)
+                             (fp16 with torch.amp.GradScaler)
   DIR/reference_{sgd,adam}_params.npz  PyTorch's parameters after those steps
   DIR/reference_{sgd,adam}_buffers.npz BatchNorm running statistics after them, as
                              ONNX updates them (models with BatchNorm only)
@@ -31,6 +33,7 @@ Runs with the project's .venv/bin/python (tools/setup.sh): the PyTorch the build
 
 import argparse
 import copy
+import itertools
 import json
 import math
 import os
@@ -282,15 +285,22 @@ def buffers_read(model, example):
     return {nm for nm, b in model.named_buffers() if nm in persistent or id(b) in seen}
 
 
-def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, buffers_out=None):
+def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, buffers_out=None, autocast=None,
+                    init_scale=2.0 ** 16, skipped=None):
     """Losses of `steps` steps; with params_out, also writes the trained
     parameters there (.npz keyed by parameter = ONNX initializer name); with
-    buffers_out, the BatchNorm running statistics (track_onnx_running_stats)."""
+    buffers_out, the BatchNorm running statistics (track_onnx_running_stats).
+    With autocast (torch.bfloat16 or torch.float16), each forward runs under
+    torch.autocast('cpu', dtype=autocast): mixed precision as PyTorch users
+    write it, fp32 weights and optimizer state (rannc-plan --precision); fp16
+    with torch.amp.GradScaler(init_scale=init_scale), the steps it skips
+    appended to the list `skipped`."""
     model = copy.deepcopy(model)  # every optimizer starts from the exported weights
     model.train()
     read = buffers_read(model, batch(data, names, 0, bsz)) if buffers_out else set()
     stats = track_onnx_running_stats(model) if buffers_out else {}
     opt = make_opt(model.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale) if autocast == torch.float16 else None
     losses = []
     # Parameters whose gradient is rounding noise at every step (below 1e-6 of
     # the step's largest gradient entry): mathematically zero, such as an
@@ -301,8 +311,17 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
     noise = {nm for nm, _ in model.named_parameters()} if steps > 0 else set()
     for k in range(steps):
         opt.zero_grad()
-        loss = model(*batch(data, names, k, bsz))
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss = model(*batch(data, names, k, bsz))
         losses.append(float(loss.item()))  # loss of the forward before the update
+        if scaler:  # fp16: GradScaler's dynamic loss scaling, its defaults
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            before = scaler.get_scale()
+            scaler.update()
+            if skipped is not None and scaler.get_scale() < before:  # inf/nan gradients: the step was skipped
+                skipped.append(k)
+            continue
         loss.backward()
         peak = {nm: float(p.grad.abs().max()) for nm, p in model.named_parameters() if p.grad is not None}
         top = max(peak.values(), default=0.0)
@@ -447,6 +466,8 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=8, help="global batch size B")
     p.add_argument("--samples", type=int, default=64, help="number of samples N in data/")
     p.add_argument("--steps", type=int, default=10, help="reference training steps")
+    p.add_argument("--precisions", default="", help="also write autocast references, e.g. bf16,fp16 "
+                   "(reference_<opt>_<precision>.json; rannc-plan --precision)")
     p.add_argument("--lr-sgd", type=float, default=0.1)
     p.add_argument("--lr-adam", type=float, default=0.001)
     p.add_argument("--opset", type=int, default=17)
@@ -501,6 +522,8 @@ def parse_args(argv):
         p.error(f"--opset must be in [{MIN_OPSET}, {MAX_OPSET}], got {a.opset}")
     if a.seed < 0:
         p.error(f"--seed must be >= 0, got {a.seed}")
+    if set(filter(None, a.precisions.split(","))) - {"bf16", "fp16"}:
+        p.error(f"--precisions: {a.precisions!r} is not a list of bf16, fp16")
     if a.torchscript_bare and not a.torchscript:
         p.error("--torchscript-bare needs --torchscript")
     return a
@@ -566,6 +589,33 @@ def main(argv=None):
         })
         if losses:
             summary.append(f"{opt_name} {losses[0]:.4f}->{losses[-1]:.4f}")
+
+    # Mixed precision: PyTorch's own autocast training of the same model
+    # (rannc-plan --precision bf16|fp16 trains under LibTorch's autocast too);
+    # fp16 with torch.amp.GradScaler.
+    for (opt_name, lr, make_opt), (prec, dtype) in itertools.product((
+        ("sgd", a.lr_sgd, lambda ps: torch.optim.SGD(ps, lr=a.lr_sgd)),
+        ("adam", a.lr_adam, lambda ps: torch.optim.Adam(ps, lr=a.lr_adam)),
+    ), [(pr, {"bf16": torch.bfloat16, "fp16": torch.float16}[pr]) for pr in a.precisions.split(",") if pr]):
+        try:
+            losses = train_reference(model, data, names, a.steps, a.batch_size, make_opt, autocast=dtype)
+        except RuntimeError as e:  # e.g. GPT's -1e9 attention mask does not fit fp16
+            print(f"make_model: {a.model}: no {prec} reference: PyTorch itself fails: {e}", file=sys.stderr)
+            continue
+        write_json(os.path.join(a.out, f"reference_{opt_name}_{prec}.json"), {
+            "model": a.model, "optimizer": opt_name, "lr": lr, "precision": prec,
+            "batch_size": a.batch_size, "steps": a.steps, "losses": losses,
+        })
+        if prec == "fp16" and opt_name == "adam":
+            # A loss scale far too large: GradScaler skips steps until it has
+            # backed off enough (rannc-exec --loss-scale must skip the same).
+            skipped = []
+            losses = train_reference(model, data, names, a.steps, a.batch_size, make_opt, autocast=dtype,
+                                     init_scale=2.0 ** 24, skipped=skipped)
+            write_json(os.path.join(a.out, f"reference_{opt_name}_{prec}_overflow.json"), {
+                "model": a.model, "optimizer": opt_name, "lr": lr, "precision": prec, "loss_scale": 2.0 ** 24,
+                "skipped_steps": skipped, "batch_size": a.batch_size, "steps": a.steps, "losses": losses,
+            })
 
     for vname, v in VARIANTS.items():
         steps = variant_steps(v, a.steps, a.samples, a.batch_size)

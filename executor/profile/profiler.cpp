@@ -166,6 +166,14 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
     std::vector<runtime::StageRunner> runners;
     for (size_t u = 0; u < units.size(); ++u)
       runners.emplace_back(g, schedule::buildStageProgram(g, ranges, int(u)), params, constants, buffers);
+    // Mixed precision: every run under autocast. Its weight copies, cached
+    // in the warm-up run and kept to the end, stay out of the measured kept
+    // bytes: the planner counts them per stage (Note [autocast dtypes]).
+    const torch::ScalarType autocast = opts.precision == "bf16"   ? torch::kBFloat16
+                                       : opts.precision == "fp16" ? torch::kHalf
+                                                                  : torch::kFloat;
+    full.setAutocast(autocast);
+    for (auto &r : runners) r.setAutocast(autocast);
 
     // Structurally identical units are measured once (the first of them).
     std::vector<size_t> same_as(units.size());
@@ -233,6 +241,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
       calibrate(full, data, row, /*warmup=*/b == table.batch_sizes.front() ? opts.warmup : 0, opts);
       table.costs.push_back(std::move(row));
     }
+    full.newStep(); // drops autocast's weight copies
 
 
     // The optimizer step, measured the same way over parameters of up to

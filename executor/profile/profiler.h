@@ -22,6 +22,7 @@ struct ProfileOptions {
   double single_run_s = 0.2;     ///< a unit whose warm-up took longer is timed once
   int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
   std::string optimizer = "adam"; ///< whose step time to measure
+  std::string precision = "fp32"; ///< bf16/fp16: measure under autocast (Note [autocast dtypes])
 };
 
 /// Measures `units` of `g` with seeded random parameters (time and memory do

@@ -889,6 +889,25 @@ std::vector<int64_t> kernelShape(const OpCtx &c, const torch::Tensor &w) {
   return std::vector<int64_t>(w.sizes().begin() + 2, w.sizes().end());
 }
 
+/// A convolution through the ATen ops PyTorch's modules call (conv2d,
+/// conv_transpose2d, ...): those are on autocast's lower-precision list,
+/// torch::convolution is not on the CPU's (Note [autocast dtypes] in
+/// planner/cost/precision.cpp). Same arithmetic in fp32.
+torch::Tensor convolve(const torch::Tensor &x, const torch::Tensor &w, const std::optional<torch::Tensor> &bias,
+                       const std::vector<int64_t> &stride, const std::vector<int64_t> &pad,
+                       const std::vector<int64_t> &dil, bool transposed, int64_t group) {
+  const std::vector<int64_t> zeros(pad.size(), 0);
+  switch (transposed ? -int64_t(pad.size()) : int64_t(pad.size())) {
+  case 1: return torch::conv1d(x, w, bias, stride, pad, dil, group);
+  case 2: return torch::conv2d(x, w, bias, stride, pad, dil, group);
+  case 3: return torch::conv3d(x, w, bias, stride, pad, dil, group);
+  case -1: return torch::conv_transpose1d(x, w, bias, stride, pad, zeros, group, dil);
+  case -2: return torch::conv_transpose2d(x, w, bias, stride, pad, zeros, group, dil);
+  case -3: return torch::conv_transpose3d(x, w, bias, stride, pad, zeros, group, dil);
+  default: return torch::convolution(x, w, bias, stride, pad, dil, transposed, zeros, group);
+  }
+}
+
 Outputs opConv(const OpCtx &c) {
   const auto &x = c.in(0), &w = c.in(1);
   if (w.dim() < 3) c.fail("weight must be [M, C/group, k...]");
@@ -900,8 +919,7 @@ Outputs opConv(const OpCtx &c) {
     xi = torch::constant_pad_nd(x, torchPads(win.pad_begin, win.pad_end), 0);
     std::fill(pad.begin(), pad.end(), 0);
   }
-  std::vector<int64_t> zeros(pad.size(), 0);
-  return {torch::convolution(xi, w, c.opt(2), win.strides, pad, win.dilations, false, zeros, group)};
+  return {convolve(xi, w, c.opt(2), win.strides, pad, win.dilations, false, group)};
 }
 
 Outputs opConvTranspose(const OpCtx &c) {
@@ -946,9 +964,7 @@ Outputs opConvTranspose(const OpCtx &c) {
     std::fill(end.begin(), end.end(), 0);
   }
   int64_t group = c.attrInt("group", 1);
-  std::vector<int64_t> zeros(n, 0);
-  torch::Tensor y =
-      torch::convolution(x, w, c10::nullopt, strides, zeros, dil, true, zeros, group);
+  torch::Tensor y = convolve(x, w, std::nullopt, strides, std::vector<int64_t>(n, 0), dil, true, group);
   // output_padding adds zeros at the end; pads crop (negative pads grow).
   std::vector<int64_t> crop_begin(n), crop_end(n);
   for (size_t i = 0; i < n; ++i) {

@@ -1,11 +1,50 @@
 #include "executor/runtime/stage.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <cstring>
 #include <stdexcept>
 
 #include "executor/runtime/ops.h"
 
 namespace rannc::runtime {
+namespace {
+
+/// Enables LibTorch's autocast for `device` at `dtype` for one forward, as
+/// Python's `with torch.autocast(...)` does, and restores the state after.
+/// Its cache of low-precision weight copies is on only while autograd
+/// records: a copy cast under no_grad has no history, and a later forward
+/// with autograd on (recomputation) must not reuse it. The cache is cleared
+/// per step (StageRunner::newStep), not per forward: micro-batches share one
+/// copy (Note [autocast dtypes]).
+class AutocastGuard {
+public:
+  AutocastGuard(c10::DeviceType device, torch::ScalarType dtype) : device_(device) {
+    if (dtype == torch::kFloat) return;
+    active_ = true;
+    enabled_ = at::autocast::is_autocast_enabled(device);
+    dtype_ = at::autocast::get_autocast_dtype(device);
+    cache_ = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_enabled(device, true);
+    at::autocast::set_autocast_dtype(device, dtype);
+    at::autocast::set_autocast_cache_enabled(at::GradMode::is_enabled());
+  }
+  ~AutocastGuard() {
+    if (!active_) return;
+    at::autocast::set_autocast_enabled(device_, enabled_);
+    at::autocast::set_autocast_dtype(device_, dtype_);
+    at::autocast::set_autocast_cache_enabled(cache_);
+  }
+  AutocastGuard(const AutocastGuard &) = delete;
+  AutocastGuard &operator=(const AutocastGuard &) = delete;
+
+private:
+  c10::DeviceType device_;
+  bool active_ = false, enabled_ = false, cache_ = true;
+  torch::ScalarType dtype_ = torch::kFloat;
+};
+
+} // namespace
 
 StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
                          std::map<ir::ValueId, torch::Tensor> params, std::map<ir::ValueId, torch::Tensor> constants,
@@ -78,7 +117,13 @@ void StageRunner::recomputeForward(int mb) {
   stash_.erase(mb);
 }
 
+void StageRunner::newStep() {
+  if (autocast_ != torch::kFloat) at::autocast::clear_cache();
+}
+
 void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers) {
+  const c10::DeviceType device = params_.empty() ? c10::DeviceType::CPU : params_.begin()->second.device().type();
+  AutocastGuard autocast(device, autocast_);
   std::vector<torch::Tensor> inputs;
   for (ir::NodeId n : program_.nodes) {
     const ir::Node &node = g_.nodes[n];

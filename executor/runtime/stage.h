@@ -71,6 +71,17 @@ public:
   void dropSent(int mb);
   bool recomputes() const { return recompute_; }
 
+  /// Mixed precision (Note [autocast dtypes] in planner/cost/precision.cpp):
+  /// run every forward, the recomputed one too, under LibTorch's autocast at
+  /// `dtype` (kBFloat16 or kHalf); kFloat turns it off. Backward runs outside
+  /// autocast, as in PyTorch.
+  void setAutocast(torch::ScalarType dtype) { autocast_ = dtype; }
+  torch::ScalarType autocastDType() const { return autocast_; }
+  /// Starts a training step: drops autocast's cached low-precision weight
+  /// copies, which all micro-batches of the last step shared (the optimizer
+  /// has changed the weights since).
+  void newStep();
+
 private:
   /// Runs the program's ops on `env` (inputs in, every value out).
   void run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers);
@@ -92,6 +103,7 @@ private:
   std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> envs_;
   bool recompute_ = false;
   bool in_place_ = false; ///< the program has in-place ATen ops
+  torch::ScalarType autocast_ = torch::kFloat; ///< kFloat: no autocast
   std::map<int, Stash> stash_; ///< recomputing stages: what forward keeps (Note [recomputation])
 };
 

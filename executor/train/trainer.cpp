@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -30,6 +31,7 @@
 #include "executor/schedule/schedule.h"
 #include "executor/train/buckets.h"
 #include "executor/train/checkpoint.h"
+#include "executor/train/loss_scale.h"
 #include "executor/train/npy.h"
 #include "executor/train/optim.h"
 #include "executor/train/zero.h"
@@ -94,6 +96,9 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
                  "), but this LibTorch build has no CUDA; pass --device cpu to run it on CPU"};
   if (device == "cuda")
     return Error{opts.plan + ": running on CUDA devices is not implemented in this rannc-exec yet; pass --device cpu"};
+  if (opts.loss_scale && s.plan.precision() != "fp16")
+    return Error{"--loss-scale: only fp16 plans scale the loss (" + opts.plan + " is " +
+                 (s.plan.precision().empty() ? "fp32" : s.plan.precision()) + ")"};
   const int world = plan::worldSize(s.plan);
   if (world != comm.size())
     return Error{opts.plan + ": the plan is for " + std::to_string(world) + " ranks, but this job has " +
@@ -639,6 +644,13 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
                               std::move(s.constants), std::move(s.buffers));
   runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
+  const std::string precision = s.plan.precision().empty() ? "fp32" : s.plan.precision();
+  // Mixed precision: forward under autocast; values cross stages in the
+  // dtype autocast gave them (packTensor carries it), and their gradients
+  // come back in it (Note [autocast dtypes] in planner/cost/precision.cpp).
+  if (precision != "fp32") runner.setAutocast(precision == "bf16" ? torch::kBFloat16 : torch::kHalf);
+  std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
+  if (precision == "fp16") scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
   const auto &prog = runner.program();
   auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
@@ -698,13 +710,15 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
         << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
         << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
-        << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << "\n";
+        << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision "
+        << precision << "\n";
   }
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     StepRecord rec;
     rec.step = step;
+    runner.newStep(); // autocast's weight copies are of the previous step's weights
     rec.batch_losses.assign(size_t(K), 0.0); // each global batch's loss; their mean is the step's
     rec.lr = opts.lr * lrFactor(opts, step, steps);
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
@@ -757,7 +771,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       }
       case schedule::ActionKind::Backward:
-        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K));
+        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K) * (scaler ? scaler->scale() : 1.0));
         send_grads.erase(mb);
         if (prog.recvs.empty()) runner.release(mb);
         break;
@@ -777,10 +791,18 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // All ranks agree on finiteness first, so no stage steps alone.
         // One pass over the gradients gives both the stage's squared norm
         // and its finiteness (runtime::gradSquaredNorm).
+        if (scaler) scaler->unscale(blocks_only ? sharded->parameters() : runner.parameters()); // Note [loss scaling]
         const double squared = runtime::gradSquaredNorm(blocks_only ? sharded->parameters() : norm_params);
         double bad = std::isfinite(squared) ? 0.0 : double(s.stage + 1);
         comm.allReduce(&bad, 1, comm::ReduceOp::Max);
-        if (bad > 0 && opts.on_nonfinite == "stop")
+        if (scaler) {
+          const double was = scaler->scale();
+          scaler->update(bad > 0);
+          if (bad > 0 && rank == 0)
+            log << "rannc-exec: step " << step << ": fp16 gradients overflowed at loss scale " << was
+                << "; step skipped, scale now " << scaler->scale() << "\n";
+        }
+        if (bad > 0 && opts.on_nonfinite == "stop" && !scaler)
           return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(step) + " in stage " +
                                        std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
                                  : ""};

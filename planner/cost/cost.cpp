@@ -1,6 +1,7 @@
 #include "planner/cost/cost.h"
 
 #include "planner/cost/flops.h"
+#include "planner/cost/precision.h"
 
 #include <algorithm>
 
@@ -11,7 +12,7 @@ int64_t valueBytes(const ir::Graph &g, ir::ValueId v, int64_t b) {
   if (v == ir::kNoValue) return 0;
   const ir::Value &val = g.values[v];
   if (!val.shape_known) return 0;
-  return ir::numelAt(val.shape, b) * ir::dtypeSize(val.dtype);
+  return ir::numelAt(val.shape, b) * ir::dtypeSize(val.runtimeDType()); // Note [autocast dtypes]
 }
 
 } // namespace
@@ -57,9 +58,18 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
     // Matrix work runs at the device's fp32 rate, convolutions on CUDA at its
     // TF32 rate: PyTorch lets cuDNN use TF32 by default and keeps cuBLAS at
     // fp32 (torch.backends.cudnn.allow_tf32 / cuda.matmul.allow_tf32).
-    const double peak = f.convolution && device.type == "cuda"
-                            ? std::max(device.peakFlops(cluster::Precision::kTF32) * device.compute_efficiency, 1.0)
-                            : fp32_peak;
+    // Under autocast (Note [autocast dtypes]) the low-precision ops run at the
+    // device's bf16/fp16 rate.
+    const ir::DType out = n.outputs.empty() || n.outputs[0] == ir::kNoValue ? ir::DType::Undefined
+                                                                            : g.values[n.outputs[0]].runtimeDType();
+    const bool lowp = runsInLowPrecision(n) && (out == ir::DType::BF16 || out == ir::DType::F16);
+    const double peak =
+        lowp ? std::max(device.peakFlops(out == ir::DType::BF16 ? cluster::Precision::kBF16 : cluster::Precision::kFP16) *
+                            device.compute_efficiency,
+                        1.0)
+        : f.convolution && device.type == "cuda"
+            ? std::max(device.peakFlops(cluster::Precision::kTF32) * device.compute_efficiency, 1.0)
+            : fp32_peak;
     const double bwd_kernels = f.bwd_kernels;
     c.fwd_time_s = overhead + std::max(c.fwd_flops / peak, double(c.bytes_moved) / bw);
     c.bwd_time_s = bwd_kernels * overhead + std::max(c.bwd_flops / peak, 2.0 * double(c.bytes_moved) / bw);

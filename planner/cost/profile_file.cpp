@@ -13,6 +13,7 @@ Status writeProfile(const CostTable &table, const ProfileKey &key, const std::st
   p.set_model_sha256(key.model_sha256);
   p.set_device(key.device);
   p.set_threads(key.threads);
+  if (key.precision != "fp32") p.set_precision(key.precision);
   p.set_optimizer(table.optimizer);
   p.set_optimizer_s_per_param(table.optimizer_s_per_param);
   for (const Unit &u : table.units) {
@@ -52,6 +53,9 @@ Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expec
   if (p.threads() != expect.threads)
     return Error{path + ": the profile was measured with " + std::to_string(p.threads()) + " thread(s), the plan uses " +
                  std::to_string(expect.threads)};
+  if (const std::string got = p.precision().empty() ? "fp32" : p.precision(); got != expect.precision)
+    return Error{path + ": the profile was measured in " + got + ", the plan is for --precision " + expect.precision +
+                 "; re-run rannc-plan profile --precision " + expect.precision};
   if (p.rows_size() != p.batch_sizes_size() || p.batch_sizes_size() == 0)
     return Error{path + ": corrupt profile (batch sizes and rows differ)"};
   CostTable t;

@@ -13,11 +13,12 @@ struct ProfileKey {
   std::string model_sha256;
   std::string device; ///< device preset name, e.g. "cpu"
   int threads = 1;
+  std::string precision = "fp32"; ///< what the ops ran in (Note [autocast dtypes])
 };
 
 /// Writes `table` (atomically) with its key.
 Status writeProfile(const CostTable &table, const ProfileKey &key, const std::string &path);
-/// Reads a profile; a different model hash, device or thread count than
+/// Reads a profile; a different model hash, device, thread count or precision than
 /// `expect` is an error saying which.
 Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expect);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "planner/cost/precision.h"
+
 namespace rannc::planner {
 namespace {
 
@@ -88,6 +90,8 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     blk.bwd = fit(costs.batch_sizes, bwd);
     blk.param_bytes = double(param_counts[u]) * 4; // float32 parameters
     blk.buffer_bytes = double(buffer_bytes[u]);
+    if (opts.precision != "fp32") // Note [autocast dtypes]
+      blk.lowp_weight_bytes = double(cost::lowPrecisionWeightBytes(g, units[u].op_begin, units[u].op_end));
     const cost::UnitCost &at_largest = costs.costs.back()[u];
     blk.activation_bytes_per_sample = double(at_largest.kept_bytes) / double(largest);
     blk.working_bytes_per_sample = double(at_largest.work_bytes) / double(largest);
@@ -108,7 +112,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     if (g.nodes[val.producer].inputs.empty()) continue; // Constant: recomputed
     const int a = unit_of[val.producer];
     const double per_sample =
-        val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.dtype)) / kProbe : 0.0;
+        val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.runtimeDType())) / kProbe : 0.0;
     for (int i = a + 1; i <= last_reader[v]; ++i) p.cut_bytes_per_sample[i] += per_sample;
   }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "planner/cost/flops.h"
+#include "planner/cost/precision.h"
 #include "planner/cost/profile_file.h"
 #include "planner/import/onnx_import.h"
 #include "planner/driver/lower.h"
@@ -36,7 +37,7 @@ Expected<cost::CostTable> loadCosts(const ir::Graph &g, const std::vector<cost::
     log << "\n";
     return opts.measure(g, units, sizes);
   }
-  auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads});
+  auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads, opts.precision});
   if (!table) return table.error();
   bool same_units = table->units.size() == units.size();
   for (size_t i = 0; same_units && i < units.size(); ++i)
@@ -76,6 +77,7 @@ void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, in
   e->set_allreduce_time_s(c.allreduce_s);
   e->set_recompute_saved_bytes(int64_t(c.recompute_saves_bytes));
   e->set_zero_saved_bytes(int64_t(c.zero_saves_bytes));
+  e->set_lowp_weight_bytes(int64_t(c.memory.lowp_weights));
 }
 
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
@@ -129,6 +131,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.set_microbatches(plan_units.microbatches);
   plan.set_schedule(plan_units.schedule == partition::Schedule::OneFOneB ? proto::ONE_F_ONE_B : proto::GPIPE);
   plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs)");
+  if (opts.precision != "fp32") plan.set_precision(opts.precision); // fp32 plans stay as before
   *plan.mutable_cluster() = plan::clusterToProto(cluster);
   double optimizer = 0;
   for (int s = 0; s < plan_units.numStages(); ++s) {
@@ -244,6 +247,8 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto &sha = imported->sha;
   log << "rannc-plan: " << opts.model << ": " << graph.nodes.size() << " ops in " << units.size() << " units, "
       << graph.parameters.size() << " parameters, opset " << graph.opset << "\n";
+  if (Status st = cost::checkPrecision(opts.precision); !st) return Error{"--precision: " + st.message()};
+  cost::assignComputeDTypes(graph, opts.precision, cluster->device.type); // Note [autocast dtypes]
   auto costs = loadCosts(graph, units, *cluster, opts, sha, log);
   if (!costs) return costs.error();
   auto plan = planGraph(graph, *costs, *cluster, opts, sha, &log);
@@ -285,7 +290,8 @@ Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, s
   log << "rannc-plan: profiling " << units.size() << " units of " << opts.model << "\n";
   auto table = measure(graph, units, opts.batch_sizes);
   if (!table) return table.error();
-  if (Status st = cost::writeProfile(*table, {sha, opts.device_type, opts.threads}, opts.output); !st) return st;
+  if (Status st = cost::writeProfile(*table, {sha, opts.device_type, opts.threads, opts.precision}, opts.output); !st)
+    return st;
   log << "rannc-plan: wrote " << opts.output << "\n";
   return Status::success();
 }

@@ -55,6 +55,7 @@ struct PlanOptions {
   std::string schedule;        ///< "gpipe" | "1f1b" | "" (searched)
   std::string recompute = "auto"; ///< "auto" (chosen per stage where memory needs it) | "on" | "off"
   std::string zero = "auto";      ///< "auto" (sharded per stage where memory needs it) | "0" | "1"
+  std::string precision = "fp32"; ///< "fp32" | "bf16" | "fp16": compute under autocast (Note [autocast dtypes])
   bool power_of_two_replicas = false;
   std::string strategy = "auto"; ///< auto (the DP) | uniform | parameters | time
   double memory_margin = 0.1;  ///< fraction of device memory kept free
@@ -74,6 +75,7 @@ struct ProfileCommandOptions {
   std::string output;
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
+  std::string precision = "fp32"; ///< measure under autocast at bf16/fp16 (as PlanOptions::precision)
   std::string device_type = "cpu";
   FrontEnds front_ends;
 };

@@ -100,7 +100,8 @@ Expected<proto::Plan> readSoundPlan(const std::string &path) {
 std::string memoryBreakdown(const partition::StageMemory &m) {
   return "params " + plan::bytesText(m.params) + ", grads " + plan::bytesText(m.grads) + ", optimizer " +
          plan::bytesText(m.optimizer) + ", activations " + plan::bytesText(m.activations) + ", working " +
-         plan::bytesText(m.working) + ", buffers " + plan::bytesText(m.buffers);
+         plan::bytesText(m.working) + ", buffers " + plan::bytesText(m.buffers) +
+         (m.lowp_weights > 0 ? ", low-precision weights " + plan::bytesText(m.lowp_weights) : std::string());
 }
 
 } // namespace
@@ -159,6 +160,7 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   lower.batch_size = plan.global_batch_size();
   lower.memory_margin = m.memory_margin;
   lower.optimizer = m.costs.optimizer;
+  lower.precision = plan.precision().empty() ? "fp32" : plan.precision();
   auto problem = lowerToProblem(m.graph, m.costs, m.cluster, lower);
   if (!problem) return Error{"cluster: " + problem.error().message};
   m.problem = std::move(*problem);

@@ -97,6 +97,11 @@ struct Value {
   /// reshape); T: interleaved ([T*B, C] from sequence-first attention); 0:
   /// unknown (samples mixed, as after BatchNorm). Note [batch layout].
   int64_t batch_blocks = 1;
+  /// The dtype at run time under a mixed-precision plan (autocast casts it;
+  /// Note [autocast dtypes] in planner/cost/precision.cpp); Undefined: `dtype`.
+  DType compute_dtype = DType::Undefined;
+  /// The dtype the value has at run time.
+  DType runtimeDType() const { return compute_dtype == DType::Undefined ? dtype : compute_dtype; }
 };
 
 struct Node {

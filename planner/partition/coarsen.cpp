@@ -92,6 +92,7 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       blk.bwd.per_sample_s += u.bwd.per_sample_s;
       blk.param_bytes += u.param_bytes;
       blk.buffer_bytes += u.buffer_bytes;
+      blk.lowp_weight_bytes += u.lowp_weight_bytes;
       blk.activation_bytes_per_sample += u.activation_bytes_per_sample;
       blk.working_bytes_per_sample = std::max(blk.working_bytes_per_sample, u.working_bytes_per_sample);
     }

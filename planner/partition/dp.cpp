@@ -110,7 +110,7 @@ public:
       g0_[i + 1] = g0_[i] + b.bwd.fixed_s;
       g1_[i + 1] = g1_[i] + b.bwd.per_sample_s;
       params_[i + 1] = params_[i] + b.param_bytes;
-      bufs_[i + 1] = bufs_[i] + b.buffer_bytes;
+      bufs_[i + 1] = bufs_[i] + b.buffer_bytes + b.lowp_weight_bytes; // both fixed per stage
       act_[i + 1] = act_[i] + b.activation_bytes_per_sample;
     }
     // Sparse table for the largest working bytes of any block range.

@@ -54,7 +54,9 @@ namespace rannc::partition {
 //                                               micro-batch rebuilt in backward);
 //   working = b max work_i; buffers = sum buf_i + 2 b (cut[a] + cut[e]) (the
 //   model buffers, Note [buffers] in ir.h, then one micro-batch's activations
-//   and gradients staged on both cuts).
+//   and gradients staged on both cuts); lowp_weights = sum lowp_i, the
+//   bf16/fp16 weight copies of a mixed-precision plan (Note [autocast dtypes]
+//   in planner/cost/precision.cpp), held once per stage.
 //   Feasible when the total <= memory * (1 - margin).
 
 namespace {
@@ -81,13 +83,14 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.samples = replicaSamples(p.batch_size, microbatches, stage.replicas);
   const double b = static_cast<double>(c.samples);
 
-  double act = 0, work = 0, model_buffers = 0;
+  double act = 0, work = 0, model_buffers = 0, lowp_weights = 0;
   for (int i = stage.block_begin; i < stage.block_end; ++i) {
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b);
     c.bwd_s += blk.bwd.at(b);
     c.param_bytes += blk.param_bytes;
     model_buffers += blk.buffer_bytes;
+    lowp_weights += blk.lowp_weight_bytes;
     act += blk.activation_bytes_per_sample;
     work = std::max(work, blk.working_bytes_per_sample);
   }
@@ -124,6 +127,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   if (stage.recompute) c.recompute_saves_bytes = k * b * (cut_in + act) - c.memory.activations;
   c.memory.working = b * work;
   c.memory.buffers = model_buffers + 2 * b * (cut_in + cut_out);
+  c.memory.lowp_weights = lowp_weights;
   return c;
 }
 
@@ -186,7 +190,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                               formatBytes(c.memory.params) + ", grads " + formatBytes(c.memory.grads) +
                               ", optimizer " + formatBytes(c.memory.optimizer) + ", activations " +
                               formatBytes(c.memory.activations) + ", working " + formatBytes(c.memory.working) +
-                              ", buffers " + formatBytes(c.memory.buffers) + ") but a device holds " +
+                              ", buffers " + formatBytes(c.memory.buffers) +
+                              (c.memory.lowp_weights > 0 ? ", low-precision weights " + formatBytes(c.memory.lowp_weights) : "") +
+                              ") but a device holds " +
                               formatBytes(ev.capacity_bytes));
     ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
     const double f = c.forwardSlot(), g = c.backwardSlot();

@@ -20,8 +20,9 @@ struct StageMemory {
   double activations = 0; ///< kept for the micro-batches in flight
   double working = 0;     ///< transient, one op of one micro-batch
   double buffers = 0;     ///< model buffers + send/receive staging of one micro-batch
+  double lowp_weights = 0; ///< bf16/fp16 weight copies under autocast (Note [autocast dtypes])
 
-  double total() const { return params + grads + optimizer + activations + working + buffers; }
+  double total() const { return params + grads + optimizer + activations + working + buffers + lowp_weights; }
 };
 
 /// Everything the model says about one stage (per device, per micro-batch).

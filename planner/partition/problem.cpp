@@ -30,6 +30,8 @@ void Problem::print(std::ostream &os) const {
     os << "  block " << i << ": fwd " << b.fwd.fixed_s << "+" << b.fwd.per_sample_s << "b s, bwd " << b.bwd.fixed_s
        << "+" << b.bwd.per_sample_s << "b s, params " << b.param_bytes << " B"
        << (b.buffer_bytes > 0 ? ", buffers " + std::to_string(int64_t(b.buffer_bytes)) + " B" : std::string())
+       << (b.lowp_weight_bytes > 0 ? ", low-precision weights " + std::to_string(int64_t(b.lowp_weight_bytes)) + " B"
+                                   : std::string())
        << ", act " << b.activation_bytes_per_sample
        << " B/sample, work " << b.working_bytes_per_sample << " B/sample, cut before "
        << (i < cut_bytes_per_sample.size() ? cut_bytes_per_sample[i] : 0.0) << " B/sample\n";
@@ -45,7 +47,7 @@ Status validate(const Problem &p) {
   for (int i = 0; i < n; ++i) {
     const Block &b = p.blocks[i];
     for (double x : {b.fwd.fixed_s, b.fwd.per_sample_s, b.bwd.fixed_s, b.bwd.per_sample_s, b.param_bytes,
-                     b.buffer_bytes, b.activation_bytes_per_sample, b.working_bytes_per_sample})
+                     b.buffer_bytes, b.lowp_weight_bytes, b.activation_bytes_per_sample, b.working_bytes_per_sample})
       if (!finiteNonNegative(x)) {
         errs.push_back("block " + std::to_string(i) + ": times and sizes must be finite and >= 0");
         break;

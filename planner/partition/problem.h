@@ -33,6 +33,7 @@ struct Block {
   Affine bwd;                              ///< backward time, without recomputation
   double param_bytes = 0;                  ///< trainable parameters the block owns
   double buffer_bytes = 0;                 ///< model buffers (BatchNorm statistics): no gradient, no optimizer state
+  double lowp_weight_bytes = 0;            ///< bf16/fp16 weight copies autocast keeps (Note [autocast dtypes])
   double activation_bytes_per_sample = 0;  ///< block outputs kept from forward until backward
   double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs
 };

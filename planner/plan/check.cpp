@@ -215,6 +215,8 @@ std::vector<std::string> structuralProblems(const proto::Plan &plan) {
   const int num_ops = plan.graph().ops_size();
   if (num_ops == 0) problems.push_back("graph.ops: the graph has no ops");
   if (plan.stages_size() == 0) problems.push_back("stages: the plan has no stages");
+  if (const std::string &p = plan.precision(); !p.empty() && p != "fp32" && p != "bf16" && p != "fp16")
+    problems.push_back("precision: '" + p + "' is not fp32, bf16 or fp16");
   for (int i = 0; i < plan.stages_size(); ++i) {
     const auto &s = plan.stages(i);
     std::string where = "stages[" + std::to_string(i) + "]";

@@ -116,6 +116,8 @@ proto::Graph graphToProto(const ir::Graph &g) {
       o->set_dtype(std::string(ir::dtypeName(v.dtype)));
       o->set_shape(shapeText(v));
       if (v.batch_blocks != 1) o->set_batch_blocks(v.batch_blocks == 0 ? -1 : v.batch_blocks);
+      if (v.compute_dtype != ir::DType::Undefined && v.compute_dtype != v.dtype)
+        o->set_compute_dtype(std::string(ir::dtypeName(v.compute_dtype)));
     }
     for (const auto &[name, value] : n.attrs) {
       proto::Attribute *a = op->add_attrs();
@@ -207,6 +209,13 @@ Expected<ir::Graph> graphFromProto(const proto::Graph &p) {
       v.name = out.name();
       if (Status st = setTypeAndShape(v, out.dtype(), out.shape(), where); !st) return Error{st.message()};
       v.batch_blocks = out.batch_blocks() == 0 ? 1 : out.batch_blocks() < 0 ? 0 : out.batch_blocks();
+      if (!out.compute_dtype().empty()) {
+        auto cd = ir::parseDType(out.compute_dtype());
+        if (!cd || !ir::isFloating(*cd) || !ir::isFloating(v.dtype))
+          return Error{where + ": output '" + out.name() + "': compute_dtype '" + out.compute_dtype() +
+                       "' is not a floating dtype of a floating value"};
+        v.compute_dtype = *cd;
+      }
       n.outputs.push_back(g.addValue(std::move(v)));
     }
     for (const auto &a : op.attrs()) {
@@ -252,6 +261,9 @@ proto::Cluster clusterToProto(const cluster::ClusterSpec &c) {
   d->set_compute_efficiency(c.device.compute_efficiency);
   d->set_memory_efficiency(c.device.memory_efficiency);
   d->set_op_overhead_s(c.device.op_overhead_s);
+  d->set_peak_flops_tf32(c.device.peak_flops_tf32);
+  d->set_peak_flops_fp16(c.device.peak_flops_fp16);
+  d->set_peak_flops_bf16(c.device.peak_flops_bf16);
   p.mutable_intra_node()->set_bandwidth(c.intra_node.bandwidth);
   p.mutable_intra_node()->set_latency_s(c.intra_node.latency_s);
   p.mutable_inter_node()->set_bandwidth(c.inter_node.bandwidth);
@@ -268,6 +280,9 @@ cluster::ClusterSpec clusterFromProto(const proto::Cluster &p) {
   if (p.device().compute_efficiency() > 0) c.device.compute_efficiency = p.device().compute_efficiency();
   if (p.device().memory_efficiency() > 0) c.device.memory_efficiency = p.device().memory_efficiency();
   if (p.device().has_op_overhead_s()) c.device.op_overhead_s = p.device().op_overhead_s();
+  c.device.peak_flops_tf32 = p.device().peak_flops_tf32();
+  c.device.peak_flops_fp16 = p.device().peak_flops_fp16();
+  c.device.peak_flops_bf16 = p.device().peak_flops_bf16();
   c.intra_node = {p.intra_node().bandwidth(), p.intra_node().latency_s()};
   c.inter_node = {p.inter_node().bandwidth(), p.inter_node().latency_s()};
   return c;

@@ -152,7 +152,12 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
      << plan.stages_size() << (plan.stages_size() == 1 ? " stage" : " stages") << "\n";
   os << "batch        " << plan.global_batch_size() << " samples per step in " << plan.microbatches()
      << (plan.microbatches() == 1 ? " micro-batch" : " micro-batches") << " of " << microbatchSize(plan)
-     << ", schedule " << scheduleName(plan.schedule()) << "\n\n";
+     << ", schedule " << scheduleName(plan.schedule()) << "\n";
+  // Mixed precision (fp32 plans say nothing, as before it existed).
+  const bool lowp = !plan.precision().empty() && plan.precision() != "fp32";
+  if (lowp)
+    os << "precision    " << plan.precision() << " compute under autocast; fp32 weights, gradients and optimizer state\n";
+  os << "\n";
 
   const TimeUnit unit = timeUnitFor(step);
   const std::string u = std::string(" ") + unit.name;
@@ -176,16 +181,19 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
 
   os << "\nmemory per device\n";
   os << std::left << std::setw(6) << "stage" << std::right;
-  for (const char *h : {"params", "grads", "optimizer", "activations", "working", "buffers", "peak", "capacity"})
-    os << std::setw(12) << h;
+  for (const char *h : {"params", "grads", "optimizer", "activations", "working", "buffers"}) os << std::setw(12) << h;
+  if (lowp) os << std::setw(12) << plan.precision() + " wts";
+  for (const char *h : {"peak", "capacity"}) os << std::setw(12) << h;
   os << std::setw(7) << "use"
      << "\n";
   for (const auto &s : plan.stages()) {
     const auto &e = s.estimates();
     os << std::left << std::setw(6) << s.id() << std::right;
     for (int64_t b : {e.param_bytes(), e.grad_bytes(), e.optimizer_bytes(), e.activation_bytes(), e.working_bytes(),
-                      e.buffer_bytes(), e.peak_memory_bytes(), e.memory_capacity_bytes()})
+                      e.buffer_bytes()})
       os << std::setw(12) << bytesText(double(b));
+    if (lowp) os << std::setw(12) << bytesText(double(e.lowp_weight_bytes()));
+    for (int64_t b : {e.peak_memory_bytes(), e.memory_capacity_bytes()}) os << std::setw(12) << bytesText(double(b));
     os << std::setw(7)
        << (e.memory_capacity_bytes() > 0 ? percent(double(e.peak_memory_bytes()) / e.memory_capacity_bytes()) : "-");
     if (e.peak_memory_bytes() > e.memory_capacity_bytes()) os << "  OVER CAPACITY";
@@ -240,6 +248,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
   j["num_nodes"] = plan.cluster().num_nodes();
   j["devices_per_node"] = plan.cluster().devices_per_node();
   j["planner"] = plan.planner();
+  j["precision"] = plan.precision().empty() ? "fp32" : plan.precision();
   j["optimizer"] = plan.estimates().optimizer();
   j["num_ops"] = plan.graph().ops_size();
   j["stages"] = nlohmann::ordered_json::array();
@@ -272,6 +281,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["recompute_saved_bytes"] = e.recompute_saved_bytes();
     st["zero"] = s.zero();
     st["zero_saved_bytes"] = e.zero_saved_bytes();
+    st["lowp_weight_bytes"] = e.lowp_weight_bytes();
     st["busy_time_s"] = stageBusyTime(plan, i);
     st["utilisation"] = step > 0 ? stageBusyTime(plan, i) / step : 0.0;
     j["stages"].push_back(std::move(st));

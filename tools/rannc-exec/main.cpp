@@ -110,6 +110,9 @@ int main(int argc, char **argv) {
   app.add_option("--on-nonfinite", o.on_nonfinite, "stop: end the run; skip: skip the step without updating")
       ->check(CLI::IsMember({"stop", "skip"}))
       ->capture_default_str();
+  app.add_option("--loss-scale", o.loss_scale,
+                 "fp16 plans: the initial dynamic loss scale (torch.amp.GradScaler's init_scale; default 65536)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--device", o.device, "cpu: run a plan made for GPUs on CPU ranks (default: the plan's device)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   uint64_t init_seed = 0;

@@ -16,7 +16,8 @@ namespace {
 
 /// The LibTorch profiler as the driver's measured cost source, with this
 /// tool's thread count, optimizer and repetitions.
-rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions = 3) {
+rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions = 3,
+                                   const std::string &precision = "fp32") {
   return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units,
              const std::vector<int64_t> &sizes) -> rannc::Expected<rannc::cost::CostTable> {
     rannc::profile::ProfileOptions po;
@@ -24,6 +25,7 @@ rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, in
     po.threads = threads;
     po.optimizer = optimizer;
     po.repetitions = repetitions;
+    po.precision = precision;
     return rannc::profile::measureUnits(g, units, po, std::cerr);
   };
 }
@@ -85,6 +87,11 @@ int planCommand(int argc, char **argv) {
                  "replicated stage), 0 (never)")
       ->check(CLI::IsMember({"auto", "0", "1"}))
       ->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "compute precision: fp32, or bf16/fp16 under LibTorch's autocast with fp32 weights, gradients and "
+                 "optimizer state")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--strategy", o.strategy,
@@ -108,7 +115,7 @@ int planCommand(int argc, char **argv) {
   }
   if (cluster->count() && (gpus->count() || type->count()))
     return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
-  o.measure = measurer(o.threads, o.optimizer);
+  o.measure = measurer(o.threads, o.optimizer, 3, o.precision);
   o.front_ends = libtorchFrontEnds();
   if (!memory.empty()) {
     auto bytes = rannc::cluster::parseByteSize(memory);
@@ -150,6 +157,9 @@ int profileCommand(int argc, char **argv) {
   app.add_option("--optimizer", optimizer, "optimizer whose step time to measure: sgd or adam")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
+  app.add_option("--precision", o.precision, "measure under autocast at bf16/fp16, for plans of that --precision")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
   int repetitions = 3;
   app.add_option("--repetitions", repetitions, "timed runs per unit and size after one warm-up; the median is kept")
       ->capture_default_str()
@@ -162,7 +172,7 @@ int profileCommand(int argc, char **argv) {
   for (int64_t b : o.batch_sizes)
     if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
   o.front_ends = libtorchFrontEnds();
-  return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions), std::cerr));
+  return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions, o.precision), std::cerr));
 }
 
 int importCommand(int argc, char **argv) {

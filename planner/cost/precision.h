@@ -1,0 +1,32 @@
+// Mixed precision in the planner: which values autocast makes bf16/fp16, and
+// the low-precision weight copies it keeps (Note [autocast dtypes]).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "planner/ir/ir.h"
+#include "planner/support/status.h"
+
+namespace rannc::cost {
+
+/// "fp32", "bf16" or "fp16" (a plan's precision); an error names the choices.
+Status checkPrecision(std::string_view precision);
+/// The low-precision dtype of `precision` (BF16, F16), Undefined for fp32.
+ir::DType lowPrecisionDType(std::string_view precision);
+
+/// Whether autocast runs `n` in the lower precision (a matrix product,
+/// convolution or attention on the policy's list).
+bool runsInLowPrecision(const ir::Node &n);
+
+/// Sets every floating value's compute_dtype to its run-time dtype under
+/// LibTorch's autocast at `precision` on `device_type` ("cpu" or "cuda"); for
+/// fp32 clears them. Values keep their declared dtype.
+void assignComputeDTypes(ir::Graph &g, std::string_view precision, std::string_view device_type);
+
+/// Bytes of the low-precision copies autocast makes of the fp32 parameters
+/// that the low-precision ops among nodes [op_begin, op_end) read, each once.
+int64_t lowPrecisionWeightBytes(const ir::Graph &g, int op_begin, int op_end);
+
+} // namespace rannc::cost
