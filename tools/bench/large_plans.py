@@ -9,8 +9,8 @@ Models come from models/make_large.py (weightless, seconds to write):
   BERT 103.6B (128 layers x 8192, 64 heads, sequence 512) on 256 A100-80GB, batch 1024.
 "Before" is what the planner could do without them: fp32, no recomputation,
 no sharding (--precision fp32 --recompute off --zero 0). "After" lets it
-choose (--recompute auto --zero auto) in the --precision given (default
-bf16). Each row: stages, replicas, micro-batches, the pipeline bubble, the
+choose (--recompute auto --zero auto) in mixed precision (fp16 on V100s,
+which have no bf16, bf16 on A100s). Each row: stages, replicas, micro-batches, the pipeline bubble, the
 predicted samples/s, the largest per-device memory, where recomputation and
 sharding were chosen, and the planning time (wall clock, this machine). The
 predicted throughput is held against Megatron-LM's reported figure with
@@ -25,9 +25,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# name: (make_large.py shape, device preset, devices, batch, the "after" precision:
+# V100s have fp16 tensor cores but no bf16)
 MODELS = {
-    "bert4.9b": (["--layers", "96", "--hidden", "2048", "--heads", "32"], "v100-32g", 32, 256),
-    "bert103.6b": (["--layers", "128", "--hidden", "8192", "--heads", "64"], "a100-80g", 256, 1024),
+    "bert4.9b": (["--layers", "96", "--hidden", "2048", "--heads", "32"], "v100-32g", 32, 256, "fp16"),
+    "bert103.6b": (["--layers", "128", "--hidden", "8192", "--heads", "64"], "a100-80g", 256, 1024, "bf16"),
 }
 
 
@@ -47,20 +49,19 @@ def main():
     ap.add_argument("--plan-tool", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--python", default=sys.executable)
-    ap.add_argument("--precision", default="bf16", help="the 'after' rows' --precision")
     ap.add_argument("--models", default=",".join(MODELS))
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     rows = []
     for name in a.models.split(","):
-        shape, device, gpus, batch = MODELS[name]
+        shape, device, gpus, batch, precision = MODELS[name]
         model = os.path.join(a.work, name + ".onnx")
         if not os.path.exists(model):
             run([a.python, os.path.join(ROOT, "models", "make_large.py"), "bert", "-o", model, "--seq-len", "512"]
                 + shape)
         for label, flags in (("before: fp32, no recompute, no zero", ["--precision", "fp32", "--recompute", "off",
                                                                        "--zero", "0"]),
-                             (f"after: {a.precision}, recompute and zero auto", ["--precision", a.precision])):
+                             (f"after: {precision}, recompute and zero auto", ["--precision", precision])):
             plan = os.path.join(a.work, f"{name}-{label.split(':')[0]}.pb")
             t0 = time.monotonic()
             p = subprocess.run([a.plan_tool, model, "--gpus", str(gpus), "--device-type", device, "--batch-size",
