@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "executor/runtime/grads.h"
@@ -616,6 +617,196 @@ private:
 
 } // namespace
 
+/// The step's reductions and the update, one object per rank: the replica
+/// sums (Note [gradient buckets]) and the shared-parameter sums, then the
+/// agreement on finite gradients, the global norm, clipping, fp16 loss
+/// scaling (Note [loss scaling]) and the optimizer step, sharded where the
+/// plan says so (Note [sharded optimizer state]).
+class ParameterUpdate {
+public:
+  /// Collective: splits the communicators of the shared-parameter groups.
+  ParameterUpdate(const TrainOptions &opts, comm::Communicator &comm, comm::Communicator &group, const Setup &s,
+                  runtime::StageRunner &runner, std::optional<LossScaler> scaler)
+      : opts_(opts), comm_(comm), stage_(s.stage), replica_(s.replica), runner_(runner), scaler_(std::move(scaler)),
+        make_([&opts](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); }),
+        optimizer_(make_(runner.parameters())), shared_(s.graph, s.ranges, s.stage, runner, comm) {
+    if (group.size() > 1) {
+      using Mode = GradientBuckets::Mode;
+      const bool shard = s.plan.stages(s.stage).zero() > 0;
+      const Mode mode = !shard ? Mode::AllReduce : shared_.groups.empty() ? Mode::ReduceScatter : Mode::ShardedUpdate;
+      buckets_ = std::make_unique<GradientBuckets>(group, runner.parameters(), opts.bucket_bytes, mode);
+      if (shard) sharded_ = std::make_unique<ShardedOptimizer>(*buckets_, make_);
+    }
+    // Reduce-scattered, a replica holds the sums of its own blocks only.
+    blocks_only_ = buckets_ && buckets_->mode() == GradientBuckets::Mode::ReduceScatter;
+    // The gradient norm counts a shared parameter once: in its first reader stage.
+    for (ir::ValueId v : runner.program().parameters)
+      if (!shared_.counted_elsewhere.count(v)) norm_params_.push_back(runner.parameter(v));
+  }
+
+  /// The whole stage's optimizer; with sharded state it holds the state only
+  /// while a checkpoint is loaded or saved (see the hooks below).
+  torch::optim::Optimizer &optimizer() { return *optimizer_; }
+  const OptimizerFactory &factory() const { return make_; }
+  const GradientBuckets *buckets() const { return buckets_.get(); }
+  /// What the loss is multiplied by before backward (1 but under fp16).
+  double lossScale() const { return scaler_ ? scaler_->scale() : 1.0; }
+
+  /// Before the step's last backward: its gradients are final.
+  void armBuckets() {
+    if (buckets_) buckets_->arm();
+  }
+  /// The AllReduce action: the replica sums, then the shared-parameter sums.
+  void reduce() {
+    if (buckets_) buckets_->finish();
+    shared_.allReduce(replica_);
+  }
+
+  /// The OptimizerStep action: fills rec.grad_norm and rec.skipped.
+  Status step(StepRecord &rec, std::ostream &log) {
+    const int rank = comm_.rank();
+    // All ranks agree on finiteness first, so no stage steps alone. One pass
+    // over the gradients gives both the stage's squared norm and its
+    // finiteness (runtime::gradSquaredNorm).
+    if (scaler_) scaler_->unscale(blocks_only_ ? sharded_->parameters() : runner_.parameters());
+    const double squared = runtime::gradSquaredNorm(blocks_only_ ? sharded_->parameters() : norm_params_);
+    double bad = std::isfinite(squared) ? 0.0 : double(stage_ + 1);
+    comm_.allReduce(&bad, 1, comm::ReduceOp::Max);
+    if (scaler_) {
+      const double was = scaler_->scale();
+      scaler_->update(bad > 0);
+      if (bad > 0 && rank == 0)
+        log << "rannc-exec: step " << rec.step << ": fp16 gradients overflowed at loss scale " << was
+            << "; step skipped, scale now " << scaler_->scale() << "\n";
+    }
+    if (bad > 0 && opts_.on_nonfinite == "stop" && !scaler_)
+      return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(rec.step) + " in stage " +
+                                   std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
+                             : ""};
+    rec.skipped = bad > 0;
+    // The global gradient norm: each stage's (replica-reduced, so equal on
+    // every replica) squared norm, counted once per stage via replica 0, and
+    // a shared parameter once, in its first reader stage; reduce-scattered,
+    // every replica's blocks.
+    rec.grad_norm = blocks_only_ || replica_ == 0 ? squared : 0.0;
+    comm_.allReduce(&rec.grad_norm, 1, comm::ReduceOp::Sum);
+    rec.grad_norm = std::sqrt(rec.grad_norm);
+    if (!rec.skipped && opts_.clip_grad_norm > 0)
+      scaleGradients(sharded_ ? sharded_->parameters() : runner_.parameters(),
+                     clipFactor(rec.grad_norm, opts_.clip_grad_norm));
+    setLearningRate(*optimizer_, rec.lr); // a checkpoint saves its options
+    if (sharded_) setLearningRate(sharded_->inner(), rec.lr);
+    if (!rec.skipped && sharded_) sharded_->step();
+    else if (!rec.skipped) optimizer_->step();
+    runtime::zeroGradients(runner_.parameters());
+    return Status::success();
+  }
+
+  /// After a checkpoint was loaded into optimizer(): keep this replica's share.
+  void afterLoad() {
+    if (sharded_) sharded_->scatterState(*optimizer_);
+  }
+  /// Collective, around a checkpoint save: optimizer() holds the whole state
+  /// per parameter while it is written.
+  void beforeSave() {
+    if (sharded_) sharded_->gatherState(*optimizer_);
+  }
+  void afterSave() {
+    if (sharded_) optimizer_->state().clear();
+  }
+
+private:
+  const TrainOptions &opts_;
+  comm::Communicator &comm_;
+  int stage_, replica_;
+  runtime::StageRunner &runner_;
+  std::optional<LossScaler> scaler_;
+  OptimizerFactory make_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  SharedParameters shared_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<ShardedOptimizer> sharded_;
+  bool blocks_only_ = false;
+  std::vector<torch::Tensor> norm_params_;
+};
+
+/// The schedule's four transfer actions for one rank: its stage's received
+/// values and sent values, each split, sent and joined by samples along its
+/// own batch axis between the replicas of the two stages (Note [batch-free
+/// values]), and their gradients the other way.
+class StageTransfers {
+public:
+  StageTransfers(comm::Communicator &comm, const Setup &s, const schedule::StageProgram &prog,
+                 std::vector<std::vector<schedule::SampleRange>> shards)
+      : comm_(comm), s_(s), prog_(prog), shards_(std::move(shards)) {}
+
+  /// RecvActivations: the values the stage receives for micro-batch `mb`.
+  std::unordered_map<ir::ValueId, torch::Tensor> recvActivations(int mb) {
+    std::unordered_map<ir::ValueId, torch::Tensor> feeds;
+    for (const auto &r : prog_.recvs) feeds[r.value] = recv(r.value, r.peer_stage, false, tagFor(mb, kActTag));
+    return feeds;
+  }
+  /// SendActivations: the values the stage computed for later stages.
+  void sendActivations(const runtime::StageRunner &runner, int mb) {
+    for (const auto &snd : prog_.sends)
+      send(runner.value(mb, snd.value), snd.value, snd.peer_stage, true, tagFor(mb, kActTag));
+  }
+  /// RecvGradients: the gradients of the sent values, in prog.sends order
+  /// (undefined where a value has none: an empty message).
+  std::vector<torch::Tensor> recvGradients(int mb) {
+    std::vector<torch::Tensor> grads;
+    for (const auto &snd : prog_.sends) {
+      torch::Tensor g = recv(snd.value, snd.peer_stage, true, tagFor(mb, kGradTag));
+      grads.push_back(g.numel() == 0 ? torch::Tensor() : g);
+    }
+    return grads;
+  }
+  /// SendGradients: the gradients of the received values, back to their producers.
+  void sendGradients(const runtime::StageRunner &runner, int mb) {
+    for (const auto &r : prog_.recvs) {
+      torch::Tensor g = runner.inputGrad(mb, r.value);
+      send(g.defined() ? g : torch::empty({0}), r.value, r.peer_stage, false, tagFor(mb, kGradTag));
+    }
+  }
+
+private:
+  Link link(int peer_stage, bool producer) const {
+    return Link{s_.stage_ranks[size_t(peer_stage)], shards_[size_t(peer_stage)], shards_[s_.stage][s_.replica],
+                s_.replica, int(s_.stage_ranks[size_t(s_.stage)].size()), producer};
+  }
+  torch::Tensor recv(ir::ValueId v, int peer_stage, bool producer, int tag) {
+    return recvValue(comm_, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag);
+  }
+  void send(const torch::Tensor &t, ir::ValueId v, int peer_stage, bool producer, int tag) {
+    sendValue(comm_, t, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag,
+              "value '" + s_.graph.values[v].name + "'");
+  }
+
+  comm::Communicator &comm_;
+  const Setup &s_;
+  const schedule::StageProgram &prog_;
+  std::vector<std::vector<schedule::SampleRange>> shards_; ///< every stage's replicas' samples of a micro-batch
+};
+
+/// Rank 0's start-up line: layout, schedule, steps and the memory techniques.
+std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64_t K, const TrainOptions &opts,
+                        const std::string &precision) {
+  std::string recomputing, sharding;
+  for (const auto &st : plan.stages()) {
+    if (st.recompute()) recomputing += (recomputing.empty() ? "" : ",") + std::to_string(st.id());
+    if (st.zero() > 0) sharding += (sharding.empty() ? "" : ",") + std::to_string(st.id());
+  }
+  std::ostringstream os;
+  os << "rannc-exec: " << world << " rank(s), " << plan.stages_size() << " stage(s), batch "
+     << plan.global_batch_size() << " in " << plan.microbatches() << " micro-batch(es), "
+     << (plan.schedule() == proto::GPIPE ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
+     << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
+     << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
+     << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision " << precision
+     << "\n";
+  return os.str();
+}
+
 Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &log) {
   const int rank = comm.rank();
   // Count tensor memory from the start, so the logged peak covers weights,
@@ -651,6 +842,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   if (precision != "fp32") runner.setAutocast(precision == "bf16" ? torch::kBFloat16 : torch::kHalf);
   std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
   if (precision == "fp16") scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
+  ParameterUpdate update(opts, comm, *group, s, runner, std::move(scaler));
   const auto &prog = runner.program();
   auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
@@ -658,61 +850,25 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   const int64_t K = opts.accumulation_steps;
   const int64_t steps = opts.epochs > 0 ? stepsForEpochs(opts.epochs, s.samples, K * B) : opts.steps;
   auto actions = schedule::accumulate(schedule::build(kind, s.stage, num_stages, M), int(K), M);
-  // The whole stage's optimizer; with sharded state (Note [sharded optimizer
-  // state]) it holds the state only while a checkpoint is loaded or saved.
-  auto optimizer = makeOptimizer(opts, runner.parameters());
-  auto make_optimizer = [&](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); };
-  SharedParameters shared(s.graph, s.ranges, s.stage, runner, comm);
   // The replica all-reduce overlaps the step's last backward (Note [gradient buckets]).
-  std::unique_ptr<GradientBuckets> buckets;
-  std::unique_ptr<ShardedOptimizer> sharded;
-  if (group->size() > 1) {
-    using Mode = GradientBuckets::Mode;
-    const bool shard = s.plan.stages(s.stage).zero() > 0;
-    const Mode mode = !shard ? Mode::AllReduce : shared.groups.empty() ? Mode::ReduceScatter : Mode::ShardedUpdate;
-    buckets = std::make_unique<GradientBuckets>(*group, runner.parameters(), opts.bucket_bytes, mode);
-    if (shard) sharded = std::make_unique<ShardedOptimizer>(*buckets, make_optimizer);
-  }
-  // Reduce-scattered, a replica holds the sums of its own blocks only.
-  const bool blocks_only = buckets && buckets->mode() == GradientBuckets::Mode::ReduceScatter;
   size_t last_backward = 0;
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].kind == schedule::ActionKind::Backward) last_backward = i;
-  // The gradient norm counts a shared parameter once: in its first reader stage.
-  std::vector<torch::Tensor> norm_params;
-  for (ir::ValueId v : prog.parameters)
-    if (!shared.counted_elsewhere.count(v)) norm_params.push_back(runner.parameter(v));
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
-  Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, *optimizer, make_optimizer,
-                            s.samples, K * B});
+  Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, update.optimizer(),
+                            update.factory(), s.samples, K * B});
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
-  if (sharded) sharded->scatterState(*optimizer);
+  update.afterLoad();
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
   StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
                          steps},
                         log);
-  auto name = [&](ir::ValueId v) { return "value '" + s.graph.values[v].name + "'"; };
-  auto link = [&](int peer_stage, bool producer) {
-    return Link{ranks_of[size_t(peer_stage)], shards[size_t(peer_stage)], mine, s.replica,
-                int(ranks_of[size_t(s.stage)].size()), producer};
-  };
+  StageTransfers transfers(comm, s, prog, shards);
   Watchdog watchdog(opts.timeout_s, comm);
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
-  if (rank == 0) {
-    std::string recomputing, sharding;
-    for (const auto &st : s.plan.stages()) {
-      if (st.recompute()) recomputing += (recomputing.empty() ? "" : ",") + std::to_string(st.id());
-      if (st.zero() > 0) sharding += (sharding.empty() ? "" : ",") + std::to_string(st.id());
-    }
-    log << "rannc-exec: " << comm.size() << " rank(s), " << num_stages << " stage(s), batch " << B << " in " << M
-        << " micro-batch(es), " << (kind == schedule::Kind::GPipe ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
-        << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
-        << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
-        << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision "
-        << precision << "\n";
-  }
+  if (rank == 0) log << startupLine(s.plan, comm.size(), steps, K, opts, precision);
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
@@ -727,17 +883,13 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       const schedule::Action &a = actions[ai];
       const int mb = a.microbatch;
       auto a0 = std::chrono::steady_clock::now();
-      if (buckets && ai == last_backward) buckets->arm();
+      if (ai == last_backward) update.armBuckets();
       watchdog.progress("at step " + std::to_string(step) + ", stage " + std::to_string(s.stage) + ": " +
                         schedule::toString(a));
       switch (a.kind) {
-      case schedule::ActionKind::RecvActivations: {
-        auto &feeds = received[mb];
-        for (const auto &r : prog.recvs)
-          feeds[r.value] = recvValue(comm, batchLayout(s.graph.values[r.value]), link(r.peer_stage, false),
-                                     tagFor(mb, kActTag));
+      case schedule::ActionKind::RecvActivations:
+        received[mb] = transfers.recvActivations(mb);
         break;
-      }
       case schedule::ActionKind::Forward: {
         std::unordered_map<ir::ValueId, torch::Tensor> feeds = std::move(received[mb]);
         received.erase(mb);
@@ -755,86 +907,38 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       }
       case schedule::ActionKind::SendActivations:
-        for (const auto &snd : prog.sends)
-          sendValue(comm, runner.value(mb, snd.value), batchLayout(s.graph.values[snd.value]),
-                    link(snd.peer_stage, true), tagFor(mb, kActTag), name(snd.value));
+        transfers.sendActivations(runner, mb);
         if (runner.recomputes()) runner.dropSent(mb); // backward recomputes them (Note [recomputation])
         break;
-      case schedule::ActionKind::RecvGradients: {
-        auto &grads = send_grads[mb];
-        for (const auto &snd : prog.sends) {
-          torch::Tensor g = recvValue(comm, batchLayout(s.graph.values[snd.value]), link(snd.peer_stage, true),
-                                      tagFor(mb, kGradTag));
-          // An empty message stands for "no gradient" (a non-floating value).
-          grads.push_back(g.numel() == 0 ? torch::Tensor() : g);
-        }
+      case schedule::ActionKind::RecvGradients:
+        send_grads[mb] = transfers.recvGradients(mb);
         break;
-      }
       case schedule::ActionKind::Backward:
-        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K) * (scaler ? scaler->scale() : 1.0));
+        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K) * update.lossScale());
         send_grads.erase(mb);
         if (prog.recvs.empty()) runner.release(mb);
         break;
       case schedule::ActionKind::SendGradients:
-        for (const auto &r : prog.recvs) {
-          torch::Tensor g = runner.inputGrad(mb, r.value);
-          sendValue(comm, g.defined() ? g : torch::empty({0}), batchLayout(s.graph.values[r.value]),
-                    link(r.peer_stage, false), tagFor(mb, kGradTag), name(r.value));
-        }
+        transfers.sendGradients(runner, mb);
         runner.release(mb);
         break;
       case schedule::ActionKind::AllReduce:
-        if (buckets) buckets->finish();
-        shared.allReduce(s.replica);
+        update.reduce();
         break;
-      case schedule::ActionKind::OptimizerStep: {
-        // All ranks agree on finiteness first, so no stage steps alone.
-        // One pass over the gradients gives both the stage's squared norm
-        // and its finiteness (runtime::gradSquaredNorm).
-        if (scaler) scaler->unscale(blocks_only ? sharded->parameters() : runner.parameters()); // Note [loss scaling]
-        const double squared = runtime::gradSquaredNorm(blocks_only ? sharded->parameters() : norm_params);
-        double bad = std::isfinite(squared) ? 0.0 : double(s.stage + 1);
-        comm.allReduce(&bad, 1, comm::ReduceOp::Max);
-        if (scaler) {
-          const double was = scaler->scale();
-          scaler->update(bad > 0);
-          if (bad > 0 && rank == 0)
-            log << "rannc-exec: step " << step << ": fp16 gradients overflowed at loss scale " << was
-                << "; step skipped, scale now " << scaler->scale() << "\n";
-        }
-        if (bad > 0 && opts.on_nonfinite == "stop" && !scaler)
-          return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(step) + " in stage " +
-                                       std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
-                                 : ""};
-        rec.skipped = bad > 0;
-        // The global gradient norm: each stage's (replica-reduced, so equal on
-        // every replica) squared norm, counted once per stage via replica 0,
-        // and a shared parameter once, in its first reader stage; reduce-
-        // scattered, every replica's blocks.
-        rec.grad_norm = blocks_only || s.replica == 0 ? squared : 0.0;
-        comm.allReduce(&rec.grad_norm, 1, comm::ReduceOp::Sum);
-        rec.grad_norm = std::sqrt(rec.grad_norm);
-        if (!rec.skipped && opts.clip_grad_norm > 0)
-          scaleGradients(sharded ? sharded->parameters() : runner.parameters(),
-                         clipFactor(rec.grad_norm, opts.clip_grad_norm));
-        setLearningRate(*optimizer, rec.lr); // a checkpoint saves its options
-        if (sharded) setLearningRate(sharded->inner(), rec.lr);
-        if (!rec.skipped && sharded) sharded->step();
-        else if (!rec.skipped) optimizer->step();
-        runtime::zeroGradients(runner.parameters());
+      case schedule::ActionKind::OptimizerStep:
+        if (Status st = update.step(rec, log); !st) return st;
         break;
-      }
       }
       rec.phase_s[phaseOf(a.kind)] += secondsSince(a0);
     }
     comm.waitSends();
     rec.step_time_s = secondsSince(t0);
-    if (Status st = reporter.report(std::move(rec), buckets.get()); !st) return st;
+    if (Status st = reporter.report(std::move(rec), update.buckets()); !st) return st;
     if (checkpoints.due(step + 1, steps)) {
       watchdog.progress("writing the checkpoint of step " + std::to_string(step + 1));
-      if (sharded) sharded->gatherState(*optimizer); // saved per parameter
+      update.beforeSave(); // the state per parameter
       checkpoints.save(step + 1, log);
-      if (sharded) optimizer->state().clear();
+      update.afterSave();
     }
   }
   if (Status st = checkpoints.exportTrained(log); !st) return st;
