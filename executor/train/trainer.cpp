@@ -286,7 +286,8 @@ struct Link {
 };
 
 /// A message's bytes, counted as tensor memory (the logged peak) until the
-/// communicator drops them: when the transfer completes (Note [buffers]).
+/// communicator drops them, when the transfer completes: what the plan's
+/// `buffers` term stands for (Note [partition cost model]).
 std::shared_ptr<const std::string> countedPayload(std::string bytes) {
   const int64_t n = int64_t(bytes.size());
   runtime::countHostBytes(n);

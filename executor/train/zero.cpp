@@ -49,8 +49,9 @@ std::unique_ptr<optim::OptimizerParamState> makeLike(const optim::OptimizerParam
 } // namespace
 
 ShardedOptimizer::ShardedOptimizer(GradientBuckets &buckets, const Factory &make)
-    : buckets_(buckets), shards_(buckets.shards()) {
+    : buckets_(buckets) {
   if (!buckets.sharded()) throw std::logic_error("ShardedOptimizer needs sharded gradient buckets");
+  shards_ = buckets.shards();
   for (GradientBuckets::Shard &s : shards_) {
     s.param.mutable_grad() = s.grad; // the optimizer reads its gradient block there
     params_.push_back(s.param);
