@@ -14,6 +14,9 @@ prediction for its stage. Prints the figures.
     executor/train/zero.h) on --stages S --replicas R; the measured fall must
     also be within --tolerance of the optimizer state the plan says it saves
     (plus half of the 10% band for the peaks' own noise).
+--technique precision: mixed precision (Note [autocast dtypes] in
+    planner/cost/precision.cpp) against fp32, --precision bf16 or fp16, no
+    recomputation; the measured peak must fall on every rank.
 
   .venv/bin/python tests/integration/memory_check.py --plan-tool build/tools/rannc-plan \\
       --exec-tool build/tools/rannc-exec --model build/models/gpt/model.onnx --technique zero --work /tmp/mc
@@ -39,7 +42,8 @@ def main():
     ap.add_argument("--exec-tool", required=True)
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--model", required=True)
-    ap.add_argument("--technique", choices=["recompute", "zero"], default="recompute")
+    ap.add_argument("--technique", choices=["recompute", "zero", "precision"], default="recompute")
+    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp16"], help="--technique precision: the 'on' run")
     ap.add_argument("--schedule", choices=["gpipe", "1f1b"], default="gpipe")
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--replicas", type=int, default=1)
@@ -47,42 +51,53 @@ def main():
     ap.add_argument("--microbatches", type=int, default=4)
     ap.add_argument("--work", required=True)
     ap.add_argument("--tolerance", type=float, default=0.10)
+    ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--profile analytic'")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     ranks = a.stages * a.replicas
     modes = {"recompute": [("off", "--recompute off"), ("on", "--recompute on")],
-             "zero": [("off", "--zero 0"), ("on", "--zero 1")]}[a.technique]
+             "zero": [("off", "--zero 0"), ("on", "--zero 1")],
+             "precision": [("off", "--precision fp32 --recompute off"),
+                           ("on", f"--precision {a.precision} --recompute off")]}[a.technique]
     peaks, planned, saved, failures = {}, {}, {}, []
     for mode, flags in modes:
         name = f"{a.technique}-{mode}-{a.schedule}-{a.stages}x{a.replicas}"
         plan, log = os.path.join(a.work, name + ".pb"), os.path.join(a.work, name + ".jsonl")
         run([a.plan_tool, a.model, "--gpus", str(ranks), "--device-type", "cpu", "--batch-size", str(a.batch_size),
              "--stages", str(a.stages), "--replicas", str(a.replicas), "--microbatches", str(a.microbatches),
-             "--schedule", a.schedule, "--optimizer", "adam", "-o", plan] + flags.split())
+             "--schedule", a.schedule, "--optimizer", "adam", "-o", plan] + flags.split() + a.plan_args.split())
         run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), a.exec_tool, plan, "--synthetic",
              "--steps", "3", "--optimizer", "adam", "--log", log])
         shown = json.loads(run([a.plan_tool, "show", plan, "--json"]).stdout)
-        chosen = [bool(s[a.technique]) for s in shown["stages"]]
-        if chosen != [mode == "on"] * a.stages:
-            failures.append(f"{flags}: the plan's stages have {a.technique} {chosen}")
+        if a.technique == "precision":
+            want = a.precision if mode == "on" else "fp32"
+            if shown.get("precision") != want:
+                failures.append(f"{flags}: show --json says precision {shown.get('precision')!r}")
+        else:
+            chosen = [bool(s[a.technique]) for s in shown["stages"]]
+            if chosen != [mode == "on"] * a.stages:
+                failures.append(f"{flags}: the plan's stages have {a.technique} {chosen}")
         steps = [json.loads(line) for line in open(log)]
         measured = [max(s["peak_memory_bytes_per_rank"][r] for s in steps) for r in range(ranks)]
         predicted = {r: st["peak_memory_bytes"] for st in shown["stages"] for r in st["ranks"]}
-        saved[mode] = {r: st[f"{a.technique}_saved_bytes"] for st in shown["stages"] for r in st["ranks"]}
+        saved[mode] = {r: st.get(f"{a.technique}_saved_bytes", 0) for st in shown["stages"] for r in st["ranks"]}
+        parts = {r: st for st in shown["stages"] for r in st["ranks"]}
         peaks[mode], planned[mode] = measured, predicted
         for r in range(ranks):
             ratio = measured[r] / predicted[r]
-            print(f"{a.technique} {mode}, rank {r}: measured peak {measured[r]} bytes, predicted {predicted[r]}, "
-                  f"ratio {ratio:.3f}")
+            print(f"{a.technique} {mode}, rank {r}: measured peak {measured[r]} bytes, predicted {predicted[r]} "
+                  f"(activations {parts[r]['activation_bytes']}, low-precision weights "
+                  f"{parts[r].get('lowp_weight_bytes', 0)}, params {parts[r]['param_bytes']}), ratio {ratio:.3f}")
             if abs(ratio - 1) > a.tolerance:
                 failures.append(f"{a.technique} {mode}, rank {r}: measured {measured[r]} is {ratio:.3f}x the plan's "
                                 f"{predicted[r]} (tolerance {a.tolerance:.0%})")
     for r in range(ranks):
-        saves = planned["on"][r] < planned["off"][r]
+        # Mixed precision must lower every rank's peak, whatever the plan says.
+        saves = planned["on"][r] < planned["off"][r] or a.technique == "precision"
         fall = peaks["off"][r] - peaks["on"][r]
         print(f"rank {r}: {a.technique} takes the peak to {peaks['on'][r] / peaks['off'][r]:.3f}x "
-              f"(the plan: {planned['on'][r] / planned['off'][r]:.3f}x); it falls by {fall} bytes, the plan says "
-              f"{a.technique} saves {saved['on'][r]}")
+              f"(the plan: {planned['on'][r] / planned['off'][r]:.3f}x); it falls by {fall} bytes"
+              + (f", the plan says {a.technique} saves {saved['on'][r]}" if a.technique != "precision" else ""))
         if saves and peaks["on"][r] >= peaks["off"][r]:
             failures.append(f"rank {r}: {a.technique} did not lower the peak ({peaks['on'][r]} >= {peaks['off'][r]})")
         if not saves and peaks["on"][r] > 1.01 * peaks["off"][r]:
