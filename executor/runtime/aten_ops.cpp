@@ -61,7 +61,7 @@ c10::IValue constant(const ir::Node &n, const std::string &kind, const std::stri
 }
 
 std::vector<int64_t> toInts(const torch::Tensor &t) {
-  torch::Tensor c = t.to(torch::kLong).contiguous();
+  torch::Tensor c = t.to(torch::kCPU, torch::kLong).contiguous();
   return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
 }
 

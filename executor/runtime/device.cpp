@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
 
 #ifdef RANNC_WITH_CUDA
+#include <cuda_runtime.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -57,6 +59,25 @@ c10::CachingAllocator::Stat stat(int device, bool reserved) {
 }
 } // namespace
 
+void useGpu(int device) { c10::cuda::set_device(c10::DeviceIndex(device)); }
+
+std::string gpuUuid(int device) {
+  if (!usable(device)) return {};
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) return {};
+  static const char *const hex = "0123456789abcdef";
+  std::string out;
+  for (char c : p.uuid.bytes) {
+    out += hex[(static_cast<unsigned char>(c) >> 4) & 15];
+    out += hex[static_cast<unsigned char>(c) & 15];
+  }
+  return out;
+}
+
+std::string gpuName(int device) {
+  cudaDeviceProp p{};
+  return usable(device) && cudaGetDeviceProperties(&p, device) == cudaSuccess ? std::string(p.name) : std::string();
+}
 int64_t gpuAllocatedBytes(int device) { return stat(device, false).current; }
 int64_t gpuPeakAllocatedBytes(int device) { return stat(device, false).peak; }
 int64_t gpuReservedBytes(int device) { return stat(device, true).current; }
@@ -65,13 +86,16 @@ void resetGpuPeak(int device) {
 }
 void synchronizeGpu(int device) {
   if (!usable(device)) return;
-  c10::cuda::CUDAGuard guard(c10::DeviceIndex(device));
+  c10::cuda::CUDAGuard guard{c10::DeviceIndex(device)};
   c10::cuda::device_synchronize();
 }
 void *currentGpuStream(int device) {
   return usable(device) ? c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(device)).stream() : nullptr;
 }
 #else
+void useGpu(int) { throw std::runtime_error("this rannc was built on a LibTorch without CUDA"); }
+std::string gpuUuid(int) { return {}; }
+std::string gpuName(int) { return {}; }
 int64_t gpuAllocatedBytes(int) { return 0; }
 int64_t gpuPeakAllocatedBytes(int) { return 0; }
 int64_t gpuReservedBytes(int) { return 0; }

@@ -35,9 +35,18 @@ struct GpuChoice {
 GpuChoice chooseGpu(int rank, int devices_per_node, int visible,
                     const std::function<const char *(const char *)> &env = {});
 
+/// Makes CUDA device `device` this thread's current one (LibTorch's and the
+/// CUDA runtime's), before anything is allocated on it.
+void useGpu(int device);
+
 /// Number of CUDA devices this process sees (0 in a build without CUDA or on
 /// a machine without a driver).
 int visibleGpus();
+
+/// What identifies GPU `device` across processes and hosts (its UUID, hex),
+/// and its name ("NVIDIA H100 80GB HBM3"); empty without CUDA.
+std::string gpuUuid(int device);
+std::string gpuName(int device);
 
 /// Tensor memory of CUDA device `device` through LibTorch's caching
 /// allocator: bytes allocated to live tensors now, their peak since the last

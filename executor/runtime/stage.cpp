@@ -87,7 +87,7 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
   stash.inputs = feeds;
   if (in_place_) // an in-place op (TorchScript's `out += identity`) may write to an input
     for (auto &[v, t] : stash.inputs) t = t.detach().clone().requires_grad_(t.requires_grad());
-  stash.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  stash.rng_state = at::globalContext().defaultGenerator(device_).get_state();
   env = std::move(feeds);
   {
     torch::NoGradGuard no_grad;
@@ -107,7 +107,7 @@ void StageRunner::dropSent(int mb) {
 
 void StageRunner::recomputeForward(int mb) {
   Stash &stash = stash_.at(mb);
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  at::Generator gen = at::globalContext().defaultGenerator(device_);
   const torch::Tensor now = gen.get_state();
   gen.set_state(stash.rng_state);
   auto &env = envs_[mb];
@@ -148,6 +148,12 @@ void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool 
       }
     }
     std::vector<torch::Tensor> outs = runOp(node, inputs, g_.opset);
+    // Kernels that make a tensor from attributes (Constant) make it on the
+    // CPU; on a GPU it joins the others there. A 0-dim one stays: LibTorch
+    // mixes CPU scalars with device tensors, and reading it needs no copy.
+    if (!device_.is_cpu())
+      for (torch::Tensor &o : outs)
+        if (o.defined() && o.device().is_cpu() && o.dim() > 0) o = o.to(device_);
     // Note [buffers]: a training-mode BatchNormalization's updated running
     // statistics become the buffers' contents (the kernel returns them
     // detached; in inference mode it returns none and nothing changes).
@@ -218,22 +224,30 @@ namespace {
 constexpr uint32_t kTensorMagic = 0x524e4e54; // "RNNT"
 }
 
-std::string packTensor(const torch::Tensor &t) {
-  torch::Tensor c = t.detach().contiguous();
-  int32_t dtype = static_cast<int32_t>(fromScalarType(c.scalar_type()));
-  int32_t ndim = static_cast<int32_t>(c.dim());
-  size_t data_bytes = static_cast<size_t>(c.numel()) * c.element_size();
+std::string packTensorHeader(const torch::Tensor &t) {
+  int32_t dtype = static_cast<int32_t>(fromScalarType(t.scalar_type()));
+  int32_t ndim = static_cast<int32_t>(t.dim());
   std::string out;
-  out.reserve(12 + 8 * ndim + data_bytes);
+  out.reserve(12 + 8 * ndim);
   out.append(reinterpret_cast<const char *>(&kTensorMagic), 4);
   out.append(reinterpret_cast<const char *>(&dtype), 4);
   out.append(reinterpret_cast<const char *>(&ndim), 4);
-  for (int64_t d : c.sizes()) out.append(reinterpret_cast<const char *>(&d), 8);
+  for (int64_t d : t.sizes()) out.append(reinterpret_cast<const char *>(&d), 8);
+  return out;
+}
+
+std::string packTensor(const torch::Tensor &t) {
+  torch::Tensor c = t.detach().contiguous();
+  const size_t data_bytes = static_cast<size_t>(c.numel()) * c.element_size();
+  std::string out = packTensorHeader(c);
+  out.reserve(out.size() + data_bytes);
   out.append(static_cast<const char *>(c.data_ptr()), data_bytes);
   return out;
 }
 
-torch::Tensor unpackTensor(const std::string &bytes) {
+namespace {
+/// The tensor a message's header describes, empty on `device`, and the header's size.
+std::pair<torch::Tensor, size_t> tensorOfHeader(const std::string &bytes, const torch::Device &device) {
   auto fail = [] { return std::runtime_error("received a malformed tensor message"); };
   if (bytes.size() < 12) throw fail();
   uint32_t magic;
@@ -244,10 +258,22 @@ torch::Tensor unpackTensor(const std::string &bytes) {
   if (magic != kTensorMagic || ndim < 0 || bytes.size() < 12 + 8 * size_t(ndim)) throw fail();
   std::vector<int64_t> dims(ndim);
   std::memcpy(dims.data(), bytes.data() + 12, 8 * size_t(ndim));
-  torch::Tensor t = torch::empty(dims, torch::TensorOptions().dtype(toScalarType(static_cast<ir::DType>(dtype))));
-  size_t data_bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  if (bytes.size() != 12 + 8 * size_t(ndim) + data_bytes) throw fail();
-  std::memcpy(t.data_ptr(), bytes.data() + 12 + 8 * ndim, data_bytes);
+  auto opts = torch::TensorOptions().dtype(toScalarType(static_cast<ir::DType>(dtype))).device(device);
+  return {torch::empty(dims, opts), 12 + 8 * size_t(ndim)};
+}
+} // namespace
+
+torch::Tensor emptyFromHeader(const std::string &header, const torch::Device &device) {
+  auto [t, header_bytes] = tensorOfHeader(header, device);
+  if (header.size() != header_bytes) throw std::runtime_error("received a malformed tensor header");
+  return t;
+}
+
+torch::Tensor unpackTensor(const std::string &bytes) {
+  auto [t, header_bytes] = tensorOfHeader(bytes, torch::kCPU);
+  const size_t data_bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (bytes.size() != header_bytes + data_bytes) throw std::runtime_error("received a malformed tensor message");
+  std::memcpy(t.data_ptr(), bytes.data() + header_bytes, data_bytes);
   return t;
 }
 

@@ -82,6 +82,11 @@ public:
   /// has changed the weights since).
   void newStep();
 
+  /// The device the stage computes on: its random generator (dropout, the
+  /// state recomputation replays) is that device's default one. CPU unless set.
+  void setDevice(torch::Device d) { device_ = d; }
+  torch::Device device() const { return device_; }
+
 private:
   /// Runs the program's ops on `env` (inputs in, every value out).
   void run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers);
@@ -90,7 +95,7 @@ private:
 
   struct Stash {
     std::unordered_map<ir::ValueId, torch::Tensor> inputs;
-    torch::Tensor rng_state; ///< the CPU generator's state before the first forward
+    torch::Tensor rng_state; ///< the device's generator state before the first forward
   };
 
   const ir::Graph &g_;
@@ -104,6 +109,7 @@ private:
   bool recompute_ = false;
   bool in_place_ = false; ///< the program has in-place ATen ops
   torch::ScalarType autocast_ = torch::kFloat; ///< kFloat: no autocast
+  torch::Device device_ = torch::kCPU;
   std::map<int, Stash> stash_; ///< recomputing stages: what forward keeps (Note [recomputation])
 };
 
@@ -114,5 +120,9 @@ torch::Tensor syntheticInput(const ir::Value &v, int64_t samples, uint64_t seed)
 /// Serializes a tensor (dtype, shape, contiguous bytes) for a message, and back.
 std::string packTensor(const torch::Tensor &t);
 torch::Tensor unpackTensor(const std::string &bytes);
+/// Only the dtype and shape, for a message whose bytes travel elsewhere (NCCL),
+/// and an uninitialised tensor of them on `device`.
+std::string packTensorHeader(const torch::Tensor &t);
+torch::Tensor emptyFromHeader(const std::string &header, const torch::Device &device);
 
 } // namespace rannc::runtime

@@ -35,13 +35,15 @@ GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<to
   for (size_t i = 0; i < buckets_.size(); ++i) {
     Bucket &b = buckets_[i];
     const int64_t size = sharded() ? (numel[i] + r - 1) / r * r : numel[i];
-    b.flat = torch::zeros({size});
+    // On the parameters' device: on a GPU the group sums device memory.
+    const auto opts = torch::TensorOptions(torch::kFloat).device(b.params.front().device());
+    b.flat = torch::zeros({size}, opts);
     adopt(b);
     if (!sharded()) continue;
     // The parameters move into one flat buffer laid out like the gradients;
     // the padding stays zero (its gradient is zero, so no optimizer moves it).
     b.block = size / r;
-    b.param_flat = torch::zeros({size});
+    b.param_flat = torch::zeros({size}, opts);
     torch::NoGradGuard no_grad;
     int64_t offset = 0;
     for (torch::Tensor &p : b.params) {

@@ -45,17 +45,18 @@ Status agree(comm::Communicator &comm, const Status &st) {
 /// torch::optim's key of a parameter in Optimizer::state() (its TensorImpl).
 void *stateKey(const torch::Tensor &p) { return p.unsafeGetTensorImpl(); }
 
-std::string generatorState() {
-  auto gen = at::detail::getDefaultCPUGenerator();
+/// The state of the generator random ops on `device` draw from (dropout).
+std::string generatorState(const torch::Device &device) {
+  auto gen = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   torch::Tensor s = gen.get_state();
   return std::string(static_cast<const char *>(s.data_ptr()), s.nbytes());
 }
 
-void setGeneratorState(const std::string &bytes) {
+void setGeneratorState(const torch::Device &device, const std::string &bytes) {
   torch::Tensor s = torch::empty({int64_t(bytes.size())}, torch::kUInt8);
   std::memcpy(s.data_ptr(), bytes.data(), bytes.size());
-  auto gen = at::detail::getDefaultCPUGenerator();
+  auto gen = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(s);
 }
@@ -267,9 +268,12 @@ Status Checkpointer::load(std::ostream &log) {
       auto it = decoded->tensors.find("rank-" + std::to_string(rank));
       if (it == decoded->tensors.end()) return Error{where + "/" + m.rng_file + ": no state for rank " + std::to_string(rank)};
       try {
-        setGeneratorState(it->second.data);
+        setGeneratorState(ctx_.runner.device(), it->second.data);
       } catch (const std::exception &e) {
-        return Error{where + "/" + m.rng_file + ": cannot restore the generator of rank " + std::to_string(rank)};
+        // A CPU generator's state does not fit a CUDA one (and back).
+        log << "rannc-exec: rank " << rank << ": " << where << "/" << m.rng_file << ": the generator state does not "
+            << "fit this rank's " << ctx_.runner.device().str() << " generator (written on another kind of device?): "
+            << "not restored (this matters only to random ops such as dropout)\n";
       }
     } else if (rank == 0) {
       log << "rannc-exec: " << where << " was written with another plan: its generator states are not "
@@ -347,7 +351,7 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
     write("stage-" + stage + ".optim.safetensors", checkpoint::encodeTensors(states, optim_meta),
           {{"optimizer_state", names}});
   }
-  std::string rng = generatorState();
+  std::string rng = generatorState(ctx_.runner.device());
   if (rank != 0) {
     comm.send(std::make_shared<std::string>(files.dump()), 0, kFilesTag);
     comm.send(std::make_shared<std::string>(std::move(rng)), 0, kRngTag);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -24,6 +25,8 @@
 #include <sstream>
 #include <thread>
 
+#include "executor/comm/device_comm.h"
+#include "executor/runtime/device.h"
 #include "executor/runtime/grads.h"
 #include "executor/runtime/memory.h"
 #include "executor/runtime/ops.h"
@@ -35,6 +38,7 @@
 #include "executor/train/loss_scale.h"
 #include "executor/train/npy.h"
 #include "executor/train/optim.h"
+#include "executor/train/transport.h"
 #include "executor/train/zero.h"
 #include "planner/import/onnx_import.h"
 #include "planner/plan/plan.h"
@@ -54,6 +58,9 @@ struct Setup {
   std::map<ir::ValueId, NpyArray> data; ///< every data input (validated on every rank)
   int64_t samples = 0;
   std::map<ir::ValueId, torch::Tensor> params, constants, buffers;
+  torch::Device device = torch::kCPU; ///< where the stage's tensors live
+  int gpu = -1;                       ///< its CUDA device index (-1: CPU)
+  std::string gpu_why;                ///< why that one (Note [choosing a GPU])
 };
 
 int64_t peakRssBytes() {
@@ -92,11 +99,22 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     return Error{msg};
   }
   const std::string device = opts.device.empty() ? s.plan.cluster().device().type() : opts.device;
-  if (device == "cuda" && !torch::cuda::is_available())
-    return Error{opts.plan + ": the plan is for CUDA devices (" + s.plan.cluster().device().name() +
-                 "), but this LibTorch build has no CUDA; pass --device cpu to run it on CPU"};
-  if (device == "cuda")
-    return Error{opts.plan + ": running on CUDA devices is not implemented in this rannc-exec yet; pass --device cpu"};
+  if (device == "cuda") {
+    const std::string what = opts.device.empty() ? "the plan is for CUDA devices (" + s.plan.cluster().device().name() + ")"
+                                                 : "--device cuda";
+    if (!comm::ncclCompiled())
+      return Error{opts.plan + ": " + what + ", but this rannc was built on a LibTorch without CUDA; pass --device cpu "
+                   "to run it on CPU"};
+    const int visible = runtime::visibleGpus();
+    if (visible == 0)
+      return Error{opts.plan + ": " + what + ", but no GPU is visible to this process (check nvidia-smi and "
+                   "CUDA_VISIBLE_DEVICES); pass --device cpu to run it on CPU"};
+    const runtime::GpuChoice gpu = runtime::chooseGpu(comm.rank(), s.plan.cluster().devices_per_node(), visible);
+    s.gpu = gpu.device;
+    s.gpu_why = gpu.why;
+    s.device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu.device));
+    runtime::useGpu(s.gpu); // before anything is allocated there
+  }
   if (opts.loss_scale && s.plan.precision() != "fp16")
     return Error{"--loss-scale: only fp16 plans scale the loss (" + opts.plan + " is " +
                  (s.plan.precision().empty() ? "fp32" : s.plan.precision()) + ")"};
@@ -147,6 +165,11 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   s.params = std::move(weights->params);
   s.buffers = std::move(weights->buffers);
   for (ir::ValueId c : program.constants) s.constants[c] = runtime::toTorch(s.graph.constant_data.at(c));
+  if (s.device.is_cuda()) {
+    for (auto &[id, p] : s.params) p = p.detach().to(s.device).set_requires_grad(true);
+    for (auto *m : {&s.buffers, &s.constants})
+      for (auto &[id, t] : *m) t = t.to(s.device);
+  }
   return s;
 }
 
@@ -175,14 +198,18 @@ private:
   std::vector<int64_t> perm_;
 };
 
-torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first, int64_t count) {
+/// Samples [first, first + count) in `order`, on `device`: gathered in host
+/// memory (pinned for a GPU, so the copy to it does not block).
+torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first, int64_t count,
+                            const torch::Device &device) {
   std::vector<int64_t> dims = a.shape();
   dims[0] = count;
-  torch::Tensor t = torch::empty(dims, torch::TensorOptions().dtype(runtime::toScalarType(a.dtype())));
+  auto opts = torch::TensorOptions().dtype(runtime::toScalarType(a.dtype())).pinned_memory(device.is_cuda());
+  torch::Tensor t = torch::empty(dims, opts);
   char *dst = static_cast<char *>(t.data_ptr());
   for (int64_t i = 0; i < count; ++i)
     std::memcpy(dst + i * a.sampleBytes(), a.sample(order.at(first + i)), size_t(a.sampleBytes()));
-  return t;
+  return device.is_cuda() ? t.to(device, /*non_blocking=*/true) : t;
 }
 
 constexpr int kActTag = 0, kGradTag = 1;
@@ -285,64 +312,45 @@ struct Link {
   }
 };
 
-/// A message's bytes, counted as tensor memory (the logged peak) until the
-/// communicator drops them, when the transfer completes: what the plan's
-/// `buffers` term stands for (Note [partition cost model]).
-std::shared_ptr<const std::string> countedPayload(std::string bytes) {
-  const int64_t n = int64_t(bytes.size());
-  runtime::countHostBytes(n);
-  return std::shared_ptr<const std::string>(new std::string(std::move(bytes)), [n](const std::string *p) {
-    runtime::countHostBytes(-n);
-    delete p;
-  });
-}
-
-/// A received message unpacked, its bytes counted while both exist.
-torch::Tensor unpackCounted(const std::string &bytes) {
-  runtime::countHostBytes(int64_t(bytes.size()));
-  torch::Tensor t = runtime::unpackTensor(bytes);
-  runtime::countHostBytes(-int64_t(bytes.size()));
-  return t;
-}
-
 /// Sends `t` (a value or its gradient) to the peer replicas: exactly the
 /// intersection of sample ranges (SPEC), or whole when the value holds no
 /// samples.
-void sendValue(comm::Communicator &comm, const torch::Tensor &t, const BatchLayout &layout, const Link &link,
-               int tag, const std::string &what) {
+void sendValue(Transport &transport, const torch::Tensor &t, const BatchLayout &layout, const Link &link, int tag,
+               const std::string &what) {
+  std::vector<std::pair<torch::Tensor, int>> pieces;
   if (layout.axis < 0) {
-    for (size_t k : link.batchFreePeers()) comm.send(countedPayload(runtime::packTensor(t)), link.peer_ranks[k], tag);
-    return;
+    for (size_t k : link.batchFreePeers()) pieces.emplace_back(t, link.peer_ranks[k]);
+  } else {
+    for (size_t k = 0; k < link.peer_ranks.size(); ++k) {
+      schedule::SampleRange part = schedule::intersect(link.mine, link.peer_ranges[k]);
+      if (part.size() <= 0) continue;
+      pieces.emplace_back(t.numel() == 0 ? t : sliceSamples(t, layout, link.mine, part, what), link.peer_ranks[k]);
+    }
   }
-  for (size_t k = 0; k < link.peer_ranks.size(); ++k) {
-    schedule::SampleRange part = schedule::intersect(link.mine, link.peer_ranges[k]);
-    if (part.size() <= 0) continue;
-    torch::Tensor piece = t.numel() == 0 ? t : sliceSamples(t, layout, link.mine, part, what);
-    comm.send(countedPayload(runtime::packTensor(piece)), link.peer_ranks[k], tag);
-  }
+  transport.send(pieces, tag);
 }
 
 /// Receives what sendValue sent this rank: the overlapping pieces joined in
 /// sample order, or a batch-free value whole (its gradients summed; empty
 /// when no receiver sent one).
-torch::Tensor recvValue(comm::Communicator &comm, const BatchLayout &layout, const Link &link, int tag) {
+torch::Tensor recvValue(Transport &transport, const BatchLayout &layout, const Link &link, int tag) {
+  std::vector<int> srcs;
   if (layout.axis < 0) {
+    for (size_t k : link.batchFreePeers()) srcs.push_back(link.peer_ranks[k]);
     torch::Tensor sum;
-    for (size_t k : link.batchFreePeers()) {
-      torch::Tensor t = unpackCounted(comm.recv(link.peer_ranks[k], tag));
+    for (const torch::Tensor &t : transport.recv(srcs, tag)) {
       if (t.numel() == 0 && t.dim() == 1) continue; // "no gradient"
       sum = sum.defined() ? sum + t : t;
     }
     return sum.defined() ? sum : torch::empty({0});
   }
-  std::vector<torch::Tensor> pieces;
   std::vector<int64_t> counts;
   for (size_t k = 0; k < link.peer_ranks.size(); ++k)
     if (const int64_t n = schedule::intersect(link.mine, link.peer_ranges[k]).size(); n > 0) {
-      pieces.push_back(unpackCounted(comm.recv(link.peer_ranks[k], tag)));
+      srcs.push_back(link.peer_ranks[k]);
       counts.push_back(n);
     }
-  return joinSamples(pieces, counts, layout);
+  return joinSamples(transport.recv(srcs, tag), counts, layout);
 }
 
 /// Sums the gradients of `params` over `group` (one flat buffer); a rank
@@ -352,7 +360,7 @@ void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tens
   for (const auto &p : params) {
     if (p.scalar_type() != torch::kFloat)
       throw std::runtime_error("gradient all-reduce supports float32 parameters only");
-    flat.push_back(contribute && p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}));
+    flat.push_back(contribute && p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   }
   if (flat.empty()) return;
   torch::Tensor buffer = torch::cat(flat);
@@ -412,6 +420,10 @@ private:
   std::thread thread_;
 };
 
+/// Makes a communicator over a group's ranks one for the device the stage's
+/// tensors are on (collective over the group).
+using GroupMaker = std::function<std::unique_ptr<comm::Communicator>(std::unique_ptr<comm::Communicator>)>;
+
 /// Parameters read by several stages (Note [shared parameters] in
 /// executor/schedule/schedule.h), grouped by the set of stages that read them.
 /// Each group has a communicator over the ranks of those stages; after the
@@ -426,9 +438,11 @@ struct SharedParameters {
   std::vector<Group> groups;            ///< the groups this rank's stage belongs to
   std::set<ir::ValueId> counted_elsewhere; ///< shared ones an earlier stage counts in the gradient norm
 
-  /// Collective over `comm`: every rank splits once per group of the graph, in the same order.
+  /// Collective over `comm`: every rank splits once per group of the graph,
+  /// in the same order; `on_device` makes a group's communicator one for the
+  /// tensors' device (collective over the group).
   SharedParameters(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage,
-                   const runtime::StageRunner &runner, comm::Communicator &comm) {
+                   const runtime::StageRunner &runner, comm::Communicator &comm, const GroupMaker &on_device) {
     std::map<std::vector<int>, std::vector<ir::ValueId>> by_stages; // ordered: the same on every rank
     for (int t = 0; t < int(ranges.size()); ++t)
       for (const auto &[v, stages] : schedule::buildStageProgram(g, ranges, t).shared_parameters)
@@ -442,7 +456,7 @@ struct SharedParameters {
         grp.params.push_back(runner.parameter(v));
         if (stages.front() != stage) counted_elsewhere.insert(v);
       }
-      grp.comm = std::move(c);
+      grp.comm = on_device(std::move(c));
       groups.push_back(std::move(grp));
     }
   }
@@ -517,6 +531,7 @@ public:
     int64_t tokens_per_sample = 0;
     bool computes_loss = false;                    ///< this rank's stage computes the loss
     int64_t first_step = 0, steps = 0;
+    int gpu = -1;                                  ///< this rank's CUDA device (-1: CPU)
   };
 
   StepReporter(Context c, std::ostream &log) : c_(std::move(c)), log_(log) {}
@@ -538,7 +553,8 @@ public:
     // Loss from the stage that computes it; memory per rank; slowest rank's time.
     std::vector<double> sums(1 + (2 + kPhases) * world, 0.0);
     sums[0] = c_.computes_loss ? r.loss_sum : 0.0;
-    sums[1 + rank] = double(runtime::peakTensorBytes());
+    // Tensor memory: the counting allocator's on CPU, the caching allocator's on a GPU.
+    sums[1 + rank] = double(c_.gpu >= 0 ? runtime::gpuPeakAllocatedBytes(c_.gpu) : runtime::peakTensorBytes());
     sums[1 + world + rank] = double(peakRssBytes());
     for (int k = 0; k < kPhases; ++k) sums[1 + (2 + k) * world + rank] = r.phase_s[size_t(k)];
     comm.allReduce(sums.data(), int(sums.size()), comm::ReduceOp::Sum);
@@ -627,10 +643,10 @@ class ParameterUpdate {
 public:
   /// Collective: splits the communicators of the shared-parameter groups.
   ParameterUpdate(const TrainOptions &opts, comm::Communicator &comm, comm::Communicator &group, const Setup &s,
-                  runtime::StageRunner &runner, std::optional<LossScaler> scaler)
+                  runtime::StageRunner &runner, std::optional<LossScaler> scaler, const GroupMaker &on_device)
       : opts_(opts), comm_(comm), stage_(s.stage), replica_(s.replica), runner_(runner), scaler_(std::move(scaler)),
         make_([&opts](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); }),
-        optimizer_(make_(runner.parameters())), shared_(s.graph, s.ranges, s.stage, runner, comm) {
+        optimizer_(make_(runner.parameters())), shared_(s.graph, s.ranges, s.stage, runner, comm, on_device) {
     if (group.size() > 1) {
       using Mode = GradientBuckets::Mode;
       const bool shard = s.plan.stages(s.stage).zero() > 0;
@@ -737,9 +753,9 @@ private:
 /// values]), and their gradients the other way.
 class StageTransfers {
 public:
-  StageTransfers(comm::Communicator &comm, const Setup &s, const schedule::StageProgram &prog,
+  StageTransfers(Transport &transport, const Setup &s, const schedule::StageProgram &prog,
                  std::vector<std::vector<schedule::SampleRange>> shards)
-      : comm_(comm), s_(s), prog_(prog), shards_(std::move(shards)) {}
+      : transport_(transport), s_(s), prog_(prog), shards_(std::move(shards)) {}
 
   /// RecvActivations: the values the stage receives for micro-batch `mb`.
   std::unordered_map<ir::ValueId, torch::Tensor> recvActivations(int mb) {
@@ -776,17 +792,82 @@ private:
                 s_.replica, int(s_.stage_ranks[size_t(s_.stage)].size()), producer};
   }
   torch::Tensor recv(ir::ValueId v, int peer_stage, bool producer, int tag) {
-    return recvValue(comm_, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag);
+    return recvValue(transport_, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag);
   }
   void send(const torch::Tensor &t, ir::ValueId v, int peer_stage, bool producer, int tag) {
-    sendValue(comm_, t, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag,
+    sendValue(transport_, t, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag,
               "value '" + s_.graph.values[v].name + "'");
   }
 
-  comm::Communicator &comm_;
+  Transport &transport_;
   const Setup &s_;
   const schedule::StageProgram &prog_;
   std::vector<std::vector<schedule::SampleRange>> shards_; ///< every stage's replicas' samples of a micro-batch
+};
+
+/// Whether two ranks of `comm` drive the same GPU, which NCCL refuses
+/// (collective): each rank's GPU UUID hashed, the hashes all-gathered as
+/// 32-bit halves in doubles (exact).
+bool gpuShared(comm::Communicator &comm, int gpu) {
+  const uint64_t h = std::hash<std::string>{}(runtime::gpuUuid(gpu));
+  std::vector<double> all(2 * size_t(comm.size()), 0.0);
+  all[2 * size_t(comm.rank())] = double(h >> 32);
+  all[2 * size_t(comm.rank()) + 1] = double(h & 0xffffffffu);
+  comm.allReduce(all.data(), int(all.size()), comm::ReduceOp::Sum);
+  std::set<std::pair<double, double>> seen;
+  for (size_t r = 0; r < all.size(); r += 2)
+    if (!seen.insert({all[r], all[r + 1]}).second) return true;
+  return false;
+}
+
+/// How a rank's tensors travel: on CPU, everything over MPI as before; on
+/// GPUs, the pipeline's values over NCCL (Note [NCCL transport]) and the
+/// replica and shared-parameter sums over NCCL too, on streams of their own
+/// (Note [device streams]), unless two ranks share a GPU: then everything is
+/// staged through host memory over MPI (slower, but it runs, e.g. a 2-stage
+/// pipeline on one GPU).
+class GpuComms {
+public:
+  /// Collective over `comm`.
+  GpuComms(comm::Communicator &comm, const Setup &s) : comm_(comm), device_(s.device), gpu_(s.gpu), why_(s.gpu_why) {
+    if (gpu_ < 0) return;
+    stream_ = runtime::currentGpuStream(gpu_);
+    nccl_ = !gpuShared(comm, gpu_);
+    if (nccl_)
+      for (int k = 0; k < 2; ++k) channels_.push_back(comm::createNcclCommunicator(comm, gpu_)); // activations, gradients
+  }
+
+  /// `c` (over some ranks of the job) made fit for the device's tensors:
+  /// collective over its ranks.
+  std::unique_ptr<comm::Communicator> onDevice(std::unique_ptr<comm::Communicator> c) const {
+    if (gpu_ < 0) return c;
+    std::unique_ptr<comm::DeviceCommunicator> nccl;
+    if (nccl_ && c->size() > 1) nccl = comm::createNcclCommunicator(*c, gpu_);
+    return comm::deviceCollectives(std::move(c), std::move(nccl), stream_);
+  }
+
+  /// The transport of the pipeline's values (once: it takes the channels).
+  std::unique_ptr<Transport> transport() {
+    if (nccl_) return ncclTransport(comm_, device_, std::move(channels_), stream_);
+    return hostTransport(comm_, device_);
+  }
+
+  /// Rank 0's line about its GPU and the transport ("" on CPU).
+  std::string describe() const {
+    if (gpu_ < 0) return "";
+    return "rannc-exec: rank 0 on GPU " + std::to_string(gpu_) + " (" + runtime::gpuName(gpu_) + ", " + why_ +
+           "); transfers and sums " + (nccl_ ? "over NCCL " + comm::ncclVersion()
+                                            : "staged through host memory over MPI (ranks share a GPU)") + "\n";
+  }
+
+private:
+  comm::Communicator &comm_;
+  torch::Device device_;
+  int gpu_;
+  std::string why_;
+  void *stream_ = nullptr;
+  bool nccl_ = false;
+  std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels_;
 };
 
 /// Rank 0's start-up line: layout, schedule, steps and the memory techniques.
@@ -831,10 +912,12 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   std::vector<std::vector<schedule::SampleRange>> shards;
   for (const auto &r : ranks_of) shards.push_back(schedule::splitSamples(b, int(r.size())));
   const schedule::SampleRange mine = shards[s.stage][s.replica];
-  auto group = comm.split(s.stage, rank); // this stage's replicas
+  GpuComms gpu(comm, s); // collective
+  auto group = gpu.onDevice(comm.split(s.stage, rank)); // this stage's replicas
 
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
                               std::move(s.constants), std::move(s.buffers));
+  runner.setDevice(s.device);
   runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
   const std::string precision = s.plan.precision().empty() ? "fp32" : s.plan.precision();
   // Mixed precision: forward under autocast; values cross stages in the
@@ -843,7 +926,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   if (precision != "fp32") runner.setAutocast(precision == "bf16" ? torch::kBFloat16 : torch::kHalf);
   std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
   if (precision == "fp16") scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
-  ParameterUpdate update(opts, comm, *group, s, runner, std::move(scaler));
+  ParameterUpdate update(opts, comm, *group, s, runner, std::move(scaler),
+                         [&gpu](std::unique_ptr<comm::Communicator> c) { return gpu.onDevice(std::move(c)); });
   const auto &prog = runner.program();
   auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
@@ -863,13 +947,14 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   update.afterLoad();
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
   StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
-                         steps},
+                         steps, s.gpu},
                         log);
-  StageTransfers transfers(comm, s, prog, shards);
+  std::unique_ptr<Transport> transport = gpu.transport();
+  StageTransfers transfers(*transport, s, prog, shards);
   Watchdog watchdog(opts.timeout_s, comm);
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
-  if (rank == 0) log << startupLine(s.plan, comm.size(), steps, K, opts, precision);
+  if (rank == 0) log << startupLine(s.plan, comm.size(), steps, K, opts, precision) << gpu.describe();
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
@@ -898,7 +983,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         for (ir::ValueId in : prog.data_inputs)
           feeds[in] = opts.synthetic
                           ? runtime::syntheticInput(s.graph.values[in], mine.size(), opts.seed * 1000003 + uint64_t(first))
-                          : gatherSamples(s.data.at(in), order, first, mine.size());
+                                .to(s.device)
+                          : gatherSamples(s.data.at(in), order, first, mine.size(), s.device);
         runner.forward(mb, std::move(feeds));
         if (prog.computes_loss) {
           const double weighted = runner.loss(mb).item<double>() * double(mine.size()) / double(B);
@@ -932,7 +1018,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       }
       rec.phase_s[phaseOf(a.kind)] += secondsSince(a0);
     }
-    comm.waitSends();
+    transport->waitSends();
+    runtime::synchronizeGpu(s.gpu); // the step's time is the device's
     rec.step_time_s = secondsSince(t0);
     if (Status st = reporter.report(std::move(rec), update.buckets()); !st) return st;
     if (checkpoints.due(step + 1, steps)) {

@@ -76,7 +76,7 @@ void ShardedOptimizer::gatherState(optim::Optimizer &dense) const {
     std::vector<torch::Tensor> whole(mine.tensors.size());
     for (size_t k = 0; k < whole.size(); ++k) {
       if (!mine.tensors[k].defined()) continue;
-      whole[k] = torch::empty({block * r});
+      whole[k] = torch::empty({block * r}, mine.tensors[k].options());
       whole[k].narrow(0, j * block, block).copy_(mine.tensors[k]);
       group.startAllGather(whole[k].data_ptr<float>(), block)->wait();
     }
@@ -104,7 +104,7 @@ void ShardedOptimizer::scatterState(optim::Optimizer &dense) {
     Fields mine{std::vector<torch::Tensor>(first.tensors.size()), first.step};
     for (size_t k = 0; k < first.tensors.size(); ++k) {
       if (!first.tensors[k].defined()) continue;
-      torch::Tensor whole = torch::zeros({block * r});
+      torch::Tensor whole = torch::zeros({block * r}, first.tensors[k].options());
       int64_t offset = 0;
       for (const torch::Tensor &p : params) {
         if (auto it = dense.state().find(stateKey(p)); it != dense.state().end()) {

@@ -441,6 +441,14 @@ def check_errors(args):
     p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--data", bad_data, "--steps", "1"], timeout=120)
     expect_failure(p, "labels.npy: dimension 1 is 15, graph input 'labels' [B,16] needs 16", "mis-shaped .npy file")
 
+    # --device cuda where no GPU is visible: a clear refusal, not a crash.
+    version = run([args.exec_tool, "--version"]).stdout
+    if "GPUs visible: 0" in version:
+        p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--device", "cuda"] + data, timeout=120)
+        want = ("no GPU is visible to this process" if "CUDA: compiled" in version
+                else "built on a LibTorch without CUDA")
+        expect_failure(p, want, "--device cuda without a GPU")
+
     check_nonfinite(args, model_dir, work)
     check_stopped_ranks(args, model_dir, work)
 

@@ -113,7 +113,9 @@ int main(int argc, char **argv) {
   app.add_option("--loss-scale", o.loss_scale,
                  "fp16 plans: the initial dynamic loss scale (torch.amp.GradScaler's init_scale; default 65536)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--device", o.device, "cpu: run a plan made for GPUs on CPU ranks (default: the plan's device)")
+  app.add_option("--device", o.device,
+                 "where each rank computes: cpu, or cuda (one GPU per rank, chosen from the launcher's local rank; "
+                 "docs/gpu.md); default: the plan's device")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   uint64_t init_seed = 0;
   auto *init_opt = app.add_option("--init-weights", init_seed,

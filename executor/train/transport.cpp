@@ -1,0 +1,119 @@
+#include "executor/train/transport.h"
+
+#include <deque>
+
+#include "executor/runtime/memory.h"
+#include "executor/runtime/stage.h"
+
+namespace rannc::train {
+namespace {
+
+/// A message's bytes, counted as tensor memory (the logged peak) until the
+/// communicator drops them, when the transfer completes: what the plan's
+/// `buffers` term stands for (Note [partition cost model]).
+std::shared_ptr<const std::string> countedPayload(std::string bytes) {
+  const int64_t n = int64_t(bytes.size());
+  runtime::countHostBytes(n);
+  return std::shared_ptr<const std::string>(new std::string(std::move(bytes)), [n](const std::string *p) {
+    runtime::countHostBytes(-n);
+    delete p;
+  });
+}
+
+/// A received message unpacked, its bytes counted while both exist.
+torch::Tensor unpackCounted(const std::string &bytes) {
+  runtime::countHostBytes(int64_t(bytes.size()));
+  torch::Tensor t = runtime::unpackTensor(bytes);
+  runtime::countHostBytes(-int64_t(bytes.size()));
+  return t;
+}
+
+class HostTransport final : public Transport {
+public:
+  HostTransport(comm::Communicator &comm, torch::Device device) : comm_(comm), device_(device) {}
+  void send(const std::vector<std::pair<torch::Tensor, int>> &pieces, int tag) override {
+    for (const auto &[t, dst] : pieces) comm_.send(countedPayload(runtime::packTensor(t.to(torch::kCPU))), dst, tag);
+  }
+  std::vector<torch::Tensor> recv(const std::vector<int> &srcs, int tag) override {
+    std::vector<torch::Tensor> out;
+    for (int src : srcs) out.push_back(unpackCounted(comm_.recv(src, tag)).to(device_));
+    return out;
+  }
+  void waitSends() override { comm_.waitSends(); }
+
+private:
+  comm::Communicator &comm_;
+  torch::Device device_;
+};
+
+class NcclTransport final : public Transport {
+public:
+  NcclTransport(comm::Communicator &comm, torch::Device device,
+                std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels, void *stream)
+      : comm_(comm), device_(device), channels_(std::move(channels)), stream_(stream) {}
+
+  void send(const std::vector<std::pair<torch::Tensor, int>> &pieces, int tag) override {
+    comm::DeviceCommunicator &ch = channel(tag);
+    Pending p;
+    for (const auto &[t, dst] : pieces) {
+      torch::Tensor c = t.detach().to(device_).contiguous(); // a CPU scalar too: NCCL reads device memory
+      comm_.send(std::make_shared<const std::string>(runtime::packTensorHeader(c)), dst, tag);
+      p.tensors.push_back(c);
+    }
+    ch.waitFor(stream_); // the tensors are computed
+    ch.groupStart();
+    for (size_t i = 0; i < pieces.size(); ++i)
+      if (p.tensors[i].nbytes() > 0) ch.send(p.tensors[i].data_ptr(), p.tensors[i].nbytes(), pieces[i].second);
+    ch.groupEnd();
+    p.mark = ch.mark();
+    pending_.push_back(std::move(p));
+    while (!pending_.empty() && pending_.front().mark->done()) pending_.pop_front();
+  }
+
+  std::vector<torch::Tensor> recv(const std::vector<int> &srcs, int tag) override {
+    comm::DeviceCommunicator &ch = channel(tag);
+    std::vector<torch::Tensor> out;
+    for (int src : srcs) out.push_back(runtime::emptyFromHeader(comm_.recv(src, tag), device_));
+    ch.waitFor(stream_); // earlier computation is done with the memory
+    ch.groupStart();
+    for (size_t i = 0; i < srcs.size(); ++i)
+      if (out[i].nbytes() > 0) ch.recv(out[i].data_ptr(), out[i].nbytes(), srcs[i]);
+    ch.groupEnd();
+    ch.makeWait(stream_); // computation reads them after they arrived
+    return out;
+  }
+
+  void waitSends() override {
+    comm_.waitSends();
+    for (auto &ch : channels_) ch->synchronize();
+    pending_.clear();
+  }
+
+private:
+  struct Pending {
+    std::vector<torch::Tensor> tensors;
+    std::unique_ptr<comm::DeviceMark> mark;
+  };
+  comm::DeviceCommunicator &channel(int tag) { return *channels_[size_t(tag) % channels_.size()]; }
+
+  comm::Communicator &comm_;
+  torch::Device device_;
+  std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels_;
+  void *stream_;
+  std::deque<Pending> pending_; ///< sends whose tensors the channels may still read
+};
+
+} // namespace
+
+std::unique_ptr<Transport> hostTransport(comm::Communicator &comm, torch::Device device) {
+  return std::make_unique<HostTransport>(comm, device);
+}
+
+std::unique_ptr<Transport> ncclTransport(comm::Communicator &comm, torch::Device device,
+                                         std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels,
+                                         void *stream) {
+  if (channels.empty()) throw std::logic_error("ncclTransport: no channels");
+  return std::make_unique<NcclTransport>(comm, device, std::move(channels), stream);
+}
+
+} // namespace rannc::train
