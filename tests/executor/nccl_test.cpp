@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
 
 #include "executor/comm/comm.h"
@@ -12,13 +13,22 @@
 namespace rannc::comm {
 namespace {
 
+/// A singleton MPI job (one rank), initialized once per process and
+/// finalized at exit: every test shares it.
+Communicator &world() {
+  static std::unique_ptr<Communicator> c = [] {
+    int argc = 0;
+    char **argv = nullptr;
+    return createMpiCommunicator(&argc, &argv);
+  }();
+  return *c;
+}
+
 TEST(Nccl, AllReduceAndSelfSendOnOneRank) {
   if (!ncclCompiled()) GTEST_SKIP() << "built without the CUDA toolkit";
   if (visibleCudaDevices() == 0) GTEST_SKIP() << "no GPU visible";
 #ifdef RANNC_TEST_WITH_CUDA
-  int argc = 0;
-  char **argv = nullptr;
-  auto host = createMpiCommunicator(&argc, &argv); // a singleton MPI job: one rank
+  Communicator *host = &world();
   auto dev = createNcclCommunicator(*host, 0);
   ASSERT_EQ(dev->size(), 1);
   std::vector<float> in{1, 2, 3, 4}, out(4, 0);
@@ -42,11 +52,48 @@ TEST(Nccl, AllReduceAndSelfSendOnOneRank) {
 #endif
 }
 
+// The collectives the trainer's gradient buckets and ZeRO use, on device
+// memory over NCCL and staged through the host, on one rank: each leaves the
+// sums (here the values themselves) where the Communicator contract says,
+// and the stream order makes them visible to the next copy on `stream`.
+TEST(Nccl, DeviceCollectivesOnOneRank) {
+  if (!ncclCompiled()) GTEST_SKIP() << "built without the CUDA toolkit";
+  if (visibleCudaDevices() == 0) GTEST_SKIP() << "no GPU visible";
+#ifdef RANNC_TEST_WITH_CUDA
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (bool over_nccl : {true, false}) {
+    SCOPED_TRACE(over_nccl ? "NCCL" : "staged");
+    auto host = world().split(0, 0);
+    std::unique_ptr<DeviceCommunicator> nccl = over_nccl ? createNcclCommunicator(*host, 0) : nullptr;
+    auto dc = deviceCollectives(std::move(host), std::move(nccl), stream);
+    std::vector<float> in{1, 2, 3, 4, 5, 6}, out(6, 0);
+    float *d = nullptr;
+    ASSERT_EQ(cudaMalloc(&d, 24), cudaSuccess);
+    auto roundTrip = [&](auto start) {
+      cudaMemcpyAsync(d, in.data(), 24, cudaMemcpyHostToDevice, stream);
+      start()->wait();
+      cudaMemcpyAsync(out.data(), d, 24, cudaMemcpyDeviceToHost, stream);
+      cudaStreamSynchronize(stream);
+      return out;
+    };
+    EXPECT_EQ(roundTrip([&] { return dc->startAllReduce(d, 6, ReduceOp::Sum); }), in);
+    EXPECT_EQ(roundTrip([&] { return dc->startReduceScatter(d, 6); }), in);
+    EXPECT_EQ(roundTrip([&] { return dc->startAllGather(d, 6); }), in);
+    dc->allReduce(d, 6, ReduceOp::Max);
+    double x = 2.5;
+    dc->allReduce(&x, 1, ReduceOp::Sum); // host values go to MPI
+    EXPECT_EQ(x, 2.5);
+    cudaFree(d);
+  }
+  cudaStreamDestroy(stream);
+#endif
+}
+
 TEST(Nccl, MissingDeviceIsAClearError) {
   if (visibleCudaDevices() > 0) GTEST_SKIP() << "a GPU is visible";
-  int argc = 0;
-  char **argv = nullptr;
-  auto host = createMpiCommunicator(&argc, &argv);
+  Communicator *host = &world();
   try {
     createNcclCommunicator(*host, 0);
     FAIL() << "expected an error";
