@@ -7,10 +7,17 @@ peak_memory_bytes with the plan's predicted_step_time_s and the stage's
 peak_memory_bytes (show --json). Prints both ratios; fails outside the bounds.
 Exits 77 (ctest: skipped) when no GPU is visible.
 
+The model is a GPT of ~67M parameters made here (make_model.py --steps 0), not
+the tests' tiny one: rannc-exec's logged peak also holds the cuBLAS/cuBLASLt
+workspaces, which the caching allocator serves but the planner counts in the
+device's runtime reserve, not in a stage (Note [runtime reserve]); at up to
+64 MiB they must be a small part of the peak for the comparison to mean
+anything (here under 2% of the ~3.9 GB the plan predicts), and kernels, not launches, should dominate the step.
+
 Bounds: memory within --memory-tolerance (15%): the profile measures the
 same allocator statistics rannc-exec logs, as memory_check.py's 10% on cpu,
-plus room for what one unit alone does not hold (the cuBLAS workspace of a
-second stream, the allocator's rounding of the whole step's tensors). Time
+plus room for those workspaces and what one unit alone does not hold (the
+allocator's rounding of the whole step's tensors). Time
 within a factor --time-factor (1.5) either way: the profile is calibrated
 against the whole graph (Note [whole-graph calibration]), but rannc-exec's step
 also pays the optimizer, the loss's host copy and logging, which are small on
@@ -51,7 +58,7 @@ def main():
     ap.add_argument("--plan-tool", required=True)
     ap.add_argument("--exec-tool", required=True)
     ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--model", required=True, help="an .onnx model (make_model.py)")
+    ap.add_argument("--model", help="an .onnx model (default: make a ~67M-parameter GPT in --work)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--steps", type=int, default=12)
@@ -68,6 +75,12 @@ def main():
         sys.exit(SKIPPED)
 
     os.makedirs(a.work, exist_ok=True)
+    if not a.model:
+        maker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "make_model.py")
+        out = os.path.join(a.work, "gpt67m")
+        run([sys.executable, maker, "--model", "gpt", "--layers", "4", "--hidden", "1024", "--heads", "16",
+             "--seq-len", "256", "--vocab", "8192", "--samples", "16", "--steps", "0", "--out", out])
+        a.model = os.path.join(out, "model.onnx")
     # A one-device cluster of this GPU. The preset only fills the analytic
     # figures the measured profile makes unused; memory and name are this GPU's.
     name = "local-gpu"
