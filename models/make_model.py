@@ -18,6 +18,8 @@ Writes:
   DIR/reference_adam.json    ... and with Adam
   DIR/reference_{sgd,adam}_{bf16,fp16}.json  with --precisions: trained under torch.autocast("cpu", dtype=...)
                              (fp16 with torch.amp.GradScaler)
+  DIR/reference_{sgd,adam}_cuda.json  with --reference-device cuda (and nothing else): the same
+                             training on this machine's GPU, TF32 off
   DIR/reference_{sgd,adam}_params.npz  PyTorch's parameters after those steps
   DIR/reference_{sgd,adam}_buffers.npz BatchNorm running statistics after them, as
                              ONNX updates them (models with BatchNorm only)
@@ -286,7 +288,7 @@ def buffers_read(model, example):
 
 
 def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, buffers_out=None, autocast=None,
-                    init_scale=2.0 ** 16, skipped=None):
+                    init_scale=2.0 ** 16, skipped=None, device="cpu"):
     """Losses of `steps` steps; with params_out, also writes the trained
     parameters there (.npz keyed by parameter = ONNX initializer name); with
     buffers_out, the BatchNorm running statistics (track_onnx_running_stats).
@@ -294,8 +296,9 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
     torch.autocast('cpu', dtype=autocast): mixed precision as PyTorch users
     write it, fp32 weights and optimizer state (rannc-plan --precision); fp16
     with torch.amp.GradScaler(init_scale=init_scale), the steps it skips
-    appended to the list `skipped`."""
-    model = copy.deepcopy(model)  # every optimizer starts from the exported weights
+    appended to the list `skipped`. device="cuda": the model and each batch on
+    this machine's GPU (fp32 only; cuda_references)."""
+    model = copy.deepcopy(model).to(device)  # every optimizer starts from the exported weights
     model.train()
     read = buffers_read(model, batch(data, names, 0, bsz)) if buffers_out else set()
     stats = track_onnx_running_stats(model) if buffers_out else {}
@@ -312,7 +315,7 @@ def train_reference(model, data, names, steps, bsz, make_opt, params_out=None, b
     for k in range(steps):
         opt.zero_grad()
         with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-            loss = model(*batch(data, names, k, bsz))
+            loss = model(*[t.to(device) for t in batch(data, names, k, bsz)])
         losses.append(float(loss.item()))  # loss of the forward before the update
         if scaler:  # fp16: GradScaler's dynamic loss scaling, its defaults
             scaler.scale(loss).backward()
@@ -490,6 +493,9 @@ def parse_args(argv):
     p.add_argument("--tie-embeddings", action="store_true",
                    help="gpt: the LM head's weight is the token embedding's (one shared initializer)")
     p.add_argument("--image-size", type=int, help="torchvision models: input images are S x S (default 32)")
+    p.add_argument("--reference-device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: only train the sgd and adam references of the model already in --out (made with "
+                        "the same flags) on this machine's GPU, as reference_<opt>_cuda.json; exit 77 without one")
     a = p.parse_args(argv)
     a.sizes = {k: v for k, v in (("layers", a.layers), ("hidden", a.hidden), ("heads", a.heads),
                                  ("seq_len", a.seq_len), ("vocab", a.vocab)) if v is not None}
@@ -529,8 +535,40 @@ def parse_args(argv):
     return a
 
 
+def cuda_references(a):
+    """--reference-device cuda: the SGD and Adam references of a model this
+    script made before (same flags), trained on this machine's GPU, written as
+    reference_<opt>_cuda.json beside the cpu ones (train_check.py --device
+    cuda). TF32 is off, as in rannc-exec: fp32 matrix products then differ
+    from the cpu run only in cuBLAS's reduction order. Exits 77 without a GPU."""
+    if not torch.cuda.is_available():
+        print("make_model.py: no GPU visible: the cuda references cannot be made here", file=sys.stderr)
+        sys.exit(77)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = zoo.build(a.model, seed=a.seed, **a.sizes)
+    names = list(model.input_names)
+    data = make_data(a.model, model, a.samples, a.seed)
+    for nm in names:  # the same model and data as on disk, or the comparison means nothing
+        path = os.path.join(a.out, "data", nm + ".npy")
+        if not os.path.exists(path) or not np.array_equal(np.load(path), data[nm]):
+            sys.exit(f"make_model.py: error: {path} is not this model's data: make {a.out} first with the same flags")
+    for opt_name, lr, make_opt in (
+        ("sgd", a.lr_sgd, lambda ps: torch.optim.SGD(ps, lr=a.lr_sgd)),
+        ("adam", a.lr_adam, lambda ps: torch.optim.Adam(ps, lr=a.lr_adam)),
+    ):
+        losses = train_reference(model, data, names, a.steps, a.batch_size, make_opt, device="cuda")
+        write_json(os.path.join(a.out, f"reference_{opt_name}_cuda.json"), {
+            "model": a.model, "optimizer": opt_name, "lr": lr, "batch_size": a.batch_size, "steps": a.steps,
+            "losses": losses, "device": torch.cuda.get_device_name(),
+        })
+        print(f"make_model.py: {opt_name} on {torch.cuda.get_device_name()}: {losses[0]:.4f}->{losses[-1]:.4f}")
+
+
 def main(argv=None):
     a = parse_args(argv)
+    if a.reference_device == "cuda":
+        return cuda_references(a)
     # One thread: CPU reductions then give bit-identical losses on every re-run.
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)

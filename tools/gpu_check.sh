@@ -25,6 +25,11 @@ ctest -L gpu --output-on-failure 2>&1 | tee "$log" || status=$?
 echo
 echo "gpu_check summary:"
 grep -E "tests passed|Passed|Failed|Skipped|\*\*\*" "$log" | sed 's/^/  /' || true
+# The figures docs/figures.md wants: the loss differences against PyTorch on
+# the GPU and the predicted/measured ratios (ctest keeps every test's output).
+echo "gpu_check figures:"
+grep -hE "^max relative loss difference|measured/predicted|^make_model.py: .* on " \
+  "$build/Testing/Temporary/LastTest.log" 2>/dev/null | sed 's/^/  /' || true
 if grep -q "Skipped" "$log"; then
   echo "gpu_check: a GPU test skipped on a machine with a GPU: treat it as a failure" >&2
   status=1

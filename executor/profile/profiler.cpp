@@ -7,6 +7,8 @@
 #include <sstream>
 #include <type_traits>
 
+#include "executor/profile/gpu_timer.h"
+#include "executor/runtime/device.h"
 #include "executor/runtime/weights.h"
 #include "executor/runtime/grads.h"
 #include "executor/runtime/memory.h"
@@ -68,6 +70,51 @@ std::string unitSignature(const ir::Graph &g, const cost::Unit &u) {
   return os.str();
 }
 
+// Note [profiling a GPU]
+// On cuda the parameters, constants, buffers and data are drawn on the host
+// as on cpu (the same seeded values) and moved to the GPU; the runners then
+// run there, since the ops follow their inputs' device. Kernels run
+// asynchronously, so each timed interval lies between two CUDA events on the
+// compute stream, read once the later one has completed; the device is
+// synchronised before each run so that nothing earlier runs into it. The
+// warm-up runs absorb the one-time costs (lazy kernel loading, cuBLAS handles
+// and workspaces, the allocator's first segments). Memory comes from the
+// caching allocator: the bytes allocated to tensors (blocks rounded to 512
+// bytes) before the unit and after its forward, and their peak over forward
+// and backward after resetting it -- what the counting allocator gives on
+// cpu. What the allocator reserves beyond its blocks, the CUDA context and
+// the workspaces are the planner's runtime reserve (Note [runtime reserve] in
+// planner/cluster/cluster.cpp), not any unit's.
+
+/// The clock and the tensor-memory counters of the device being profiled.
+class Meter {
+public:
+  /// `points` marks; `gpu` < 0: this host (the counting allocator must be installed).
+  Meter(int gpu, int points) : gpu_(gpu) {
+    if (gpu_ >= 0) timeline_ = std::make_unique<GpuTimeline>(gpu_, points);
+    else host_.resize(size_t(points));
+  }
+  void mark(int i) {
+    if (timeline_) timeline_->mark(i);
+    else host_.at(size_t(i)) = Clock::now();
+  }
+  /// From mark i to mark j (on a GPU, waits until j has happened).
+  double between(int i, int j) { return timeline_ ? timeline_->seconds(i, j) : seconds(host_.at(size_t(i)), host_.at(size_t(j))); }
+  /// Waits for the device's queued work (no-op on the host).
+  void sync() const { runtime::synchronizeGpu(gpu_); }
+  int64_t bytes() const { return gpu_ >= 0 ? runtime::gpuAllocatedBytes(gpu_) : runtime::currentTensorBytes(); }
+  int64_t peakBytes() const { return gpu_ >= 0 ? runtime::gpuPeakAllocatedBytes(gpu_) : runtime::peakTensorBytes(); }
+  void resetPeak() const {
+    if (gpu_ >= 0) runtime::resetGpuPeak(gpu_);
+    else runtime::resetPeakTensorBytes();
+  }
+
+private:
+  int gpu_;
+  std::unique_ptr<GpuTimeline> timeline_;
+  std::vector<Clock::time_point> host_;
+};
+
 class Progress {
 public:
   Progress(std::ostream &os, int total) : os_(os), total_(total), tty_(::isatty(STDERR_FILENO) != 0) {}
@@ -98,20 +145,22 @@ private:
 /// whole / sum of units: the sum then equals the whole, the units keep their
 /// proportions (which the partitioner needs).
 void calibrate(runtime::StageRunner &full, const std::unordered_map<ir::ValueId, torch::Tensor> &data,
-               std::vector<cost::UnitCost> &row, int warmup, const ProfileOptions &opts) {
+               std::vector<cost::UnitCost> &row, int warmup, const ProfileOptions &opts, Meter &meter) {
   std::vector<double> fwds, bwds;
   int runs = warmup + opts.repetitions;
   for (int rep = 0; rep < runs; ++rep) {
-    auto t0 = Clock::now();
+    meter.sync();
+    meter.mark(0);
     full.forward(0, data);
-    auto t1 = Clock::now();
+    meter.mark(1);
     full.backward(0, {}, 1.0);
-    auto t2 = Clock::now();
+    meter.mark(2);
     full.release(0);
+    const double fwd = meter.between(0, 1), bwd = meter.between(1, 2);
     if (rep < warmup) continue;
-    fwds.push_back(seconds(t0, t1));
-    bwds.push_back(seconds(t1, t2));
-    if (rep == warmup && seconds(t0, t2) > opts.single_run_s) break; // as for units
+    fwds.push_back(fwd);
+    bwds.push_back(bwd);
+    if (rep == warmup && fwd + bwd > opts.single_run_s) break; // as for units
   }
   const double fwd = median(fwds), bwd = median(bwds);
   double unit_fwd = 0, unit_bwd = 0;
@@ -129,7 +178,14 @@ void calibrate(runtime::StageRunner &full, const std::unordered_map<ir::ValueId,
 
 Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
                                        const ProfileOptions &opts, std::ostream &progress_os) {
-  runtime::installCountingAllocator();
+  const bool on_gpu = opts.device == "cuda";
+  if (!on_gpu && opts.device != "cpu") return Error{"cannot profile on '" + opts.device + "': use cpu or cuda"};
+  if (on_gpu) {
+    if (std::string why = gpuUnavailableReason(opts.gpu); !why.empty()) return Error{"--device cuda: " + why};
+  } else {
+    runtime::installCountingAllocator();
+  }
+  const torch::Device device = on_gpu ? torch::Device(torch::kCUDA, c10::DeviceIndex(opts.gpu)) : torch::Device(torch::kCPU);
   torch::set_num_threads(opts.threads);
   torch::manual_seed(0);
   std::vector<std::pair<int, int>> ranges;
@@ -138,20 +194,31 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   // Parameters are drawn, not loaded: time and memory do not depend on the
   // values, and reading a large model's weights again costs more than
   // measuring it (a weightless model can be profiled too).
-  std::map<ir::ValueId, torch::Tensor> params, constants;
-  for (ir::ValueId p : g.parameters) {
-    std::vector<int64_t> dims;
-    for (const ir::Dim &d : g.values[p].shape) dims.push_back(d.offset);
-    const torch::ScalarType type = runtime::toScalarType(g.values[p].dtype);
-    torch::Tensor t = torch::isFloatingType(type) ? torch::randn(dims, torch::TensorOptions().dtype(type)) * 0.02
-                                                  : torch::zeros(dims, torch::TensorOptions().dtype(type));
-    params[p] = t.set_requires_grad(t.is_floating_point());
-  }
-  for (const auto &[id, tensor] : g.constant_data) constants[id] = runtime::toTorch(tensor);
-  // Buffers (BatchNorm statistics) at their initial values (Note [initial weights]).
-  std::map<ir::ValueId, torch::Tensor> buffers = runtime::initialTensors(g, g.buffers, 0);
-
+  // Drawn on the host, then moved (Note [profiling a GPU]).
+  std::map<ir::ValueId, torch::Tensor> params, constants, buffers;
   cost::CostTable table;
+  try {
+    if (on_gpu) {
+      useGpu(opts.gpu);
+      table.device_name = gpuName(opts.gpu);
+    }
+    for (ir::ValueId p : g.parameters) {
+      std::vector<int64_t> dims;
+      for (const ir::Dim &d : g.values[p].shape) dims.push_back(d.offset);
+      const torch::ScalarType type = runtime::toScalarType(g.values[p].dtype);
+      torch::Tensor t = torch::isFloatingType(type) ? torch::randn(dims, torch::TensorOptions().dtype(type)) * 0.02
+                                                    : torch::zeros(dims, torch::TensorOptions().dtype(type));
+      t = t.to(device);
+      params[p] = t.set_requires_grad(t.is_floating_point());
+    }
+    for (const auto &[id, tensor] : g.constant_data) constants[id] = runtime::toTorch(tensor).to(device);
+    // Buffers (BatchNorm statistics) at their initial values (Note [initial weights]).
+    buffers = runtime::initialTensors(g, g.buffers, 0);
+    for (auto &[id, t] : buffers) t = t.to(device);
+  } catch (const std::exception &e) {
+    return Error{std::string("profiling failed: ") + e.what()};
+  }
+
   table.source = "measured";
   table.units = units;
   table.batch_sizes = opts.batch_sizes;
@@ -160,6 +227,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   Progress progress(progress_os, int(table.batch_sizes.size() * units.size()));
 
   try {
+    Meter meter(on_gpu ? opts.gpu : -1, 3);
     // One runner for the whole graph captures every value a unit reads.
     schedule::StageProgram whole = schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0);
     runtime::StageRunner full(g, whole, params, constants, buffers);
@@ -184,7 +252,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
 
     for (int64_t b : table.batch_sizes) {
       std::unordered_map<ir::ValueId, torch::Tensor> data;
-      for (ir::ValueId in : g.inputs) data[in] = runtime::syntheticInput(g.values[in], b, uint64_t(b));
+      for (ir::ValueId in : g.inputs) data[in] = runtime::syntheticInput(g.values[in], b, uint64_t(b)).to(device);
       {
         torch::NoGradGuard no_grad;
         full.forward(0, data);
@@ -211,23 +279,25 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
             const torch::Tensor &v = full.value(0, s.value);
             grads.push_back(v.is_floating_point() ? torch::ones_like(v) : torch::Tensor());
           }
-          const int64_t before = runtime::currentTensorBytes();
-          runtime::resetPeakTensorBytes();
-          auto t0 = Clock::now();
+          meter.sync();
+          const int64_t before = meter.bytes();
+          meter.resetPeak();
+          meter.mark(0);
           r.forward(0, std::move(feeds));
-          auto t1 = Clock::now();
-          const int64_t kept = runtime::currentTensorBytes() - before;
+          meter.mark(1);
+          const int64_t kept = meter.bytes() - before;
           r.backward(0, grads, 1.0);
-          auto t2 = Clock::now();
-          const int64_t peak = runtime::peakTensorBytes() - before;
+          meter.mark(2);
+          const int64_t peak = meter.peakBytes() - before;
           r.release(0);
+          const double fwd_s = meter.between(0, 1), bwd_s = meter.between(1, 2);
           // A unit whose warm-up run took long (an LM head over a large
           // vocabulary) is timed once: its run-to-run spread is small next to
           // its time, and repeating it would dominate profiling.
-          if (rep == opts.warmup - 1 && seconds(t0, t2) > opts.single_run_s) runs = opts.warmup + 1;
+          if (rep == opts.warmup - 1 && fwd_s + bwd_s > opts.single_run_s) runs = opts.warmup + 1;
           if (rep < opts.warmup) continue;
-          fwd.push_back(seconds(t0, t1));
-          bwd.push_back(seconds(t1, t2));
+          fwd.push_back(fwd_s);
+          bwd.push_back(bwd_s);
           // Memory is deterministic after warm-up (gradients exist by then).
           c.kept_bytes = std::max<int64_t>(0, kept);
           c.work_bytes = std::max<int64_t>(0, peak - kept);
@@ -238,7 +308,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
         progress.tick("batch " + std::to_string(b) + ", unit " + std::to_string(u + 1));
       }
       full.release(0);
-      calibrate(full, data, row, /*warmup=*/b == table.batch_sizes.front() ? opts.warmup : 0, opts);
+      calibrate(full, data, row, /*warmup=*/b == table.batch_sizes.front() ? opts.warmup : 0, opts, meter);
       table.costs.push_back(std::move(row));
     }
     full.newStep(); // drops autocast's weight copies
@@ -262,12 +332,15 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
     // What rannc-exec's update does besides communicating: one pass for the
     // gradient norm (and finiteness), the step, zeroing the gradients.
     for (int rep = 0; rep < opts.warmup + opts.repetitions; ++rep) {
-      auto t0 = Clock::now();
+      meter.sync();
+      meter.mark(0);
       volatile double norm = runtime::gradSquaredNorm(all);
       (void)norm;
       opt->step();
       runtime::zeroGradients(all);
-      if (rep >= opts.warmup) steps.push_back(seconds(t0, Clock::now()));
+      meter.mark(1);
+      const double step_s = meter.between(0, 1);
+      if (rep >= opts.warmup) steps.push_back(step_s);
     }
     table.optimizer_s_per_param = numel > 0 ? median(steps) / double(numel) : 0;
   } catch (const std::exception &e) {

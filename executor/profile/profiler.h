@@ -1,7 +1,8 @@
 // The measured cost source: runs every unit's forward and backward with the
 // executor's own StageRunner on this machine's device, at several micro-batch
 // sizes, and measures time (median of repetitions after warm-up) and tensor
-// memory (through the counting allocator).
+// memory: on cpu with the host clock and the counting allocator, on cuda with
+// CUDA events and the caching allocator's statistics (Note [profiling a GPU]).
 #pragma once
 
 #include <map>
@@ -23,11 +24,15 @@ struct ProfileOptions {
   int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
   std::string optimizer = "adam"; ///< whose step time to measure
   std::string precision = "fp32"; ///< bf16/fp16: measure under autocast (Note [autocast dtypes])
+  std::string device = "cpu";    ///< "cpu", or "cuda": this process's CUDA device `gpu`
+  int gpu = 0;
 };
 
 /// Measures `units` of `g` with seeded random parameters (time and memory do
 /// not depend on the values, so the model's weights are never read).
 /// Progress goes to `progress`: a bar on a terminal, plain lines otherwise.
+/// On cuda the table's device_name is the GPU's name; without a usable GPU
+/// it is an error saying why.
 Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
                                        const ProfileOptions &opts, std::ostream &progress);
 

@@ -22,7 +22,42 @@ struct Preset {
   double memory_bandwidth;       // HBM, bytes/s
   LinkSpec intra;                // NVLink, per direction
   LinkSpec inter;                // InfiniBand share of one GPU
+  int64_t runtime_reserve;       // Note [runtime reserve]
 };
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// Note [runtime reserve]
+// A rank on a GPU cannot give all of the device's memory to tensors: some is
+// held by the runtime itself and never shows in the caching allocator's
+// allocated bytes (which is what the planner's stage total and rannc-exec's
+// peak_memory_bytes count). The planner takes a fixed figure per device off
+// the capacity, the sum of:
+//  - the CUDA context with LibTorch's kernels: about 300-400 MiB since CUDA
+//    11.7 loads kernels lazily, which PyTorch enables (PyTorch maintainers in
+//    pytorch/pytorch#107667 and #109888; more than 1 GiB before lazy loading).
+//    We take 400 MiB.
+//  - the cuBLAS workspace of the compute stream, allocated from the caching
+//    allocator but once per handle and stream, outside any op: PyTorch's
+//    default CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8" = 2 x 4 MiB + 8 x 16 KiB
+//    = 8519680 bytes (the 8.125 MiB block users find in
+//    torch.cuda.memory_snapshot()), 32 MiB on Hopper (pytorch/pytorch#89027).
+//  - the cuBLASLt workspace: 1 MiB before Ampere, 4 MiB on Ampere with at
+//    least 24 GiB, 32 MiB on Hopper (pytorch/pytorch#120925, following the
+//    cuBLAS guide's cublasSetWorkspace recommendation).
+//  - the caching allocator's segments the tensors do not fill: requests of
+//    at most 1 MiB are carved from 2 MiB segments, larger ones below 10 MiB
+//    from 20 MiB segments (PyTorch's CUDA memory management notes, kLargeBuffer
+//    in CUDACachingAllocator.cpp); one partly used segment of each, 22 MiB.
+// cuDNN's convolution workspaces come from the caching allocator inside the
+// op, so the profiler measures them as working memory; NCCL's channel buffers
+// depend on the peers and channels and are left to the margin
+// (docs/cost-model.md). A cluster file overrides the figure (runtime_reserve).
+constexpr int64_t kContext = 400 * kMiB, kAllocatorSegments = 22 * kMiB;
+constexpr int64_t kCublasDefault = 8519680, kHopperWorkspace = 32 * kMiB;
+constexpr int64_t kVoltaReserve = kContext + kCublasDefault + 1 * kMiB + kAllocatorSegments;  // 431.125 MiB
+constexpr int64_t kAmpereReserve = kContext + kCublasDefault + 4 * kMiB + kAllocatorSegments; // 434.125 MiB
+constexpr int64_t kHopperReserve = kContext + 2 * kHopperWorkspace + kAllocatorSegments;      // 486 MiB
 
 // Note [preset figures]
 // Datasheet figures for the SXM parts, dense (the datasheets' "with sparsity"
@@ -44,12 +79,12 @@ struct Preset {
 // the order of an NCCL small-message transfer, not a datasheet figure.
 // clang-format off
 const Preset kPresets[] = {
-    //           memory     fp32     tf32      fp16      bf16      HBM         NVLink             InfiniBand
-    {"v100-16g", 16 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}},
-    {"v100-32g", 32 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}},
-    {"a100-40g", 40 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   1555 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6}},
-    {"a100-80g", 80 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   2039 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6}},
-    {"h100-80g", 80 * kGiB, 67e12,   494.5e12, 989.5e12, 989.5e12, 3350 * kGB, {450 * kGB, 5e-6}, {50 * kGB, 5e-6}},
+    //           memory     fp32     tf32      fp16      bf16      HBM         NVLink             InfiniBand          reserve
+    {"v100-16g", 16 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}, kVoltaReserve},
+    {"v100-32g", 32 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}, kVoltaReserve},
+    {"a100-40g", 40 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   1555 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6},   kAmpereReserve},
+    {"a100-80g", 80 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   2039 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6},   kAmpereReserve},
+    {"h100-80g", 80 * kGiB, 67e12,   494.5e12, 989.5e12, 989.5e12, 3350 * kGB, {450 * kGB, 5e-6}, {50 * kGB, 5e-6},   kHopperReserve},
 };
 // clang-format on
 
@@ -269,9 +304,15 @@ bool applyPreset(const std::string &name, int devices_per_node, ClusterSpec &c) 
     c.device.memory_bandwidth = p.memory_bandwidth;
     c.intra_node = p.intra;
     c.inter_node = p.inter;
+    c.device.runtime_reserve_bytes = p.runtime_reserve;
     return true;
   }
   return false;
+}
+
+int64_t defaultRuntimeReserve(const std::string &type) {
+  // A GPU we know nothing more of: the largest preset figure (Hopper's).
+  return type == "cuda" ? kHopperReserve : 0;
 }
 
 std::string presetList() {
@@ -308,7 +349,7 @@ bool DeviceSpec::operator==(const DeviceSpec &o) const {
          memory_bandwidth == o.memory_bandwidth && peak_flops_tf32 == o.peak_flops_tf32 &&
          peak_flops_fp16 == o.peak_flops_fp16 && peak_flops_bf16 == o.peak_flops_bf16 &&
          compute_efficiency == o.compute_efficiency && memory_efficiency == o.memory_efficiency &&
-         op_overhead_s == o.op_overhead_s;
+         op_overhead_s == o.op_overhead_s && runtime_reserve_bytes == o.runtime_reserve_bytes;
 }
 
 bool ClusterSpec::operator==(const ClusterSpec &o) const {
@@ -332,6 +373,9 @@ void ClusterSpec::print(std::ostream &os) const {
   printPeak(os, device.peak_flops_bf16);
   os << "\nanalytic " << device.compute_efficiency << " of peak compute, " << device.memory_efficiency
      << " of memory bandwidth, " << formatDuration(device.op_overhead_s) << " per op";
+  if (device.runtime_reserve_bytes > 0)
+    os << "\nreserve  " << formatByteSize(device.runtime_reserve_bytes)
+       << " of device memory for the CUDA context, library workspaces and allocator segments";
   os << "\nlinks    ";
   printLink(os, "intra-node", intra_node);
   os << ", ";

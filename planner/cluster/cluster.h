@@ -35,6 +35,9 @@ struct DeviceSpec {
   double compute_efficiency = 0.5;
   double memory_efficiency = 0.8;
   double op_overhead_s = 5e-6;
+  /// Device memory the runtime holds outside tensors, taken off the capacity
+  /// (Note [runtime reserve] in cluster.cpp): 0 on cpu.
+  int64_t runtime_reserve_bytes = 0;
 
   /// The peak for `p`, or the fp32 peak where the device has none for `p`.
   double peakFlops(Precision p) const;

@@ -208,7 +208,7 @@ Expected<ClusterSpec> Parser::parse(const std::string &text) {
 Status Parser::device(const Entry &e, ClusterSpec &c, bool &preset) const {
   auto s = section(e.value, e.mark, "device",
                    {"preset", "type", "name", "memory", "peak_flops", "memory_bandwidth", "compute_efficiency",
-                    "memory_efficiency", "op_overhead"});
+                    "memory_efficiency", "op_overhead", "runtime_reserve"});
   if (!s) return s.error();
   DeviceSpec &d = c.device;
   // The preset first: the other keys override its fields.
@@ -225,6 +225,8 @@ Status Parser::device(const Entry &e, ClusterSpec &c, bool &preset) const {
     if (!type) return type.error();
     if (*type != "cpu" && *type != "cuda")
       return error(t->mark, "device.type must be cpu or cuda, got '" + *type + "'");
+    // A preset's reserve is for its own type; a changed type takes its own.
+    if (!preset || *type != d.type) d.runtime_reserve_bytes = detail::defaultRuntimeReserve(*type);
     d.type = *type;
   } else if (!preset) {
     return missing(*s, "type", needed);
@@ -270,6 +272,15 @@ Status Parser::device(const Entry &e, ClusterSpec &c, bool &preset) const {
     auto t = quantity(*o, Quantity::kDuration, true);
     if (!t) return t.error();
     d.op_overhead_s = *t;
+  }
+  if (const Entry *r = s->find("runtime_reserve")) {
+    auto bytes = quantity(*r, Quantity::kBytes, true);
+    if (!bytes) return bytes.error();
+    if (*bytes >= 0x1p63) return error(r->mark, "device.runtime_reserve is out of range");
+    d.runtime_reserve_bytes = std::llround(*bytes);
+    if (d.runtime_reserve_bytes >= d.memory_bytes)
+      return error(r->mark, "device.runtime_reserve (" + formatByteSize(d.runtime_reserve_bytes) +
+                                ") leaves nothing of device.memory (" + formatByteSize(d.memory_bytes) + ")");
   }
   return Status::success();
 }
@@ -399,6 +410,9 @@ std::string toYaml(const ClusterSpec &c) {
   out << YAML::Key << "compute_efficiency" << YAML::Value << fraction(c.device.compute_efficiency);
   out << YAML::Key << "memory_efficiency" << YAML::Value << fraction(c.device.memory_efficiency);
   out << YAML::Key << "op_overhead" << YAML::Value << formatDuration(c.device.op_overhead_s);
+  // A cuda device always says it (its 0 is not the default); cpu only when set.
+  if (c.device.type == "cuda" || c.device.runtime_reserve_bytes != 0)
+    out << YAML::Key << "runtime_reserve" << YAML::Value << formatByteSize(c.device.runtime_reserve_bytes);
   out << YAML::EndMap;
   // Links no rank pair uses are left out, as a cluster file may leave them.
   const bool intra = c.devices_per_node > 1 || c.intra_node.bandwidth > 0;

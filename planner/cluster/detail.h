@@ -22,4 +22,8 @@ bool applyPreset(const std::string &name, int devices_per_node, ClusterSpec &c);
 /// "cpu, v100-16g, ...", for messages.
 std::string presetList();
 
+/// The runtime reserve of a device of `type` without a preset
+/// (Note [runtime reserve] in cluster.cpp): 0 for cpu.
+int64_t defaultRuntimeReserve(const std::string &type);
+
 } // namespace rannc::cluster::detail

@@ -58,6 +58,7 @@ struct CostTable {
   std::vector<std::vector<UnitCost>> costs; ///< [batch size index][unit]
   double optimizer_s_per_param = 0;     ///< optimizer step time per parameter element
   std::string optimizer;                ///< the optimizer that figure is for
+  std::string device_name;              ///< measured tables: the hardware ("NVIDIA H100 80GB HBM3"); else empty
 
   /// Cost of `unit` at micro-batch size b: linear between the measured sizes,
   /// extrapolated linearly from the nearest two outside them.

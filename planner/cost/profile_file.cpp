@@ -14,6 +14,7 @@ Status writeProfile(const CostTable &table, const ProfileKey &key, const std::st
   p.set_device(key.device);
   p.set_threads(key.threads);
   if (key.precision != "fp32") p.set_precision(key.precision);
+  p.set_device_name(table.device_name);
   p.set_optimizer(table.optimizer);
   p.set_optimizer_s_per_param(table.optimizer_s_per_param);
   for (const Unit &u : table.units) {
@@ -49,7 +50,9 @@ Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expec
     return Error{path + ": the profile was measured for another model (SHA-256 " + p.model_sha256().substr(0, 12) +
                  "..., this model is " + expect.model_sha256.substr(0, 12) + "...); re-run rannc-plan profile"};
   if (p.device() != expect.device)
-    return Error{path + ": the profile was measured on '" + p.device() + "', the plan is for '" + expect.device + "'"};
+    return Error{path + ": the profile was measured for '" + p.device() + "'" +
+                 (p.device_name().empty() ? "" : " (on " + p.device_name() + ")") + ", the plan is for '" +
+                 expect.device + "'"};
   if (p.threads() != expect.threads)
     return Error{path + ": the profile was measured with " + std::to_string(p.threads()) + " thread(s), the plan uses " +
                  std::to_string(expect.threads)};
@@ -62,6 +65,7 @@ Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expec
   t.source = path;
   t.optimizer = p.optimizer();
   t.optimizer_s_per_param = p.optimizer_s_per_param();
+  t.device_name = p.device_name();
   for (const auto &u : p.units()) t.units.push_back({u.op_begin(), u.op_end()});
   t.batch_sizes.assign(p.batch_sizes().begin(), p.batch_sizes().end());
   for (const auto &row : p.rows()) {

@@ -120,6 +120,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.devices.per_node = cluster.devices_per_node;
   p.devices.memory_bytes = double(cluster.device.memory_bytes);
   p.devices.memory_margin = opts.memory_margin;
+  p.devices.reserve_bytes = double(cluster.device.runtime_reserve_bytes);
   p.devices.intra_node = {cluster.intra_node.bandwidth, cluster.intra_node.latency_s};
   p.devices.inter_node = {cluster.inter_node.bandwidth, cluster.inter_node.latency_s};
   p.optimizer_bytes_per_param_byte = cost::optimizerStateFactor(opts.optimizer);

@@ -28,14 +28,18 @@ Expected<cost::CostTable> loadCosts(const ir::Graph &g, const std::vector<cost::
   auto sizes = costBatchSizes(opts);
   if (source == "analytic") return cost::analyticCosts(g, units, cluster.device, sizes);
   if (source == "measure") {
-    if (cluster.device.type != "cpu")
-      return Error{"--profile measure: this machine has no " + cluster.device.name +
-                   "; measure on one with rannc-plan profile and pass --profile FILE, or use --profile analytic"};
     if (!opts.measure) return Error{"--profile measure: this build cannot measure"};
-    log << "rannc-plan: measuring " << units.size() << " units at micro-batch sizes";
+    // A GPU cluster is measured on this machine's GPU, taken to be one of its devices.
+    const std::string device = cluster.device.type == "cpu" ? "cpu" : "cuda";
+    log << "rannc-plan: measuring " << units.size() << " units on " << device << " at micro-batch sizes";
     for (int64_t b : sizes) log << " " << b;
     log << "\n";
-    return opts.measure(g, units, sizes);
+    auto table = opts.measure(g, units, sizes, device);
+    if (!table && device == "cuda")
+      return Error{"--profile measure for " + cluster.device.name + ": " + table.error().message +
+                   "; measure on a GPU machine with rannc-plan profile --device cuda and pass --profile FILE, or use "
+                   "--profile analytic"};
+    return table;
   }
   auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads, opts.precision});
   if (!table) return table.error();
@@ -279,20 +283,31 @@ Status runPlan(const PlanOptions &opts, std::ostream &out, std::ostream &log) {
 
 Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log) {
   if (opts.output.empty()) return Error{"no output file: pass -o PROFILE"};
-  if (opts.device_type != "cpu")
-    return Error{"rannc-plan profile measures this machine's device (cpu); '" + opts.device_type +
-                 "' is not here"};
+  std::string device_type = opts.device_type;
+  if (opts.device == "cpu") {
+    if (device_type.empty()) device_type = "cpu";
+    if (device_type != "cpu")
+      return Error{"--device cpu measures this machine's CPU; '" + device_type +
+                   "' is not here (measure a GPU with --device cuda)"};
+  } else if (opts.device == "cuda") {
+    if (device_type.empty() || device_type == "cpu")
+      return Error{"--device cuda: name the device that plans made from this profile are for with --device-type "
+                   "NAME (a preset such as h100-80g, or a cluster file's device name)"};
+  } else {
+    return Error{"--device must be cpu or cuda, got '" + opts.device + "'"};
+  }
   auto imported = importForPlanning(opts.model, opts.data_dir, opts.front_ends, log);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
   auto &units = imported->units;
   auto &sha = imported->sha;
   log << "rannc-plan: profiling " << units.size() << " units of " << opts.model << "\n";
-  auto table = measure(graph, units, opts.batch_sizes);
+  auto table = measure(graph, units, opts.batch_sizes, opts.device);
   if (!table) return table.error();
-  if (Status st = cost::writeProfile(*table, {sha, opts.device_type, opts.threads, opts.precision}, opts.output); !st)
+  if (Status st = cost::writeProfile(*table, {sha, device_type, opts.threads, opts.precision}, opts.output); !st)
     return st;
-  log << "rannc-plan: wrote " << opts.output << "\n";
+  log << "rannc-plan: wrote " << opts.output
+      << (table->device_name.empty() ? "" : " (measured on " + table->device_name + ")") << "\n";
   return Status::success();
 }
 

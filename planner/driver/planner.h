@@ -17,10 +17,12 @@
 
 namespace rannc::planner {
 
-/// Measures unit costs at the given micro-batch sizes (the LibTorch profiler;
-/// the driver is torch-free, so the tool passes it in).
+/// Measures unit costs at the given micro-batch sizes on `device` ("cpu" or
+/// "cuda": this machine's GPU) (the LibTorch profiler; the driver is
+/// torch-free, so the tool passes it in).
 using MeasureFn = std::function<Expected<cost::CostTable>(const ir::Graph &, const std::vector<cost::Unit> &,
-                                                          const std::vector<int64_t> &batch_sizes)>;
+                                                          const std::vector<int64_t> &batch_sizes,
+                                                          const std::string &device)>;
 
 /// Imports a TorchScript archive or a torch.export program (executor/frontend
 /// needs LibTorch, so the tool passes it in, as it does the profiler).
@@ -76,7 +78,10 @@ struct ProfileCommandOptions {
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
   std::string precision = "fp32"; ///< measure under autocast at bf16/fp16 (as PlanOptions::precision)
-  std::string device_type = "cpu";
+  std::string device = "cpu";      ///< where to measure: "cpu" or "cuda" (this machine's GPU)
+  /// The device name plans made from the profile target (a preset or a
+  /// cluster file's device.name); with --device cuda it must be given.
+  std::string device_type;
   FrontEnds front_ends;
 };
 

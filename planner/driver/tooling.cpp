@@ -53,12 +53,14 @@ bool rangesSound(const proto::Plan &plan) {
   return plan.stages_size() > 0 && expect == plan.graph().ops_size();
 }
 
-/// The margin the plan was made with: 1 - capacity / device memory, rounded
-/// (the plan stores the capacity as whole bytes).
+/// The margin the plan was made with: 1 - (capacity + runtime reserve) /
+/// device memory, rounded (the plan stores the capacity as whole bytes).
 double planMargin(const proto::Plan &plan) {
   const double memory = double(plan.cluster().device().memory_bytes());
   if (plan.stages_size() == 0 || memory <= 0 || plan.stages(0).estimates().memory_capacity_bytes() <= 0) return 0.1;
-  const double margin = 1 - double(plan.stages(0).estimates().memory_capacity_bytes()) / memory;
+  const double margin = 1 - double(plan.stages(0).estimates().memory_capacity_bytes() +
+                                   plan.cluster().device().runtime_reserve_bytes()) /
+                                memory;
   return std::clamp(std::round(margin * 1e6) / 1e6, 0.0, 0.95);
 }
 
@@ -269,8 +271,12 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
               "stages[" + std::to_string(s) + "]: needs " + plan::bytesText(mem.total()) + " per device (" +
               memoryBreakdown(mem) + ") but a device holds " + plan::bytesText(ev.capacity_bytes) + " (" +
               plan::bytesText(double(model_est->cluster.device.memory_bytes)) + " less the " +
-              formatFixed(model_est->memory_margin * 100, 0) +
-              "% margin); move ops to another stage, add replicas or micro-batches, or use larger devices");
+              formatFixed(model_est->memory_margin * 100, 0) + "% margin" +
+              (model_est->cluster.device.runtime_reserve_bytes > 0
+                   ? " and the " + plan::bytesText(double(model_est->cluster.device.runtime_reserve_bytes)) +
+                         " runtime reserve"
+                   : std::string()) +
+              "); move ops to another stage, add replicas or micro-batches, or use larger devices");
       }
     }
     // Ranks not handed out in stage order: evaluate assumed they were.

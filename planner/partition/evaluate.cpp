@@ -57,7 +57,9 @@ namespace rannc::partition {
 //   and gradients staged on both cuts); lowp_weights = sum lowp_i, the
 //   bf16/fp16 weight copies of a mixed-precision plan (Note [autocast dtypes]
 //   in planner/cost/precision.cpp), held once per stage.
-//   Feasible when the total <= memory * (1 - margin).
+//   Feasible when the total <= memory * (1 - margin) - reserve, the reserve
+//   being what a GPU's runtime holds outside tensors (Note [runtime reserve]
+//   in planner/cluster/cluster.cpp; 0 on cpu).
 
 namespace {
 

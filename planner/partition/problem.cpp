@@ -19,8 +19,9 @@ const char *scheduleName(Schedule s) { return s == Schedule::GPipe ? "gpipe" : "
 
 void Problem::print(std::ostream &os) const {
   os << "problem: " << blocks.size() << " blocks, batch " << batch_size << ", " << devices.count << " devices ("
-     << devices.per_node << "/node, " << formatBytes(devices.memory_bytes) << ", margin " << devices.memory_margin
-     << "), intra " << devices.intra_node.bandwidth << " B/s + " << devices.intra_node.latency_s << " s, inter "
+     << devices.per_node << "/node, " << formatBytes(devices.memory_bytes) << ", margin " << devices.memory_margin;
+  if (devices.reserve_bytes > 0) os << ", reserve " << formatBytes(devices.reserve_bytes);
+  os << "), intra " << devices.intra_node.bandwidth << " B/s + " << devices.intra_node.latency_s << " s, inter "
      << devices.inter_node.bandwidth << " B/s + " << devices.inter_node.latency_s << " s, optimizer x"
      << optimizer_bytes_per_param_byte
      << (force_recompute ? ", recompute forced" : allow_recompute ? ", recompute allowed" : "")
@@ -67,6 +68,9 @@ Status validate(const Problem &p) {
   if (d.per_node < 1) errs.push_back("devices per node must be at least 1");
   if (!(d.memory_bytes > 0) || !std::isfinite(d.memory_bytes)) errs.push_back("device memory must be positive");
   if (!(d.memory_margin >= 0 && d.memory_margin < 1)) errs.push_back("memory margin must be in [0, 1)");
+  if (!finiteNonNegative(d.reserve_bytes)) errs.push_back("runtime reserve must be finite and >= 0");
+  else if (d.memory_bytes > 0 && !(d.capacity() > 0))
+    errs.push_back("the runtime reserve (" + formatBytes(d.reserve_bytes) + ") leaves no device memory for tensors");
   for (const Link *l : {&d.intra_node, &d.inter_node})
     if (!(l->bandwidth > 0) || !std::isfinite(l->bandwidth) || !finiteNonNegative(l->latency_s)) {
       errs.push_back("link bandwidth must be positive and latency >= 0");

@@ -50,11 +50,12 @@ struct Devices {
   int per_node = 1;         ///< ranks r and r' share a node when r / per_node == r' / per_node
   double memory_bytes = 0;  ///< per device
   double memory_margin = 0; ///< fraction of memory kept free, in [0, 1)
+  double reserve_bytes = 0; ///< per device, held by the runtime outside tensors (CUDA context, workspaces)
   Link intra_node;          ///< between devices of one node (NVLink)
   Link inter_node;          ///< between nodes (per device's share of the network)
 
-  /// What a stage may use: memory_bytes * (1 - memory_margin).
-  double capacity() const { return memory_bytes * (1 - memory_margin); }
+  /// What a stage's tensors may use: memory_bytes * (1 - memory_margin) - reserve_bytes.
+  double capacity() const { return memory_bytes * (1 - memory_margin) - reserve_bytes; }
 };
 
 /// Pipeline schedule: GPipe fill-drain or PipeDream-flush 1F1B.

@@ -65,7 +65,7 @@ Error noFeasiblePlan(const Problem &p) {
                  std::to_string(worst_stage.replicas) + " replicas, " + std::to_string(worst_m) + " micro-batches" +
                  (worst_stage.recompute ? ", recomputing" : "") + (worst_stage.zero ? ", sharding the optimizer state" : "") + ") needs " + formatBytes(worst_need) +
                  " but a device holds " + formatBytes(cap) + " (" + formatBytes(p.devices.memory_bytes) + " x (1 - " +
-                 margin + "))"};
+                 margin + ")" + (p.devices.reserve_bytes > 0 ? " - " + formatBytes(p.devices.reserve_bytes) + " runtime reserve" : "") + ")"};
   return Error{"no plan fits on " + devices + " with these constraints: every block fits in a stage of its own (the "
                "largest smallest stage, block " + std::to_string(worst_block) + ", needs " + formatBytes(worst_need) +
                " of " + formatBytes(cap) + ") but not enough stages fit on the devices together"};

@@ -264,6 +264,7 @@ proto::Cluster clusterToProto(const cluster::ClusterSpec &c) {
   d->set_peak_flops_tf32(c.device.peak_flops_tf32);
   d->set_peak_flops_fp16(c.device.peak_flops_fp16);
   d->set_peak_flops_bf16(c.device.peak_flops_bf16);
+  d->set_runtime_reserve_bytes(c.device.runtime_reserve_bytes);
   p.mutable_intra_node()->set_bandwidth(c.intra_node.bandwidth);
   p.mutable_intra_node()->set_latency_s(c.intra_node.latency_s);
   p.mutable_inter_node()->set_bandwidth(c.inter_node.bandwidth);
@@ -283,6 +284,7 @@ cluster::ClusterSpec clusterFromProto(const proto::Cluster &p) {
   c.device.peak_flops_tf32 = p.device().peak_flops_tf32();
   c.device.peak_flops_fp16 = p.device().peak_flops_fp16();
   c.device.peak_flops_bf16 = p.device().peak_flops_bf16();
+  c.device.runtime_reserve_bytes = p.device().runtime_reserve_bytes();
   c.intra_node = {p.intra_node().bandwidth(), p.intra_node().latency_s()};
   c.inter_node = {p.inter_node().bandwidth(), p.inter_node().latency_s()};
   return c;

@@ -200,6 +200,11 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
     os << "\n";
   }
 
+  // GPU plans: what the capacity column already leaves out (cpu reserves nothing).
+  if (const int64_t reserve = c.device().runtime_reserve_bytes(); reserve > 0)
+    os << "runtime reserve: " << bytesText(double(reserve)) << " of each " << bytesText(double(c.device().memory_bytes()))
+       << " device is held outside tensors (CUDA context, cuBLAS workspaces, allocator segments) and is not in "
+          "the capacity\n";
   for (const auto &s : plan.stages())
     if (s.recompute())
       os << "recompute: stage " << s.id() << " keeps only its inputs per micro-batch and re-runs forward before "
@@ -245,6 +250,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
   j["model_format"] = plan.model().format().empty() ? "onnx" : plan.model().format();
   j["device"] = plan.cluster().device().name();
   j["device_memory_bytes"] = plan.cluster().device().memory_bytes();
+  j["device_runtime_reserve_bytes"] = plan.cluster().device().runtime_reserve_bytes();
   j["num_nodes"] = plan.cluster().num_nodes();
   j["devices_per_node"] = plan.cluster().devices_per_node();
   j["planner"] = plan.planner();

@@ -185,6 +185,7 @@ device:
   compute_efficiency: 0.5
   memory_efficiency: 0.8
   op_overhead: 5us
+  runtime_reserve: 444544KiB
 links:
   intra_node: {bandwidth: 300GB/s, latency: 5us}
   inter_node: {bandwidth: 25GB/s, latency: 5us}
@@ -200,6 +201,8 @@ TEST(ClusterYaml, Print) {
                       "device   v100-16g (cuda), memory 16GiB, memory bandwidth 900GB/s\n"
                       "peak     FLOP/s fp32 15.7T, tf32 -, fp16 125T, bf16 -\n"
                       "analytic 0.5 of peak compute, 0.8 of memory bandwidth, 5us per op\n"
+                      "reserve  441472KiB of device memory for the CUDA context, library workspaces and allocator "
+                      "segments\n"
                       "links    intra-node 150GB/s 5us, inter-node 6.25GB/s 5us\n");
   // A CPU rank's share of this machine is rounded for reading; an unused link says so.
   ClusterSpec cpu = parseOk("nodes: 1\ndevices_per_node: 1\n"
@@ -211,6 +214,40 @@ TEST(ClusterYaml, Print) {
                       "peak     FLOP/s fp32 40G, tf32 -, fp16 -, bf16 -\n"
                       "analytic 0.5 of peak compute, 0.8 of memory bandwidth, 5us per op\n"
                       "links    intra-node unused, inter-node unused\n");
+}
+
+TEST(ClusterPreset, RuntimeReserve) {
+  // Note [runtime reserve] in cluster.cpp: 400 MiB context + cuBLAS workspace
+  // + cuBLASLt workspace + 2 MiB and 20 MiB allocator segments.
+  constexpr int64_t MiB = int64_t{1} << 20;
+  auto reserve = [](const char *preset) { return clusterFromPreset(preset, 1)->device.runtime_reserve_bytes; };
+  EXPECT_EQ(reserve("v100-32g"), 400 * MiB + 8519680 + 1 * MiB + 22 * MiB); // 431.125 MiB
+  EXPECT_EQ(reserve("a100-40g"), 400 * MiB + 8519680 + 4 * MiB + 22 * MiB); // 434.125 MiB
+  EXPECT_EQ(reserve("h100-80g"), 400 * MiB + 32 * MiB + 32 * MiB + 22 * MiB); // 486 MiB
+  EXPECT_EQ(reserve("cpu"), 0);
+  // A cluster file overrides it; a cuda device without a preset gets the
+  // largest preset figure; cpu reserves nothing; a changed type takes its own.
+  const std::string head = "nodes: 1\ndevices_per_node: 1\ndevice:\n";
+  EXPECT_EQ(parseOk(head + "  preset: a100-80g\n  runtime_reserve: 1GiB\n").device.runtime_reserve_bytes,
+            int64_t{1} << 30);
+  EXPECT_EQ(parseOk(head + "  preset: a100-80g\n  runtime_reserve: 0\n").device.runtime_reserve_bytes, 0);
+  EXPECT_EQ(parseOk(head + "  {type: cuda, memory: 24GiB, peak_flops: 80T, memory_bandwidth: 1TB/s}\n")
+                .device.runtime_reserve_bytes,
+            reserve("h100-80g"));
+  EXPECT_EQ(parseOk(head + "  {type: cpu, memory: 24GiB, peak_flops: 1T, memory_bandwidth: 10GB/s}\n")
+                .device.runtime_reserve_bytes,
+            0);
+  EXPECT_EQ(parseOk(head + "  {preset: a100-40g, type: cpu}\n").device.runtime_reserve_bytes, 0);
+  EXPECT_EQ(errorOf(head + "  preset: v100-16g\n  runtime_reserve: 16GiB\n"),
+            "cluster.yaml:5: device.runtime_reserve (16GiB) leaves nothing of device.memory (16GiB)");
+  EXPECT_EQ(errorOf(head + "  preset: v100-16g\n  runtime_reserve: -1MiB\n").substr(0, 33),
+            "cluster.yaml:5: device.runtime_re");
+  // It survives the YAML and plan round trips (toYaml above, plan_test for the proto).
+  ClusterSpec c = parseOk(head + "  preset: h100-80g\n  runtime_reserve: 700MiB\n");
+  auto back = parseClusterYaml(toYaml(c), "again.yaml");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->device.runtime_reserve_bytes, 700 * MiB);
+  EXPECT_EQ(*back, c);
 }
 
 TEST(ClusterPreset, Figures) {
@@ -320,7 +357,7 @@ TEST(ClusterUnits, FormatsReadBack) {
 TEST(ClusterYamlErrors, UnknownKey) {
   EXPECT_EQ(errorOf(replace(kExplicit, "  memory: 24GiB", "  memroy: 24GiB")),
             "cluster.yaml:6: unknown key 'memroy' in device (known: preset, type, name, memory, peak_flops, "
-            "memory_bandwidth, compute_efficiency, memory_efficiency, op_overhead)");
+            "memory_bandwidth, compute_efficiency, memory_efficiency, op_overhead, runtime_reserve)");
   EXPECT_EQ(errorOf(std::string(kExplicit) + "gpus: 8\n"),
             "cluster.yaml:12: unknown key 'gpus' at top level (known: nodes, devices_per_node, device, links)");
   EXPECT_EQ(errorOf(replace(kExplicit, "bf16: 120T", "fp64: 15T")),

@@ -127,6 +127,32 @@ TEST(Evaluate, ReportsEveryViolation) {
   EXPECT_EQ(ev.violations[0], "stage 0 has 2 replicas but a micro-batch has only 1 samples");
 }
 
+TEST(Evaluate, RuntimeReserveComesOffTheCapacity) {
+  // Stage 0 of the hand solution needs 12152 bytes (HandComputedTimeAndMemory).
+  // 20000 x (1 - 0.25) = 15000 fits it; less a 3000-byte runtime reserve,
+  // 12000 does not: the reserve lowers the capacity, not the stage's total.
+  Problem p = handProblem();
+  p.devices.memory_bytes = 20000;
+  p.devices.memory_margin = 0.25;
+  Evaluation ev = evaluate(p, handSolution(Schedule::OneFOneB));
+  EXPECT_TRUE(ev.feasible());
+  EXPECT_DOUBLE_EQ(ev.capacity_bytes, 15000);
+  p.devices.reserve_bytes = 3000;
+  ev = evaluate(p, handSolution(Schedule::OneFOneB));
+  EXPECT_DOUBLE_EQ(ev.capacity_bytes, 12000);
+  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 12152);
+  ASSERT_EQ(ev.violations.size(), 1u);
+  EXPECT_NE(ev.violations[0].find("stage 0 needs"), std::string::npos) << ev.violations[0];
+  // 12152 + 3000 = 15152 <= 20000 x (1 - 0.24) = 15200: feasible again.
+  p.devices.memory_margin = 0.24;
+  EXPECT_TRUE(evaluate(p, handSolution(Schedule::OneFOneB)).feasible());
+  // A reserve that leaves nothing is a malformed problem.
+  p.devices.reserve_bytes = 20000;
+  Status st = validate(p);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("leaves no device memory for tensors"), std::string::npos) << st.message();
+}
+
 TEST(Simulate, ScheduleOrders) {
   auto str = [](const std::vector<int> &v) {
     std::string s;

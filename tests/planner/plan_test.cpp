@@ -18,10 +18,11 @@ std::string gptPath() {
   return std::string(dir ? dir : "models") + "/gpt/model.onnx";
 }
 
-proto::Plan gptPlan(int gpus, int microbatches = 2) {
+proto::Plan gptPlan(int gpus, int microbatches = 2, const std::string &device_type = "cpu") {
   planner::PlanOptions o;
   o.model = gptPath();
   o.gpus = gpus;
+  o.device_type = device_type;
   o.batch_size = 8;
   o.microbatches = microbatches;
   o.stages = gpus; // pin a pure pipeline: these tests are about the plan file
@@ -127,6 +128,27 @@ TEST(Plan, NewerFormatIsRefused) {
   auto r = readPlan(path);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("newer than this rannc understands"), std::string::npos);
+}
+
+TEST(Plan, RuntimeReserveIsInTheCapacityAndShown) {
+  // Note [runtime reserve]: a GPU plan's capacity is memory x (1 - margin)
+  // less the device's reserve, which the plan carries and show prints.
+  proto::Plan p = gptPlan(2, 2, "a100-40g");
+  auto preset = cluster::clusterFromPreset("a100-40g", 2);
+  ASSERT_TRUE(preset.ok()) << preset.error().message;
+  const int64_t reserve = preset->device.runtime_reserve_bytes;
+  ASSERT_GT(reserve, 0);
+  EXPECT_EQ(p.cluster().device().runtime_reserve_bytes(), reserve);
+  EXPECT_EQ(gptPlan(2).cluster().device().runtime_reserve_bytes(), 0); // cpu reserves nothing
+  EXPECT_EQ(clusterFromProto(p.cluster()), *preset);
+  const double memory = double(p.cluster().device().memory_bytes());
+  for (const auto &s : p.stages())
+    EXPECT_EQ(s.estimates().memory_capacity_bytes(), int64_t(memory * (1 - 0.1) - double(reserve)));
+  std::ostringstream table, json;
+  printPlanTable(p, table);
+  EXPECT_NE(table.str().find("runtime reserve: " + bytesText(double(reserve))), std::string::npos) << table.str();
+  printPlanJson(p, json);
+  EXPECT_EQ(nlohmann::json::parse(json.str())["device_runtime_reserve_bytes"].get<int64_t>(), reserve);
 }
 
 TEST(Show, JsonHasTheKeysScriptsUse) {

@@ -18,10 +18,11 @@ namespace {
 /// tool's thread count, optimizer and repetitions.
 rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions = 3,
                                    const std::string &precision = "fp32") {
-  return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units,
-             const std::vector<int64_t> &sizes) -> rannc::Expected<rannc::cost::CostTable> {
+  return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units, const std::vector<int64_t> &sizes,
+             const std::string &device) -> rannc::Expected<rannc::cost::CostTable> {
     rannc::profile::ProfileOptions po;
     po.batch_sizes = sizes;
+    po.device = device; // cuda: device 0 of what CUDA_VISIBLE_DEVICES shows
     po.threads = threads;
     po.optimizer = optimizer;
     po.repetitions = repetitions;
@@ -148,6 +149,13 @@ int profileCommand(int argc, char **argv) {
   app.add_option("model", o.model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
   app.add_option("--data", o.data_dir, kDataHelp);
   app.add_option("-o,--output", o.output, "profile file to write")->required();
+  app.add_option("--device", o.device,
+                 "where to measure: cpu, or cuda (this machine's first visible GPU, timed with CUDA events)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--device-type", o.device_type,
+                 "the device plans made from this profile are for: a preset (h100-80g) or a cluster file's "
+                 "device name; required with --device cuda, cpu otherwise");
   app.add_option("--batch-sizes", o.batch_sizes, "micro-batch sizes to measure at")
       ->delimiter(',')
       ->capture_default_str();

@@ -1,0 +1,74 @@
+#include "executor/profile/gpu_timer.h"
+
+#include <torch/cuda.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "executor/runtime/device.h"
+
+#ifdef RANNC_WITH_CUDA
+// c10's CUDA headers only: ATen's CUDAContext.h wants cuSPARSE's headers,
+// which neither the toolkit here nor the wheel ships.
+#include <c10/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace rannc::profile {
+
+#ifdef RANNC_WITH_CUDA
+std::string gpuUnavailableReason(int device) {
+  const int visible = runtime::visibleGpus();
+  if (visible == 0)
+    return "no GPU is visible to this process (LibTorch has CUDA, but finds no device: check nvidia-smi, the "
+           "driver and CUDA_VISIBLE_DEVICES)";
+  if (device < 0 || device >= visible)
+    return "GPU " + std::to_string(device) + " is not visible (" + std::to_string(visible) + " visible)";
+  return "";
+}
+
+std::string gpuName(int device) {
+  cudaDeviceProp prop{};
+  C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+void useGpu(int device) { c10::cuda::set_device(c10::DeviceIndex(device)); }
+
+struct GpuTimeline::Impl {
+  int device;
+  std::vector<c10::cuda::CUDAEvent> events;
+};
+
+GpuTimeline::GpuTimeline(int device, int points) : impl_(std::make_unique<Impl>()) {
+  impl_->device = device;
+  // cudaEventDefault: timing on (LibTorch's default events have it off).
+  for (int i = 0; i < points; ++i) impl_->events.emplace_back(cudaEventDefault);
+}
+
+void GpuTimeline::mark(int i) {
+  impl_->events.at(size_t(i)).record(c10::cuda::getCurrentCUDAStream(c10::DeviceIndex(impl_->device)));
+}
+
+double GpuTimeline::seconds(int i, int j) {
+  c10::cuda::CUDAEvent &end = impl_->events.at(size_t(j));
+  end.synchronize(); // cudaEventElapsedTime needs both events complete
+  return double(impl_->events.at(size_t(i)).elapsed_time(end)) * 1e-3;
+}
+#else
+std::string gpuUnavailableReason(int) { return "this rannc was built against a LibTorch without CUDA"; }
+std::string gpuName(int) { return ""; }
+void useGpu(int) {}
+
+struct GpuTimeline::Impl {};
+
+GpuTimeline::GpuTimeline(int, int) { throw std::runtime_error("GpuTimeline: built without CUDA"); }
+void GpuTimeline::mark(int) {}
+double GpuTimeline::seconds(int, int) { return 0; }
+#endif
+
+GpuTimeline::~GpuTimeline() = default;
+
+} // namespace rannc::profile
