@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -46,6 +47,12 @@ std::string manifestToJson(const Manifest &m) {
   j["buffers"] = m.buffers;
   j["optimizer_state"] = m.optimizer_state;
   j["rng"] = m.rng_file;
+  if (const auto &ls = m.loss_scale) // GradScaler.state_dict's keys
+    j["loss_scale"] = {{"scale", ls->scale},
+                       {"growth_factor", ls->growth_factor},
+                       {"backoff_factor", ls->backoff_factor},
+                       {"growth_interval", ls->growth_interval},
+                       {"growth_tracker", ls->growth_tracker}};
   return j.dump(1) + "\n";
 }
 
@@ -81,11 +88,22 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &whe
     m.buffers = j.at("buffers").get<std::map<std::string, std::string>>();
     m.optimizer_state = j.at("optimizer_state").get<std::map<std::string, std::string>>();
     m.rng_file = j.at("rng").get<std::string>();
+    if (j.contains("loss_scale")) {
+      const auto &ls = j.at("loss_scale");
+      m.loss_scale = LossScaleState{ls.at("scale").get<double>(), ls.at("growth_factor").get<double>(),
+                                    ls.at("backoff_factor").get<double>(), ls.at("growth_interval").get<int64_t>(),
+                                    ls.at("growth_tracker").get<int64_t>()};
+    }
   } catch (const nlohmann::json::exception &e) {
     return Error{where + ": corrupt manifest: " + e.what()};
   }
   if (m.step < 0 || m.samples_consumed < 0 || m.samples_per_step < 0)
     return Error{where + ": corrupt manifest: negative step or data position"};
+  if (const auto &ls = m.loss_scale;
+      ls && !(std::isfinite(ls->scale) && ls->scale > 0 && ls->growth_factor > 0 && ls->backoff_factor > 0 &&
+              ls->growth_interval >= 1 && ls->growth_tracker >= 0 && ls->growth_tracker < ls->growth_interval))
+    return Error{where + ": corrupt manifest: loss_scale needs a finite scale > 0, factors > 0 and "
+                         "0 <= growth_tracker < growth_interval"};
   std::set<std::string> files;
   for (const auto &f : m.files) {
     // Names stay inside the checkpoint folder.

@@ -42,6 +42,14 @@ struct StageLayout {
   }
 };
 
+/// The fp16 dynamic loss scaler at the checkpoint (Note [loss scaling] in
+/// executor/train/loss_scale.h), what torch.amp.GradScaler.state_dict holds.
+struct LossScaleState {
+  double scale = 0, growth_factor = 0, backoff_factor = 0;
+  int64_t growth_interval = 0;
+  int64_t growth_tracker = 0; ///< good steps since the scale last changed
+};
+
 /// manifest.json: written last, it makes a checkpoint complete.
 struct Manifest {
   int64_t step = 0;             ///< optimizer steps completed: a resumed run starts at this step
@@ -62,6 +70,9 @@ struct Manifest {
   std::map<std::string, std::string> buffers;         ///< buffer (BatchNorm statistics) name -> file holding it
   std::map<std::string, std::string> optimizer_state; ///< parameter name -> file holding its optimizer state
   std::string rng_file; ///< each rank's torch generator state ("rank-<r>"); empty: none
+  /// fp16 runs only; absent from fp32/bf16 checkpoints and from those written
+  /// before it was saved (a resumed fp16 run then starts at its initial scale).
+  std::optional<LossScaleState> loss_scale;
 };
 
 std::string manifestToJson(const Manifest &m);

@@ -282,6 +282,7 @@ Status Checkpointer::load(std::ostream &log) {
     return Status::success();
   };
   if (st = agree(comm, check()); !st) return st;
+  restoreLossScale(m, log);
 
   start_step_ = m.step;
   data_offset_ = m.samples_consumed - m.step * ctx_.samples_per_step;
@@ -292,6 +293,25 @@ Status Checkpointer::load(std::ostream &log) {
         << " samples consumed (epoch " << m.epoch << ")\n";
   }
   return Status::success();
+}
+
+void Checkpointer::restoreLossScale(const Manifest &m, std::ostream &log) {
+  const bool speak = ctx_.comm.rank() == 0;
+  if (m.loss_scale && ctx_.loss_scaler) {
+    const checkpoint::LossScaleState &ls = *m.loss_scale;
+    LossScaler::Options options{ctx_.loss_scaler->state().options.init_scale, ls.growth_factor, ls.backoff_factor,
+                                int(ls.growth_interval)};
+    ctx_.loss_scaler->restore({options, ls.scale, int(ls.growth_tracker)});
+    if (speak)
+      log << "rannc-exec: fp16 loss scale " << ls.scale << " restored (" << ls.growth_tracker
+          << " good step(s) towards growth)\n";
+  } else if (m.loss_scale && speak) {
+    log << "rannc-exec: the checkpoint's fp16 loss scale is not used: this plan's precision is "
+        << (ctx_.plan.precision().empty() ? "fp32" : ctx_.plan.precision()) << "\n";
+  } else if (ctx_.loss_scaler && speak) {
+    log << "rannc-exec: the checkpoint holds no fp16 loss scale (an fp32/bf16 run's or an older one): starting at "
+        << ctx_.loss_scaler->scale() << "\n";
+  }
 }
 
 void Checkpointer::save(int64_t completed, std::ostream &log) {
@@ -399,6 +419,11 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   if (Status st = checkpoint::writeDurable(tmp + "/rng.safetensors", rng_blob); !st) fail(st.message());
   m.files.push_back({"rng.safetensors", int64_t(rng_blob.size()), sha256Hex(rng_blob)});
   m.rng_file = "rng.safetensors";
+  if (ctx_.loss_scaler) { // the same on every rank: they agree on each overflow
+    const LossScaler::State s = ctx_.loss_scaler->state();
+    m.loss_scale = checkpoint::LossScaleState{s.scale, s.options.growth_factor, s.options.backoff_factor,
+                                              s.options.growth_interval, s.growth_tracker};
+  }
   if (Status st = checkpoint::writeDurable(tmp + "/manifest.json", checkpoint::manifestToJson(m)); !st)
     fail(st.message());
   if (Status st = checkpoint::syncFolder(tmp); !st) fail(st.message());

@@ -4,10 +4,11 @@
 //
 // What a checkpoint holds, and why resuming is exact: each stage's parameters,
 // buffers and optimizer state stored by name (so any plan of the same model
-// can load them), the step, the data position, and each rank's torch
-// generator. Everything else a step depends on is a function of the step:
-// the sample order (a permutation per epoch seeded by --seed + epoch), the
-// synthetic data (seeded by sample position) and the lr schedule.
+// can load them), the step, the data position, each rank's torch generator
+// and, under fp16, the loss scaler's state. Everything else a step depends on
+// is a function of the step: the sample order (a permutation per epoch seeded
+// by --seed + epoch), the synthetic data (seeded by sample position) and the
+// lr schedule.
 #pragma once
 
 #include <torch/torch.h>
@@ -19,8 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "executor/checkpoint/checkpoint_dir.h"
 #include "executor/comm/comm.h"
 #include "executor/runtime/stage.h"
+#include "executor/train/loss_scale.h"
 #include "executor/train/trainer.h"
 #include "plan.pb.h"
 #include "planner/support/status.h"
@@ -43,6 +46,7 @@ struct CheckpointContext {
   OptimizerFactory make_optimizer;
   int64_t dataset_samples = 0;  ///< samples in --data (0: synthetic)
   int64_t samples_per_step = 0; ///< global batch x accumulation steps
+  LossScaler *loss_scaler = nullptr; ///< fp16 plans only; saved, and restored on --resume
 };
 
 class Checkpointer {
@@ -69,6 +73,8 @@ public:
 
 private:
   Status load(std::ostream &log);
+  /// Continues the checkpoint's fp16 loss scaling, where both have it.
+  void restoreLossScale(const checkpoint::Manifest &m, std::ostream &log);
 
   CheckpointContext ctx_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;  ///< this stage's, by name

@@ -17,6 +17,9 @@ namespace rannc::train {
 /// logged, and S halves; after 2000 good steps in a row S doubles. These are
 /// GradScaler's defaults and rules (init_scale, growth_factor, backoff_factor,
 /// growth_interval), so a PyTorch fp16 run and rannc's skip the same steps.
+/// A checkpoint saves the scaler's State (as GradScaler.state_dict does) and
+/// --resume restores it, so a resumed run skips the steps an uninterrupted
+/// one would (docs/training.md "Checkpoints, resume and export").
 class LossScaler {
 public:
   struct Options {
@@ -24,6 +27,13 @@ public:
     double growth_factor = 2.0;
     double backoff_factor = 0.5;
     int growth_interval = 2000;
+  };
+  /// What the scaler carries from step to step: the rules, the scale and the
+  /// good steps since the last change (GradScaler's _growth_tracker).
+  struct State {
+    Options options;
+    double scale = 0;
+    int growth_tracker = 0;
   };
   LossScaler() : LossScaler(Options{}) {}
   explicit LossScaler(Options o) : o_(o), scale_(o.init_scale) {}
@@ -36,6 +46,14 @@ public:
   /// Ends a step: `overflow` (agreed by all ranks: the step was skipped) backs
   /// the scale off; otherwise it counts towards growth.
   void update(bool overflow);
+
+  State state() const { return {o_, scale_, good_steps_}; }
+  /// Continues from a saved state (checkpoint resume).
+  void restore(const State &s) {
+    o_ = s.options;
+    scale_ = s.scale;
+    good_steps_ = s.growth_tracker;
+  }
 
 private:
   Options o_;

@@ -668,6 +668,8 @@ public:
   const GradientBuckets *buckets() const { return buckets_.get(); }
   /// What the loss is multiplied by before backward (1 but under fp16).
   double lossScale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  /// The fp16 loss scaler (checkpoints save and restore it); null otherwise.
+  LossScaler *lossScaler() { return scaler_ ? &*scaler_ : nullptr; }
 
   /// Before the step's last backward: its gradients are final.
   void armBuckets() {
@@ -941,7 +943,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     if (actions[i].kind == schedule::ActionKind::Backward) last_backward = i;
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
   Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, update.optimizer(),
-                            update.factory(), s.samples, K * B});
+                            update.factory(), s.samples, K * B, update.lossScaler()});
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
   update.afterLoad();

@@ -127,7 +127,6 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   }
 
   proto::Plan plan;
-  plan.set_format_version(plan::kFormatVersion);
   plan.mutable_model()->set_path(opts.model);
   plan.mutable_model()->set_sha256(model_sha256);
   plan.mutable_model()->set_format(plan::modelFormat(opts.model));
@@ -159,6 +158,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.mutable_estimates()->set_optimizer(opts.optimizer);
   fillModelFlops(g, plan.mutable_estimates());
   *plan.mutable_graph() = plan::graphToProto(g);
+  plan.set_format_version(plan::requiredFormatVersion(plan)); // Note [plan format versions]
   return plan;
 }
 

@@ -212,6 +212,14 @@ std::vector<std::string> structuralProblems(const proto::Plan &plan) {
   if (plan.format_version() == 0 || plan.format_version() > kFormatVersion)
     problems.push_back("format_version: " + std::to_string(plan.format_version()) +
                        " is not a version this rannc reads (1.." + std::to_string(kFormatVersion) + ")");
+  else
+    for (const VersionedField &f : versionedFields(plan)) // Note [plan format versions]
+      if (f.version > plan.format_version())
+        problems.push_back(f.field + " needs format_version " + std::to_string(f.version) + ", the plan says " +
+                           std::to_string(plan.format_version()) + " (a rannc that reads only version " +
+                           std::to_string(plan.format_version()) + " would " + f.older_reader +
+                           "); set format_version: " + std::to_string(f.version) +
+                           ", or let rannc-plan convert write it");
   const int num_ops = plan.graph().ops_size();
   if (num_ops == 0) problems.push_back("graph.ops: the graph has no ops");
   if (plan.stages_size() == 0) problems.push_back("stages: the plan has no stages");

@@ -6,6 +6,8 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
+
 #include "planner/support/files.h"
 
 namespace rannc::plan {
@@ -311,8 +313,50 @@ Expected<std::string> encodePlan(const proto::Plan &plan, const std::string &ext
   return out;
 }
 
+std::vector<VersionedField> versionedFields(const proto::Plan &plan) {
+  std::vector<VersionedField> out;
+  if (plan.precision() == "bf16" || plan.precision() == "fp16")
+    out.push_back({"precision: " + plan.precision(), 2, "run it in fp32"});
+  for (int i = 0; i < plan.stages_size(); ++i) {
+    const proto::Stage &s = plan.stages(i);
+    const std::string where = "stages[" + std::to_string(i) + "]";
+    if (s.zero() != 0)
+      out.push_back({where + ".zero: " + std::to_string(s.zero()), 2,
+                     "keep the whole optimizer state on every replica, beyond the planned memory"});
+    if (s.recompute())
+      out.push_back({where + ".recompute: true", 2, "keep every activation, beyond the planned memory"});
+  }
+  std::string first;
+  int64_t layouts = 0;
+  for (int n = 0; n < plan.graph().ops_size(); ++n) {
+    const proto::Op &op = plan.graph().ops(n);
+    for (int k = 0; k < op.outputs_size(); ++k)
+      if (op.outputs(k).batch_blocks() != 0 && layouts++ == 0)
+        first = "graph.ops[" + std::to_string(n) + "].outputs[" + std::to_string(k) +
+                "].batch_blocks: " + std::to_string(op.outputs(k).batch_blocks());
+  }
+  if (layouts > 0)
+    out.push_back({first + (layouts > 1 ? " (and " + std::to_string(layouts - 1) + " more op outputs)" : ""), 2,
+                   "split such values between replicas as if each sample's rows were contiguous"});
+  return out;
+}
+
+uint32_t requiredFormatVersion(const proto::Plan &plan) {
+  uint32_t v = 1;
+  for (const auto &f : versionedFields(plan)) v = std::max(v, f.version);
+  return v;
+}
+
 Status writePlan(const proto::Plan &plan, const std::string &path) {
-  auto bytes = encodePlan(plan, extensionOf(path));
+  // A hand edit may have turned a newer field on (Note [plan format versions]);
+  // version 0 is no version at all, left for check to report.
+  const bool raise = plan.format_version() >= 1 && plan.format_version() < requiredFormatVersion(plan);
+  proto::Plan raised;
+  if (raise) {
+    raised = plan;
+    raised.set_format_version(requiredFormatVersion(plan));
+  }
+  auto bytes = encodePlan(raise ? raised : plan, extensionOf(path));
   if (!bytes) return Error{path + ": " + bytes.error().message};
   return writeFileAtomic(path, *bytes);
 }

@@ -13,8 +13,34 @@
 
 namespace rannc::plan {
 
-/// The plan format this build writes and the newest it reads.
-constexpr uint32_t kFormatVersion = 1;
+/// Note [plan format versions]
+/// format_version tells a reader whether it knows every field that changes
+/// what the plan runs. Version 1 is the original format (and additions an
+/// older reader may ignore: estimates, device peaks, model inputs, external
+/// data hashes). Version 2 adds fields a version-1 reader would silently run
+/// differently, as an fp32, unsharded, non-recomputing plan with contiguous
+/// samples: precision bf16|fp16, stages[*].zero, stages[*].recompute and
+/// graph.ops[*].outputs[*].batch_blocks. A plan is written with the oldest
+/// version that holds the fields it uses (never below the version it says), so
+/// a plan using none of them stays readable by older tools, and an older
+/// reader refuses one it would misread ("newer than this rannc understands").
+/// A plan claiming an older version than its fields need (a hand edit) is a
+/// structural problem, each field named; `rannc-plan convert` rewrites it.
+/// Bump kFormatVersion with a new entry in versionedFields() whenever a field
+/// is added that an older rannc-exec would misread.
+constexpr uint32_t kFormatVersion = 2;
+
+/// A field in use that needs a format version newer than 1.
+struct VersionedField {
+  std::string field;        ///< where, e.g. "stages[1].zero: 1"
+  uint32_t version = 1;     ///< the first format version that has it
+  std::string older_reader; ///< what a reader of older versions would do instead
+};
+/// The fields `plan` uses that need a format version above 1, in field order;
+/// many op outputs with a batch layout are one entry, naming the first.
+std::vector<VersionedField> versionedFields(const proto::Plan &plan);
+/// The oldest format version that holds every field `plan` uses.
+uint32_t requiredFormatVersion(const proto::Plan &plan);
 
 proto::Graph graphToProto(const ir::Graph &g);
 /// Rebuilds the IR; errors name the op or value field at fault.
@@ -29,7 +55,8 @@ Expected<ir::Shape> parseShape(const std::string &text, bool &rank_known);
 /// Reads a plan in the encoding its extension names (.pb, .pbtxt, .json).
 Expected<proto::Plan> readPlan(const std::string &path);
 /// Writes a plan in the encoding its extension names, atomically; the same
-/// plan always gives the same bytes.
+/// plan always gives the same bytes. A format_version below what the plan's
+/// fields need is raised to it (Note [plan format versions]).
 Status writePlan(const proto::Plan &plan, const std::string &path);
 /// Serializes in one encoding: ".pb", ".pbtxt" or ".json".
 Expected<std::string> encodePlan(const proto::Plan &plan, const std::string &ext);

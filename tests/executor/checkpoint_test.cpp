@@ -118,6 +118,37 @@ TEST(Manifest, RoundTrip) {
   EXPECT_EQ(back->parameters, m.parameters);
 }
 
+// fp16's loss scaler travels in the manifest (GradScaler.state_dict's keys);
+// a manifest without it (fp32/bf16, or written before it was saved) parses
+// with none.
+TEST(Manifest, LossScaleRoundTripsAndIsOptional) {
+  Manifest m = sampleManifest();
+  auto none = parseManifest(manifestToJson(m), "mf");
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_FALSE(none->loss_scale.has_value());
+  EXPECT_EQ(manifestToJson(m).find("loss_scale"), std::string::npos);
+
+  m.loss_scale = LossScaleState{2097152.0, 2.0, 0.5, 2000, 17};
+  auto back = parseManifest(manifestToJson(m), "mf");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_TRUE(back->loss_scale.has_value());
+  EXPECT_EQ(back->loss_scale->scale, 2097152.0);
+  EXPECT_EQ(back->loss_scale->growth_factor, 2.0);
+  EXPECT_EQ(back->loss_scale->backoff_factor, 0.5);
+  EXPECT_EQ(back->loss_scale->growth_interval, 2000);
+  EXPECT_EQ(back->loss_scale->growth_tracker, 17);
+  EXPECT_EQ(manifestToJson(*back), manifestToJson(m));
+
+  for (auto bad : {LossScaleState{0.0, 2.0, 0.5, 2000, 0}, LossScaleState{1.0, 2.0, 0.5, 2000, 2000},
+                   LossScaleState{1.0, 2.0, 0.5, 0, 0}, LossScaleState{1.0, -2.0, 0.5, 2000, 0}}) {
+    m.loss_scale = bad;
+    auto refused = parseManifest(manifestToJson(m), "mf");
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find("mf: corrupt manifest: loss_scale"), std::string::npos)
+        << refused.error().message;
+  }
+}
+
 TEST(Manifest, CorruptOnesAreErrors) {
   std::string good = manifestToJson(sampleManifest());
   for (size_t len : {size_t(0), size_t(1), good.size() / 2, good.size() - 3}) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "executor/train/loss_scale.h"
 #include "executor/train/optim.h"
 
 namespace rannc::train {
@@ -117,6 +118,32 @@ TEST(Options, FlagsThatDoNotApplyAreErrors) {
   o.synthetic = true;
   o.epochs = 2;
   EXPECT_EQ(message(o), "--epochs needs --data (synthetic data has no sample count); pass --steps instead");
+}
+
+// A checkpoint carries LossScaler::State; restored into a fresh scaler it
+// must go on exactly as the original: same scale, and growth after the same
+// number of further good steps (the growth tracker, not only the scale).
+TEST(LossScaling, RestoredStateContinuesLikeTheOriginal) {
+  LossScaler::Options o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  LossScaler original(o);
+  original.update(true);  // overflow: 1024 * 0.5 = 512
+  original.update(false); // 1 good step of 3
+  original.update(false); // 2 of 3
+  EXPECT_EQ(original.scale(), 512);
+
+  LossScaler resumed; // the defaults (2^16, interval 2000) until restored
+  resumed.restore(original.state());
+  EXPECT_EQ(resumed.scale(), 512);
+  original.update(false); // the 3rd good step: 512 * 2 = 1024
+  resumed.update(false);
+  EXPECT_EQ(original.scale(), 1024);
+  EXPECT_EQ(resumed.scale(), 1024);
+  original.update(true);
+  resumed.update(true);
+  EXPECT_EQ(resumed.scale(), original.scale());
+  EXPECT_EQ(resumed.state().growth_tracker, 0);
 }
 
 TEST(Epochs, StepsCoverEverySampleAtLeastEpochsTimes) {

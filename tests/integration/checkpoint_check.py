@@ -11,11 +11,17 @@
     holds PyTorch's trained parameters (and BatchNorm statistics, if any).
 --case cross-plan --zero: a checkpoint written with sharded optimizer state
     (--zero 1) resumed unsharded, and one written unsharded resumed sharded.
+--case fp16-scale: an fp16 run (--precision fp16, dynamic loss scaling) from
+    a loss scale so large that the first steps overflow, stopped after its
+    checkpoint and resumed, logs the uninterrupted run's losses and skips the
+    same steps at the same scales (the checkpoint carries the scaler); so
+    does a resume on 1 rank; an fp32 plan resuming it ignores the scale, and
+    an fp16 plan resuming an fp32 checkpoint starts at its --loss-scale.
 --case errors: a missing checkpoint folder, a corrupt manifest, a damaged
     file, a checkpoint of another model, another optimizer, ... each stop
     every rank with one clear line and a non-zero exit, before any step.
-References come from models/make_model.py (reference_<opt>.json and
-reference_<opt>_params.npz), never from numbers typed in here."""
+References come from models/make_model.py (reference_<opt>.json,
+reference_<opt>_params.npz and reference_<opt>_fp16_overflow.json), never from numbers typed in here."""
 import argparse
 import json
 import os
@@ -29,6 +35,7 @@ import time
 import numpy as np
 
 REL_TOL = 1e-4       # a different plan: floating-point reassociation only (SPEC)
+LOWP_REL_TOL = 1e-2  # a different plan in fp16 (train_check.py's tolerance against autocast)
 RESUME_REL_TOL = 1e-6  # the same plan resumed: should be bit-identical
 
 
@@ -52,9 +59,11 @@ def ok(p, what):
 PP2 = "--stages 2 --replicas 1 --microbatches 1"
 
 
-def plan(args, ranks, layout, out):
+def plan(args, ranks, layout, out, precision=None):
+    precision = ["--precision", precision] if precision else []
     ok(run([args.plan_tool, os.path.join(args.model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type",
-            "cpu", "--batch-size", str(args.ref["batch_size"]), "--profile", "analytic", "-o", out] + layout.split()),
+            "cpu", "--batch-size", str(args.ref["batch_size"]), "--profile", "analytic", "-o", out]
+           + layout.split() + precision),
        "rannc-plan")
     return out
 
@@ -312,6 +321,101 @@ def resume_elsewhere(args, source_layout, layouts):
     return source_plan
 
 
+# --------------------------------------------------------------------------- fp16 loss scale
+
+OVERFLOW_LINE = re.compile(r"step (\d+): fp16 gradients overflowed at loss scale (\S+); step skipped, scale now (\S+)")
+
+
+def overflows(stderr):
+    """{step: (scale before, scale after)} of each skipped step rannc-exec logged."""
+    return {int(m.group(1)): (float(m.group(2)), float(m.group(3))) for m in OVERFLOW_LINE.finditer(stderr)}
+
+
+def compare_skips(got_log, got_overflows, want_log, want_overflows, what, from_step=0):
+    """The same steps skipped, and each logged overflow from `from_step` on at the same scales."""
+    got = [r["step"] for r in got_log if r.get("skipped")]
+    want = [r["step"] for r in want_log if r.get("skipped")]
+    print(f"{what}: skipped steps {got}, uninterrupted {want}; logged overflows {got_overflows}")
+    if got != want:
+        sys.exit(f"{what}: skipped steps {got}, the uninterrupted run skipped {want}")
+    if got_overflows != {k: v for k, v in want_overflows.items() if k >= from_step}:
+        sys.exit(f"{what}: overflow scales {got_overflows} differ from the uninterrupted run's {want_overflows}")
+
+
+def check_fp16_scale(args):
+    """Note [loss scaling]: the scaler's state is part of the checkpoint."""
+    work = args.work
+    steps, half = args.ref["steps"], args.ref["steps"] // 2
+    pp2 = plan(args, 2, PP2, os.path.join(work, "pp2-fp16.pb"), "fp16")
+    flags = ["--shuffle", "off", "--loss-scale", repr(args.ref["loss_scale"])]
+
+    full_log = os.path.join(work, "full.jsonl")
+    p = ok(train(args, pp2, 2, flags + ["--steps", str(steps), "--log", full_log]), "uninterrupted fp16 run")
+    full, full_overflows = read_log(full_log), overflows(p.stderr)
+    skipped = [r["step"] for r in full if r.get("skipped")]
+    if skipped != args.ref["skipped_steps"]:
+        sys.exit(f"uninterrupted run skipped {skipped}, PyTorch's GradScaler {args.ref['skipped_steps']}")
+    if not any(k < half for k in skipped) or not any(k >= half for k in skipped):
+        sys.exit(f"skipped steps {skipped}: this test needs overflows both before and after step {half}")
+
+    ckpt = os.path.join(work, "ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    log = os.path.join(work, "resumed.jsonl")
+    ckpt_flags = ["--checkpoint-dir", ckpt, "--log", log]
+    p = ok(train(args, pp2, 2, flags + ckpt_flags + ["--steps", str(half)]), f"{half} fp16 steps")
+    first_overflows = overflows(p.stderr)
+    pristine = os.path.join(work, "ckpt-half")  # the checkpoint of step `half` only, for the other resumes
+    shutil.rmtree(pristine, ignore_errors=True)
+    shutil.copytree(ckpt, pristine)
+    saved = json.load(open(os.path.join(ckpt, f"step-{half}", "manifest.json"))).get("loss_scale")
+    # The log prints 6 significant digits; the manifest the exact scale.
+    want_scale = full_overflows[max(k for k in full_overflows if k < half)][1]
+    print(f"step-{half}/manifest.json: loss_scale {saved}; the uninterrupted run's scale then: {want_scale}")
+    if not saved or abs(saved["scale"] - want_scale) > 1e-5 * want_scale or saved["scale"] == args.ref["loss_scale"]:
+        sys.exit(f"the checkpoint's loss scale {saved} is not the run's {want_scale} (initial {args.ref['loss_scale']})")
+    p = ok(train(args, pp2, 2, flags + ckpt_flags + ["--steps", str(steps), "--resume"]), "resumed fp16 run")
+    print(p.stderr[-1500:])
+    if resumed_from(p.stderr) != half or f"fp16 loss scale {saved['scale']:g} restored" not in p.stderr:
+        sys.exit(f"expected a resume from step {half} that restores the loss scale {saved['scale']:g}")
+    resumed = read_log(log)
+    compare_losses(resumed, {r["step"]: r["loss"] for r in full}, RESUME_REL_TOL, f"fp16, resumed at step {half}")
+    compare_skips(resumed, {**first_overflows, **overflows(p.stderr)}, full, full_overflows,
+                  f"fp16, resumed at step {half}")
+
+    # Another plan: the checkpoint's scale on 1 rank.
+    one = plan(args, 1, "", os.path.join(work, "1rank-fp16.pb"), "fp16")
+    other = os.path.join(work, "ckpt-1rank")
+    shutil.rmtree(other, ignore_errors=True)
+    shutil.copytree(pristine, other)
+    log1 = os.path.join(work, "1rank.jsonl")
+    shutil.copyfile(full_log, log1)
+    p = ok(train(args, one, 1, flags + ["--checkpoint-dir", other, "--log", log1, "--steps", str(steps), "--resume"]),
+           "fp16 resumed on 1 rank")
+    if resumed_from(p.stderr) != half:
+        sys.exit(f"1 rank: expected to resume from step {half}")
+    on_one = read_log(log1)
+    compare_losses(on_one, {r["step"]: r["loss"] for r in full}, LOWP_REL_TOL, f"fp16, resumed at step {half} on 1 rank")
+    compare_skips(on_one, overflows(p.stderr), full, full_overflows, f"fp16, resumed at step {half} on 1 rank",
+                  from_step=half)
+
+    # An fp32 plan ignores the fp16 checkpoint's scale; an fp16 plan resuming
+    # an fp32 checkpoint starts at its --loss-scale.
+    pp2_fp32 = plan(args, 2, PP2, os.path.join(work, "pp2-fp32.pb"))
+    fp32 = os.path.join(work, "ckpt-fp32")
+    shutil.rmtree(fp32, ignore_errors=True)
+    shutil.copytree(pristine, fp32)
+    p = ok(train(args, pp2_fp32, 2, ["--shuffle", "off", "--checkpoint-dir", fp32, "--steps", str(half + 1),
+                                     "--resume"]), "an fp32 plan resuming the fp16 checkpoint")
+    if "the checkpoint's fp16 loss scale is not used: this plan's precision is fp32" not in p.stderr:
+        sys.exit(f"the fp32 run did not say it ignores the fp16 loss scale:\n{p.stderr[-1500:]}")
+    p = ok(train(args, pp2, 2, flags + ["--checkpoint-dir", fp32, "--steps", str(half + 2), "--resume"]),
+           "an fp16 plan resuming the fp32 checkpoint")
+    if f"holds no fp16 loss scale (an fp32/bf16 run's or an older one): starting at {args.ref['loss_scale']:g}" \
+            not in p.stderr:
+        sys.exit(f"the fp16 run did not start from --loss-scale:\n{p.stderr[-1500:]}")
+    print("fp32 <-> fp16 resumes: the scale is ignored and defaulted, as documented")
+
+
 # --------------------------------------------------------------------------- errors
 
 def expect_failure(p, needle, what, error_prefix=True):
@@ -414,16 +518,18 @@ def main():
     ap.add_argument("--work", required=True, help="scratch folder")
     ap.add_argument("--model", default="gpt")
     ap.add_argument("--optimizer", default="adam", choices=["sgd", "adam"])
-    ap.add_argument("--case", required=True, choices=["resume", "cross-plan", "errors"])
+    ap.add_argument("--case", required=True, choices=["resume", "cross-plan", "fp16-scale", "errors"])
     ap.add_argument("--quick", action="store_true", help="cross-plan: resume on 1 rank only")
     ap.add_argument("--zero", action="store_true",
                     help="cross-plan: between sharded (--zero 1) and unsharded optimizer state")
     args = ap.parse_args()
     args.model_dir = os.path.join(args.models, args.model)
-    args.ref = json.load(open(os.path.join(args.model_dir, f"reference_{args.optimizer}.json")))
+    suffix = "_fp16_overflow" if args.case == "fp16-scale" else ""
+    args.ref = json.load(open(os.path.join(args.model_dir, f"reference_{args.optimizer}{suffix}.json")))
     args.work = os.path.join(args.work, f"{args.model}-{args.optimizer}-{args.case}" + ("-zero" if args.zero else ""))
     os.makedirs(args.work, exist_ok=True)
-    {"resume": check_resume, "cross-plan": check_cross_plan, "errors": check_errors}[args.case](args)
+    {"resume": check_resume, "cross-plan": check_cross_plan, "fp16-scale": check_fp16_scale,
+     "errors": check_errors}[args.case](args)
     print("all checks passed")
 
 

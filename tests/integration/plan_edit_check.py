@@ -4,7 +4,8 @@ model for 2 stages as a .pbtxt, move the stage boundary by editing two numbers
 in the text, `rannc-plan check` it (valid, re-estimated), train it with
 `mpirun -np 2 rannc-exec` and compare every loss with PyTorch's reference
 (train_check.py's tolerance). Then a set of broken edits, each of which
-`check` must reject with its own message."""
+`check` must reject with its own message, and the format version a hand
+edit needs (Note [plan format versions])."""
 import argparse
 import json
 import os
@@ -89,6 +90,56 @@ def expect_check_fails(args, plan, needle, what, extra=()):
     if needle not in out:
         fail(f"{what}: expected '{needle}' in check's output:\n{out}")
     print(f"ok: {what}: {next(line for line in out.splitlines() if needle in line).strip()}")
+
+
+def check_format_versions(args, model, ref, plan, broken, work):
+    """Note [plan format versions] (planner/plan/plan.h): an fp32 plan that
+    neither recomputes nor shards stays format_version 1, readable by older
+    rannc; one planned with --precision bf16 is written as 2. A hand edit that
+    turns recomputation and bf16 on but leaves format_version: 1 is refused by
+    check, each field named with the version it needs, and by rannc-exec;
+    convert (text -> binary) writes version 2, which check accepts."""
+    def version(path):
+        p = run([args.plan_tool, "show", path, "--json"])
+        if p.returncode != 0:
+            fail(f"show --json {path} failed:\n{p.stderr}")
+        return json.loads(p.stdout)["format_version"]
+    if version(plan) != 1:
+        fail(f"an fp32 plan without recomputation or sharding is written as format_version {version(plan)}, not 1")
+    bf16 = os.path.join(work, "bf16.pbtxt")
+    p = run([args.plan_tool, model, "--gpus", "2", "--device-type", "cpu", "--batch-size", str(ref["batch_size"]),
+             "--stages", "2", "--profile", "analytic", "--precision", "bf16", "-o", bf16])
+    if p.returncode != 0:
+        fail(f"rannc-plan --precision bf16 failed:\n{p.stderr}")
+    if version(bf16) != 2:
+        fail(f"a bf16 plan is written as format_version {version(bf16)}, not 2")
+    print("ok: format_version 1 for the fp32 plan, 2 for the bf16 one")
+
+    def turn_on(t):
+        t = set_stage_field(t, 0, "recompute", "true")
+        return t.replace("format_version: 1\n", 'format_version: 1\nprecision: "bf16"\n', 1)
+    old = broken("v1_with_v2_fields", turn_on)
+    expect_check_fails(args, old, "stages[0].recompute: true needs format_version 2, the plan says 1 (a rannc that "
+                                  "reads only version 1 would keep every activation",
+                       "recompute under format_version 1")
+    expect_check_fails(args, old, "precision: bf16 needs format_version 2, the plan says 1 (a rannc that reads only "
+                                  "version 1 would run it in fp32); set format_version: 2, or let rannc-plan convert "
+                                  "write it", "bf16 under format_version 1")
+    p = run(train_check.mpirun(args, 2) + [args.exec_tool, old, "--synthetic", "--steps", "1"], timeout=120)
+    train_check.expect_failure(p, "precision: bf16 needs format_version 2", "rannc-exec refuses the mislabelled plan")
+    converted = os.path.join(work, "v2_fields.pb")
+    if run([args.plan_tool, "convert", old, "-o", converted]).returncode != 0:
+        fail("convert of the hand-edited plan failed")
+    if version(converted) != 2:
+        fail(f"convert wrote format_version {version(converted)} for a plan that recomputes in bf16, not 2")
+    p = run([args.plan_tool, "check", converted])
+    if p.returncode != 0:
+        fail(f"check rejects the converted plan:\n{p.stdout}{p.stderr}")
+    back = os.path.join(work, "v2_fields.pbtxt")
+    if run([args.plan_tool, "convert", converted, "-o", back]).returncode != 0 or \
+            "format_version: 2\n" not in open(back).read():
+        fail("the converted plan's text form does not say format_version: 2")
+    print("ok: convert raised the hand-edited plan to format_version 2, and check accepts it")
 
 
 def main():
@@ -230,8 +281,11 @@ def main():
     open(corrupt, "wb").write(bytes(blob))
     expect_check_fails(args, corrupt, "corrupt.pb: not a valid binary plan", "corrupt bytes in a .pb")
 
-    expect_check_fails(args, broken("future", lambda t: t.replace("format_version: 1\n", "format_version: 2\n", 1)),
-                       "format_version: 2 is newer than this rannc understands", "a newer format_version")
+    expect_check_fails(args, broken("future", lambda t: re.sub(r"^format_version: \d+$", "format_version: 99", t,
+                                                                count=1, flags=re.M)),
+                       "format_version: 99 is newer than this rannc understands", "a newer format_version")
+
+    check_format_versions(args, model, ref, plan, broken, work)
 
     changed = os.path.join(work, "changed.onnx")
     shutil.copyfile(model, changed)

@@ -74,6 +74,8 @@ def random_plan(rng, base, model, batch, max_ranks):
     plan["schedule"] = rng.choice(["GPIPE", "ONE_F_ONE_B"])
     plan.pop("estimates", None)
     recomputing = [s["id"] for s in plan["stages"] if s["recompute"]]
+    if recomputing:  # a field of format version 2 (Note [plan format versions])
+        plan["format_version"] = max(plan.get("format_version", 1), 2)
     desc = (f"{model}: {stages} stage(s) at ops {bounds}, replicas {replicas}, {microbatches} micro-batch(es), "
             f"{plan['schedule']}" + (f", recomputing {recomputing}" if recomputing else ""))
     return plan, rank, desc

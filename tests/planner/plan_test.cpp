@@ -112,6 +112,7 @@ TEST(Plan, ValuesWithMixedSamplesCrossOnlyBetweenEqualReplicaCounts) {
         ++marked;
       }
   ASSERT_GT(marked, 0);
+  p.set_format_version(2); // batch layouts are format version 2 (Note [plan format versions])
   EXPECT_TRUE(structuralProblems(p).empty()); // 1 and 1 replicas: nothing to split
   p.mutable_stages(1)->add_ranks(2);          // now 1 and 2 replicas
   std::string all;

@@ -235,6 +235,85 @@ TEST(Convert, ErrorsNameTheFile) {
   EXPECT_NE(st.message().find("x.txt: unknown plan extension '.txt'"), std::string::npos) << st.message();
 }
 
+// ---------------------------------------------------------------- format version
+
+// Note [plan format versions]: a plan is written with the oldest version that
+// holds its fields, so a plan using none of version 2's stays readable by
+// older rannc, and each version-2 field alone lifts it to 2.
+TEST(FormatVersion, FollowsTheFieldsAPlanUses) {
+  const proto::Plan base = tinyPlan();
+  EXPECT_EQ(base.format_version(), 1u);
+  EXPECT_TRUE(plan::versionedFields(base).empty());
+  const std::vector<std::pair<std::function<void(proto::Plan &)>, std::string>> edits = {
+      {[](proto::Plan &p) { p.set_precision("bf16"); }, "precision: bf16"},
+      {[](proto::Plan &p) { p.set_precision("fp16"); }, "precision: fp16"},
+      {[](proto::Plan &p) { p.mutable_stages(1)->set_zero(1); }, "stages[1].zero: 1"},
+      {[](proto::Plan &p) { p.mutable_stages(0)->set_recompute(true); }, "stages[0].recompute: true"},
+      {[](proto::Plan &p) {
+         p.mutable_graph()->mutable_ops(1)->mutable_outputs(0)->set_batch_blocks(-1);
+         p.mutable_graph()->mutable_ops(4)->mutable_outputs(0)->set_batch_blocks(2);
+       },
+       "graph.ops[1].outputs[0].batch_blocks: -1 (and 1 more op outputs)"},
+  };
+  for (const auto &[edit, field] : edits) {
+    proto::Plan p = base;
+    edit(p);
+    EXPECT_EQ(plan::requiredFormatVersion(p), 2u) << field;
+    const auto fields = plan::versionedFields(p);
+    ASSERT_EQ(fields.size(), 1u) << field;
+    EXPECT_EQ(fields[0].field, field);
+  }
+  proto::Plan fp32 = base;
+  fp32.set_precision("fp32"); // what an older reader runs anyway
+  EXPECT_EQ(plan::requiredFormatVersion(fp32), 1u);
+}
+
+// A hand edit that turns zero on but leaves format_version: 1 is refused by
+// check (and so by rannc-exec, which runs the same structural checks), with
+// the field and the version it needs; convert writes the version it needs.
+TEST(FormatVersion, CheckRefusesAnOldVersionAndConvertRaisesIt) {
+  proto::Plan edited = tinyPlan();
+  edited.mutable_stages(1)->add_ranks(2);
+  edited.mutable_stages(1)->set_zero(1);
+  edited.mutable_cluster()->set_devices_per_node(3);
+  ASSERT_EQ(edited.format_version(), 1u);
+  // Written as a hand edit would leave it: the encoder's bytes, version 1.
+  ASSERT_TRUE(writeFileAtomic(tmp("v1_zero.pbtxt"), *plan::encodePlan(edited, ".pbtxt")).ok());
+  CheckOptions o;
+  o.plan = tmp("v1_zero.pbtxt");
+  std::ostringstream out, log;
+  EXPECT_FALSE(runCheck(o, out, log).ok());
+  EXPECT_NE(out.str().find("error: stages[1].zero: 1 needs format_version 2, the plan says 1 (a rannc that reads "
+                           "only version 1 would keep the whole optimizer state on every replica, beyond the "
+                           "planned memory); set format_version: 2, or let rannc-plan convert write it"),
+            std::string::npos)
+      << out.str();
+  EXPECT_FALSE(plan::structuralProblems(edited).empty());
+
+  for (const char *ext : {".pb", ".json", ".pbtxt"}) {
+    const std::string converted = tmp(std::string("v2_zero") + ext);
+    ASSERT_TRUE(runConvert(tmp("v1_zero.pbtxt"), converted, log).ok());
+    auto back = plan::readPlan(converted);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->format_version(), 2u) << ext;
+    EXPECT_TRUE(plan::structuralProblems(*back).empty()) << joined(plan::structuralProblems(*back));
+  }
+  std::ostringstream out2;
+  o.plan = tmp("v2_zero.pbtxt");
+  EXPECT_TRUE(runCheck(o, out2, log).ok()) << out2.str();
+
+  // A plan without version-2 fields converts as version 1, bytes unchanged;
+  // the writer never lowers a version a plan states.
+  ASSERT_TRUE(plan::writePlan(tinyPlan(), tmp("v1.pb")).ok());
+  ASSERT_TRUE(runConvert(tmp("v1.pb"), tmp("v1.pbtxt"), log).ok());
+  EXPECT_EQ(*readFile(tmp("v1.pbtxt")), *plan::encodePlan(tinyPlan(), ".pbtxt"));
+  EXPECT_NE(readFile(tmp("v1.pbtxt"))->find("format_version: 1\n"), std::string::npos);
+  proto::Plan stated = tinyPlan();
+  stated.set_format_version(2);
+  ASSERT_TRUE(plan::writePlan(stated, tmp("stated.pb")).ok());
+  EXPECT_EQ(plan::readPlan(tmp("stated.pb"))->format_version(), 2u);
+}
+
 // ---------------------------------------------------------------- check
 
 TEST(Check, AnUneditedAnalyticPlanReproducesItsOwnEstimates) {
@@ -444,7 +523,8 @@ TEST(Check, UnreadablePlansFailWithOneLine) {
   o.plan = tmp("future.pbtxt");
   st = runCheck(o, out, log);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("future.pbtxt: format_version: 2 is newer than this rannc understands"),
+  EXPECT_NE(st.message().find("future.pbtxt: format_version: " + std::to_string(plan::kFormatVersion + 1) +
+                              " is newer than this rannc understands"),
             std::string::npos)
       << st.message();
   // A typo in the text form names the line.
