@@ -242,6 +242,9 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
                                                                   : torch::kFloat;
     full.setAutocast(autocast);
     for (auto &r : runners) r.setAutocast(autocast);
+    // As rannc-exec does: the device's generator, CPU-made op outputs moved there.
+    full.setDevice(device);
+    for (auto &r : runners) r.setDevice(device);
 
     // Structurally identical units are measured once (the first of them).
     std::vector<size_t> same_as(units.size());

@@ -831,10 +831,12 @@ bool gpuShared(comm::Communicator &comm, int gpu) {
 class GpuComms {
 public:
   /// Collective over `comm`.
-  GpuComms(comm::Communicator &comm, const Setup &s) : comm_(comm), device_(s.device), gpu_(s.gpu), why_(s.gpu_why) {
+  GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged)
+      : comm_(comm), device_(s.device), gpu_(s.gpu), why_(s.gpu_why) {
     if (gpu_ < 0) return;
     stream_ = runtime::currentGpuStream(gpu_);
-    nccl_ = !gpuShared(comm, gpu_);
+    shared_ = gpuShared(comm, gpu_);
+    nccl_ = !shared_ && !host_staged;
     if (nccl_)
       for (int k = 0; k < 2; ++k) channels_.push_back(comm::createNcclCommunicator(comm, gpu_)); // activations, gradients
   }
@@ -858,8 +860,11 @@ public:
   std::string describe() const {
     if (gpu_ < 0) return "";
     return "rannc-exec: rank 0 on GPU " + std::to_string(gpu_) + " (" + runtime::gpuName(gpu_) + ", " + why_ +
-           "); transfers and sums " + (nccl_ ? "over NCCL " + comm::ncclVersion()
-                                            : "staged through host memory over MPI (ranks share a GPU)") + "\n";
+           "); transfers and sums " +
+           (nccl_ ? "over NCCL " + comm::ncclVersion()
+                  : std::string("staged through host memory over MPI (") +
+                        (shared_ ? "ranks share a GPU" : "--gpu-transport host") + ")") +
+           "\n";
   }
 
 private:
@@ -868,6 +873,7 @@ private:
   int gpu_;
   std::string why_;
   void *stream_ = nullptr;
+  bool shared_ = false; ///< two ranks drive one GPU
   bool nccl_ = false;
   std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels_;
 };
@@ -914,7 +920,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   std::vector<std::vector<schedule::SampleRange>> shards;
   for (const auto &r : ranks_of) shards.push_back(schedule::splitSamples(b, int(r.size())));
   const schedule::SampleRange mine = shards[s.stage][s.replica];
-  GpuComms gpu(comm, s); // collective
+  GpuComms gpu(comm, s, opts.host_staged); // collective
   auto group = gpu.onDevice(comm.split(s.stage, rank)); // this stage's replicas
 
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),

@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string on_nonfinite = "stop"; ///< stop | skip: what a non-finite gradient does
   std::optional<double> loss_scale;  ///< fp16 plans: the initial dynamic loss scale (default 2^16, Note [loss scaling])
   std::string device;     ///< "cpu" or "cuda" (Note [choosing a GPU]), whatever the plan's devices; empty: the plan's
+  bool host_staged = false; ///< on GPUs: move tensors through host memory over MPI even where NCCL could
   bool progress = true;   ///< a line per step on stderr (rank 0)
   // Checkpoints and export (executor/train/checkpoint.h, docs/training.md).
   std::string checkpoint_dir;   ///< checkpoints go to <dir>/step-<N>/ (and after the last step); empty: none

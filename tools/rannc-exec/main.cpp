@@ -117,6 +117,12 @@ int main(int argc, char **argv) {
                  "where each rank computes: cpu, or cuda (one GPU per rank, chosen from the launcher's local rank; "
                  "docs/gpu.md); default: the plan's device")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  std::string gpu_transport = "nccl";
+  app.add_option("--gpu-transport", gpu_transport,
+                 "on GPUs, how tensors move between ranks: nccl, or host (staged through host memory over MPI, "
+                 "as when ranks share a GPU; to tell an NCCL problem from others)")
+      ->check(CLI::IsMember({"nccl", "host"}))
+      ->capture_default_str();
   uint64_t init_seed = 0;
   auto *init_opt = app.add_option("--init-weights", init_seed,
                                   "SEED: give the parameters and buffers the model file has no contents for "
@@ -143,6 +149,7 @@ int main(int argc, char **argv) {
     app.parse(argc, argv);
     if (init_opt->count()) o.init_weights = init_seed;
     o.bucket_bytes = std::max<int64_t>(1, int64_t(bucket_mib * double(1 << 20)));
+    o.host_staged = gpu_transport == "host";
     if (momentum_opt->count()) o.momentum = momentum;
     if (dampening_opt->count()) o.dampening = dampening;
     if (weight_decay_opt->count()) o.weight_decay = weight_decay;
