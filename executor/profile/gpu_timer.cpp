@@ -29,14 +29,6 @@ std::string gpuUnavailableReason(int device) {
   return "";
 }
 
-std::string gpuName(int device) {
-  cudaDeviceProp prop{};
-  C10_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return prop.name;
-}
-
-void useGpu(int device) { c10::cuda::set_device(c10::DeviceIndex(device)); }
-
 struct GpuTimeline::Impl {
   int device;
   std::vector<c10::cuda::CUDAEvent> events;
@@ -59,8 +51,6 @@ double GpuTimeline::seconds(int i, int j) {
 }
 #else
 std::string gpuUnavailableReason(int) { return "this rannc was built against a LibTorch without CUDA"; }
-std::string gpuName(int) { return ""; }
-void useGpu(int) {}
 
 struct GpuTimeline::Impl {};
 

@@ -1,7 +1,8 @@
-// The profiler's view of a CUDA device: whether this build can use one, its
-// name, and a timeline of CUDA events. Only gpu_timer.cpp sees CUDA headers
-// (compiled with RANNC_WITH_CUDA, as runtime/device.cpp); without CUDA every
-// function still links, and GpuTimeline refuses to be made.
+// The profiler's view of a CUDA device: whether this build can use one, and
+// a timeline of CUDA events (its name and memory are in runtime/device.h).
+// Only gpu_timer.cpp sees CUDA headers (compiled with RANNC_WITH_CUDA, as
+// runtime/device.cpp); without CUDA every function still links, and
+// GpuTimeline refuses to be made.
 #pragma once
 
 #include <memory>
@@ -12,12 +13,6 @@ namespace rannc::profile {
 /// Why `device` cannot be profiled on ("" when it can): LibTorch without
 /// CUDA, no GPU visible, or an index past the visible ones.
 std::string gpuUnavailableReason(int device);
-
-/// The GPU's name from its CUDA device properties ("NVIDIA H100 80GB HBM3").
-std::string gpuName(int device);
-
-/// Makes `device` LibTorch's current CUDA device for this thread.
-void useGpu(int device);
 
 /// Points on the current CUDA stream of a device, timed with CUDA events
 /// (cudaEventRecord / cudaEventElapsedTime): kernels run asynchronously, so

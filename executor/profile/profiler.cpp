@@ -199,8 +199,8 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   cost::CostTable table;
   try {
     if (on_gpu) {
-      useGpu(opts.gpu);
-      table.device_name = gpuName(opts.gpu);
+      runtime::useGpu(opts.gpu);
+      table.device_name = runtime::gpuName(opts.gpu);
     }
     for (ir::ValueId p : g.parameters) {
       std::vector<int64_t> dims;
