@@ -3,6 +3,7 @@
 #include <functional>
 #include <vector>
 
+#include "executor/runtime/interpreter.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
 #include "planner/import/onnx_import.h"
@@ -10,11 +11,12 @@
 namespace rannc::import {
 namespace {
 
-/// Runs `g` without gradients on `inputs` (one per graph input); every value's tensor.
+/// Runs `g` without gradients on `inputs` (one per graph input); every value's
+/// tensor (undefined for one it could not compute).
 std::vector<torch::Tensor> evaluate(const ir::Graph &g, const std::map<std::string, torch::Tensor> &weights,
                                     const std::vector<torch::Tensor> &inputs) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> env(g.values.size());
+  runtime::ValueMap env;
   for (size_t i = 0; i < g.inputs.size(); ++i) env[g.inputs[i]] = inputs[i];
   for (ir::ValueId p : g.parameters) env[p] = weights.at(g.values[p].name);
   for (ir::ValueId p : g.buffers) env[p] = weights.at(g.values[p].name).clone(); // batch_norm updates them
@@ -22,14 +24,12 @@ std::vector<torch::Tensor> evaluate(const ir::Graph &g, const std::map<std::stri
   for (ir::ValueId c : g.constants) // ONNX initializers that are not trained
     if (!env[c].defined())
       if (auto it = weights.find(g.values[c].name); it != weights.end()) env[c] = it->second;
-  std::vector<torch::Tensor> args;
-  for (const ir::Node &n : g.nodes) {
-    args.clear();
-    for (ir::ValueId in : n.inputs) args.push_back(in == ir::kNoValue ? torch::Tensor() : env[in]);
-    std::vector<torch::Tensor> outs = runtime::runOp(n, args, g.opset);
-    for (size_t i = 0; i < n.outputs.size() && i < outs.size(); ++i) env[n.outputs[i]] = outs[i];
-  }
-  return env;
+  runtime::NodeHooks hooks;
+  hooks.missing = [](const ir::Node &, ir::ValueId) { return std::optional<torch::Tensor>(torch::Tensor()); };
+  runtime::runNodes(g, runtime::allNodes(g), env, hooks);
+  std::vector<torch::Tensor> values(g.values.size());
+  for (auto &[id, t] : env) values[id] = std::move(t);
+  return values;
 }
 
 /// Synthetic data for every graph input at batch size `b`.

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "executor/runtime/interpreter.h"
 #include "executor/runtime/ops.h"
 #include "planner/import/onnx_import.h"
 
@@ -226,7 +227,7 @@ std::string compareOutput(size_t index, const torch::Tensor &got_in, const torch
 void runDataSet(const onnx::ModelProto &proto, const import::InferenceModel &m, const fs::path &data) {
   const ir::Graph &g = m.graph;
   const auto &pg = proto.graph();
-  std::vector<torch::Tensor> env(g.values.size());
+  ValueMap env;
   std::vector<bool> random(g.values.size(), false);
   for (ir::ValueId id : g.parameters) env[id] = toTorch(m.weights.at(g.values[id].name));
   for (ir::ValueId id : g.buffers) env[id] = toTorch(m.weights.at(g.values[id].name));
@@ -252,34 +253,20 @@ void runDataSet(const onnx::ModelProto &proto, const import::InferenceModel &m, 
     env[id] = readTensor(inputs[i], fed[i]->type().tensor_type().elem_type());
   }
 
-  for (const ir::Node &node : g.nodes) {
-    std::vector<torch::Tensor> ins;
+  NodeHooks hooks;
+  hooks.missing = [&](const ir::Node &node, ir::ValueId v) -> std::optional<torch::Tensor> {
+    failCase("node '" + node.name + "' reads '" + g.values[v].name + "', which has no value");
+  };
+  hooks.failed = [](const ir::Node &, const std::exception &e) { failCase(e.what()); };
+  hooks.ran = [&](ir::NodeId n, const std::vector<torch::Tensor> &ins, std::vector<torch::Tensor> &outs) {
+    const ir::Node &node = g.nodes[n];
     bool random_in = false;
-    for (ir::ValueId v : node.inputs) {
-      if (v == ir::kNoValue) {
-        ins.emplace_back();
-        continue;
-      }
-      if (!env[v].defined())
-        failCase("node '" + node.name + "' reads '" + g.values[v].name + "', which has no value");
-      ins.push_back(env[v]);
-      random_in = random_in || random[v];
-    }
-    std::vector<torch::Tensor> outs;
-    try {
-      outs = runOp(node, ins, g.opset);
-    } catch (const std::exception &e) {
-      failCase(e.what());
-    }
+    for (ir::ValueId v : node.inputs) random_in = random_in || (v != ir::kNoValue && random[v]);
     bool training_dropout = node.op_type == "Dropout" && ins.size() > 2 && ins[2].defined() &&
                             ins[2].item<bool>() && !(ins[1].defined() && ins[1].item<double>() == 0);
     bool is_random = random_in || training_dropout || randomOps().count(node.op_type);
-    for (size_t i = 0; i < node.outputs.size(); ++i) {
-      ir::ValueId v = node.outputs[i];
-      if (v == ir::kNoValue) continue;
-      env[v] = outs[i];
-      random[v] = is_random;
-    }
+    for (ir::ValueId v : node.outputs)
+      if (v != ir::kNoValue) random[v] = is_random;
     if (training_dropout && node.outputs.size() > 1 && node.outputs[1] != ir::kNoValue) {
       // Structure of a random dropout: kept elements scaled by 1/(1-ratio).
       double r = ins[1].defined() ? ins[1].item<double>() : 0.5;
@@ -288,7 +275,8 @@ void runDataSet(const onnx::ModelProto &proto, const import::InferenceModel &m, 
       if (!torch::allclose(y, want, 1e-4, 1e-6))
         failCase("Dropout output is not the input scaled by 1/(1-ratio) where the mask keeps it");
     }
-  }
+  };
+  runNodes(g, allNodes(g), env, hooks);
 
   std::vector<fs::path> outputs = numberedFiles(data, "output_");
   if (outputs.size() != m.outputs.size())

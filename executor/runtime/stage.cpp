@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "executor/runtime/interpreter.h"
 #include "executor/runtime/ops.h"
 
 namespace rannc::runtime {
@@ -124,30 +125,18 @@ void StageRunner::newStep() {
 void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers) {
   const c10::DeviceType device = params_.empty() ? c10::DeviceType::CPU : params_.begin()->second.device().type();
   AutocastGuard autocast(device, autocast_);
-  std::vector<torch::Tensor> inputs;
-  for (ir::NodeId n : program_.nodes) {
-    const ir::Node &node = g_.nodes[n];
-    inputs.clear();
-    for (ir::ValueId in : node.inputs) {
-      if (in == ir::kNoValue) {
-        inputs.emplace_back();
-        continue;
-      }
-      switch (g_.values[in].kind) {
-      case ir::ValueKind::Parameter: inputs.push_back(params_.at(in)); break;
-      case ir::ValueKind::Constant: inputs.push_back(constants_.at(in)); break;
-      case ir::ValueKind::Buffer: // a recomputation must not move running statistics again
-        inputs.push_back(update_buffers ? buffers_.at(in) : buffers_.at(in).clone());
-        break;
-      default: {
-        auto it = env.find(in);
-        if (it == env.end())
-          throw std::runtime_error("node '" + node.name + "': input '" + g_.values[in].name + "' is not available");
-        inputs.push_back(it->second);
-      }
-      }
+  NodeHooks hooks;
+  // Weights are never in `env` (it holds data, received and computed values).
+  hooks.missing = [&](const ir::Node &, ir::ValueId in) -> std::optional<torch::Tensor> {
+    switch (g_.values[in].kind) {
+    case ir::ValueKind::Parameter: return params_.at(in);
+    case ir::ValueKind::Constant: return constants_.at(in);
+    case ir::ValueKind::Buffer: // a recomputation must not move running statistics again
+      return update_buffers ? buffers_.at(in) : buffers_.at(in).clone();
+    default: return std::nullopt;
     }
-    std::vector<torch::Tensor> outs = runOp(node, inputs, g_.opset);
+  };
+  hooks.ran = [&](ir::NodeId n, const std::vector<torch::Tensor> &, std::vector<torch::Tensor> &outs) {
     // Kernels that make a tensor from attributes (Constant) make it on the
     // CPU; on a GPU it joins the others there. A 0-dim one stays: LibTorch
     // mixes CPU scalars with device tensors, and reading it needs no copy.
@@ -157,6 +146,7 @@ void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool 
     // Note [buffers]: a training-mode BatchNormalization's updated running
     // statistics become the buffers' contents (the kernel returns them
     // detached; in inference mode it returns none and nothing changes).
+    const ir::Node &node = g_.nodes[n];
     if (auto u = updates_.find(n); update_buffers && u != updates_.end())
       for (const ir::BufferUpdate &bu : u->second)
         for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
@@ -164,9 +154,8 @@ void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool 
             torch::NoGradGuard no_grad;
             buffers_.at(bu.buffer).copy_(outs[i]);
           }
-    for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
-      if (node.outputs[i] != ir::kNoValue) env[node.outputs[i]] = std::move(outs[i]);
-  }
+  };
+  runNodes(g_, program_.nodes, env, hooks);
 }
 
 const torch::Tensor &StageRunner::value(int mb, ir::ValueId v) const {

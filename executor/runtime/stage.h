@@ -88,7 +88,8 @@ public:
   torch::Device device() const { return device_; }
 
 private:
-  /// Runs the program's ops on `env` (inputs in, every value out).
+  /// Runs the program's ops on `env` (inputs in, every value out) with
+  /// runNodes (Note [one interpreter] in interpreter.h).
   void run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers);
   /// The recomputing forward of `mb` from its stash.
   void recomputeForward(int mb);

@@ -1,0 +1,47 @@
+#include "executor/runtime/interpreter.h"
+
+#include <numeric>
+#include <stdexcept>
+
+#include "executor/runtime/ops.h"
+
+namespace rannc::runtime {
+
+void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap &env, const NodeHooks &hooks) {
+  std::vector<torch::Tensor> ins;
+  for (ir::NodeId n : nodes) {
+    const ir::Node &node = g.nodes[n];
+    ins.clear();
+    for (ir::ValueId in : node.inputs) {
+      if (in == ir::kNoValue) {
+        ins.emplace_back();
+        continue;
+      }
+      if (auto it = env.find(in); it != env.end()) {
+        ins.push_back(it->second);
+        continue;
+      }
+      std::optional<torch::Tensor> t = hooks.missing ? hooks.missing(node, in) : std::nullopt;
+      if (!t) throw std::runtime_error("node '" + node.name + "': input '" + g.values[in].name + "' is not available");
+      ins.push_back(std::move(*t));
+    }
+    std::vector<torch::Tensor> outs;
+    try {
+      outs = runOp(node, ins, g.opset);
+    } catch (const std::exception &e) {
+      if (hooks.failed) hooks.failed(node, e);
+      throw;
+    }
+    if (hooks.ran) hooks.ran(n, ins, outs);
+    for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
+      if (node.outputs[i] != ir::kNoValue) env[node.outputs[i]] = std::move(outs[i]);
+  }
+}
+
+std::vector<ir::NodeId> allNodes(const ir::Graph &g) {
+  std::vector<ir::NodeId> ids(g.nodes.size());
+  std::iota(ids.begin(), ids.end(), ir::NodeId(0));
+  return ids;
+}
+
+} // namespace rannc::runtime
