@@ -1,11 +1,7 @@
 #include "executor/profile/gpu_timer.h"
 
-#include <torch/cuda.h>
-
 #include <stdexcept>
 #include <vector>
-
-#include "executor/runtime/device.h"
 
 #ifdef RANNC_WITH_CUDA
 // c10's CUDA headers only: ATen's CUDAContext.h wants cuSPARSE's headers,
@@ -19,16 +15,6 @@
 namespace rannc::profile {
 
 #ifdef RANNC_WITH_CUDA
-std::string gpuUnavailableReason(int device) {
-  const int visible = runtime::visibleGpus();
-  if (visible == 0)
-    return "no GPU is visible to this process (LibTorch has CUDA, but finds no device: check nvidia-smi, the "
-           "driver and CUDA_VISIBLE_DEVICES)";
-  if (device < 0 || device >= visible)
-    return "GPU " + std::to_string(device) + " is not visible (" + std::to_string(visible) + " visible)";
-  return "";
-}
-
 struct GpuTimeline::Impl {
   int device;
   std::vector<c10::cuda::CUDAEvent> events;
@@ -50,8 +36,6 @@ double GpuTimeline::seconds(int i, int j) {
   return double(impl_->events.at(size_t(i)).elapsed_time(end)) * 1e-3;
 }
 #else
-std::string gpuUnavailableReason(int) { return "this rannc was built against a LibTorch without CUDA"; }
-
 struct GpuTimeline::Impl {};
 
 GpuTimeline::GpuTimeline(int, int) { throw std::runtime_error("GpuTimeline: built without CUDA"); }

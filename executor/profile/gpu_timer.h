@@ -1,5 +1,5 @@
-// The profiler's view of a CUDA device: whether this build can use one, and
-// a timeline of CUDA events (its name and memory are in runtime/device.h).
+// The profiler's timeline of CUDA events (whether a GPU can be used, its name
+// and memory are in runtime/device.h).
 // Only gpu_timer.cpp sees CUDA headers (compiled with RANNC_WITH_CUDA, as
 // runtime/device.cpp); without CUDA every function still links, and
 // GpuTimeline refuses to be made.
@@ -9,10 +9,6 @@
 #include <string>
 
 namespace rannc::profile {
-
-/// Why `device` cannot be profiled on ("" when it can): LibTorch without
-/// CUDA, no GPU visible, or an index past the visible ones.
-std::string gpuUnavailableReason(int device);
 
 /// Points on the current CUDA stream of a device, timed with CUDA events
 /// (cudaEventRecord / cudaEventElapsedTime): kernels run asynchronously, so

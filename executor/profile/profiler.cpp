@@ -181,7 +181,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   const bool on_gpu = opts.device == "cuda";
   if (!on_gpu && opts.device != "cpu") return Error{"cannot profile on '" + opts.device + "': use cpu or cuda"};
   if (on_gpu) {
-    if (std::string why = gpuUnavailableReason(opts.gpu); !why.empty()) return Error{"--device cuda: " + why};
+    if (std::string why = runtime::gpuUnavailableReason(opts.gpu); !why.empty()) return Error{"--device cuda: " + why};
   } else {
     runtime::installCountingAllocator();
   }

@@ -47,6 +47,21 @@ GpuChoice chooseGpu(int rank, int devices_per_node, int visible,
 
 int visibleGpus() { return torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0; }
 
+std::string gpuUnavailableReason(int device) {
+#ifndef RANNC_WITH_CUDA
+  (void)device;
+  return "this rannc was built on a LibTorch without CUDA";
+#else
+  const int visible = visibleGpus();
+  if (visible == 0)
+    return "no GPU is visible to this process (LibTorch has CUDA, but finds no device: check nvidia-smi, the "
+           "driver and CUDA_VISIBLE_DEVICES)";
+  if (device < 0 || device >= visible)
+    return "GPU " + std::to_string(device) + " is not visible (" + std::to_string(visible) + " visible)";
+  return "";
+#endif
+}
+
 #ifdef RANNC_WITH_CUDA
 namespace {
 bool usable(int device) { return device >= 0 && device < visibleGpus(); }

@@ -39,6 +39,11 @@ GpuChoice chooseGpu(int rank, int devices_per_node, int visible,
 /// CUDA runtime's), before anything is allocated on it.
 void useGpu(int device);
 
+/// Why CUDA device `device` cannot be used ("" when it can): a LibTorch
+/// without CUDA, no GPU visible, or an index past the visible ones. The
+/// trainer and the profiler both say this.
+std::string gpuUnavailableReason(int device);
+
 /// Number of CUDA devices this process sees (0 in a build without CUDA or on
 /// a machine without a driver).
 int visibleGpus();

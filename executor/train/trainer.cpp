@@ -102,14 +102,10 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   if (device == "cuda") {
     const std::string what = opts.device.empty() ? "the plan is for CUDA devices (" + s.plan.cluster().device().name() + ")"
                                                  : "--device cuda";
-    if (!comm::ncclCompiled())
-      return Error{opts.plan + ": " + what + ", but this rannc was built on a LibTorch without CUDA; pass --device cpu "
-                   "to run it on CPU"};
-    const int visible = runtime::visibleGpus();
-    if (visible == 0)
-      return Error{opts.plan + ": " + what + ", but no GPU is visible to this process (check nvidia-smi and "
-                   "CUDA_VISIBLE_DEVICES); pass --device cpu to run it on CPU"};
-    const runtime::GpuChoice gpu = runtime::chooseGpu(comm.rank(), s.plan.cluster().devices_per_node(), visible);
+    if (const std::string why = runtime::gpuUnavailableReason(0); !why.empty())
+      return Error{opts.plan + ": " + what + ", but " + why + "; pass --device cpu to run it on CPU"};
+    const runtime::GpuChoice gpu =
+        runtime::chooseGpu(comm.rank(), s.plan.cluster().devices_per_node(), runtime::visibleGpus());
     s.gpu = gpu.device;
     s.gpu_why = gpu.why;
     s.device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu.device));

@@ -66,6 +66,8 @@ TEST(GpuMemory, NothingCountedWithoutAGpu) {
   EXPECT_EQ(gpuAllocatedBytes(0), 0);
   EXPECT_EQ(gpuPeakAllocatedBytes(0), 0);
   EXPECT_EQ(currentGpuStream(0), nullptr);
+  // What rannc-exec --device cuda and rannc-plan profile --device cuda say.
+  EXPECT_NE(gpuUnavailableReason(0), "");
 }
 
 } // namespace
