@@ -59,8 +59,9 @@ struct Setup {
   int64_t samples = 0;
   std::map<ir::ValueId, torch::Tensor> params, constants, buffers;
   torch::Device device = torch::kCPU; ///< where the stage's tensors live
-  int gpu = -1;                       ///< its CUDA device index (-1: CPU)
-  std::string gpu_why;                ///< why that one (Note [choosing a GPU])
+  std::string gpu_why;                ///< why that GPU (Note [choosing a GPU])
+  /// The CUDA device index of `device` (-1: CPU).
+  int gpu() const { return device.is_cuda() ? int(device.index()) : -1; }
 };
 
 int64_t peakRssBytes() {
@@ -106,10 +107,9 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
       return Error{opts.plan + ": " + what + ", but " + why + "; pass --device cpu to run it on CPU"};
     const runtime::GpuChoice gpu =
         runtime::chooseGpu(comm.rank(), s.plan.cluster().devices_per_node(), runtime::visibleGpus());
-    s.gpu = gpu.device;
     s.gpu_why = gpu.why;
     s.device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu.device));
-    runtime::useGpu(s.gpu); // before anything is allocated there
+    runtime::useGpu(gpu.device); // before anything is allocated there
   }
   if (opts.loss_scale && s.plan.precision() != "fp16")
     return Error{"--loss-scale: only fp16 plans scale the loss (" + opts.plan + " is " +
@@ -827,35 +827,36 @@ bool gpuShared(comm::Communicator &comm, int gpu) {
 class GpuComms {
 public:
   /// Collective over `comm`.
-  GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged)
-      : comm_(comm), device_(s.device), gpu_(s.gpu), why_(s.gpu_why) {
-    if (gpu_ < 0) return;
-    stream_ = runtime::currentGpuStream(gpu_);
-    shared_ = gpuShared(comm, gpu_);
+  GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged) : comm_(comm), s_(s) {
+    const int gpu = s_.gpu();
+    if (gpu < 0) return;
+    stream_ = runtime::currentGpuStream(gpu);
+    shared_ = gpuShared(comm, gpu);
     nccl_ = !shared_ && !host_staged;
     if (nccl_)
-      for (int k = 0; k < 2; ++k) channels_.push_back(comm::createNcclCommunicator(comm, gpu_)); // activations, gradients
+      for (int k = 0; k < 2; ++k) channels_.push_back(comm::createNcclCommunicator(comm, gpu)); // activations, gradients
   }
 
   /// `c` (over some ranks of the job) made fit for the device's tensors:
   /// collective over its ranks.
   std::unique_ptr<comm::Communicator> onDevice(std::unique_ptr<comm::Communicator> c) const {
-    if (gpu_ < 0) return c;
+    if (s_.gpu() < 0) return c;
     std::unique_ptr<comm::DeviceCommunicator> nccl;
-    if (nccl_ && c->size() > 1) nccl = comm::createNcclCommunicator(*c, gpu_);
+    if (nccl_ && c->size() > 1) nccl = comm::createNcclCommunicator(*c, s_.gpu());
     return comm::deviceCollectives(std::move(c), std::move(nccl), stream_);
   }
 
   /// The transport of the pipeline's values (once: it takes the channels).
   std::unique_ptr<Transport> transport() {
-    if (nccl_) return ncclTransport(comm_, device_, std::move(channels_), stream_);
-    return hostTransport(comm_, device_);
+    if (nccl_) return ncclTransport(comm_, s_.device, std::move(channels_), stream_);
+    return hostTransport(comm_, s_.device);
   }
 
   /// Rank 0's line about its GPU and the transport ("" on CPU).
   std::string describe() const {
-    if (gpu_ < 0) return "";
-    return "rannc-exec: rank 0 on GPU " + std::to_string(gpu_) + " (" + runtime::gpuName(gpu_) + ", " + why_ +
+    if (s_.gpu() < 0) return "";
+    return "rannc-exec: rank 0 on GPU " + std::to_string(s_.gpu()) + " (" + runtime::gpuName(s_.gpu()) + ", " +
+           s_.gpu_why +
            "); transfers and sums " +
            (nccl_ ? "over NCCL " + comm::ncclVersion()
                   : std::string("staged through host memory over MPI (") +
@@ -865,9 +866,7 @@ public:
 
 private:
   comm::Communicator &comm_;
-  torch::Device device_;
-  int gpu_;
-  std::string why_;
+  const Setup &s_; ///< the rank's device and why it was chosen
   void *stream_ = nullptr;
   bool shared_ = false; ///< two ranks drive one GPU
   bool nccl_ = false;
@@ -951,7 +950,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   update.afterLoad();
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
   StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
-                         steps, s.gpu},
+                         steps, s.gpu()},
                         log);
   std::unique_ptr<Transport> transport = gpu.transport();
   StageTransfers transfers(*transport, s, prog, shards);
@@ -1023,7 +1022,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       rec.phase_s[phaseOf(a.kind)] += secondsSince(a0);
     }
     transport->waitSends();
-    runtime::synchronizeGpu(s.gpu); // the step's time is the device's
+    runtime::synchronizeGpu(s.gpu()); // the step's time is the device's
     rec.step_time_s = secondsSince(t0);
     if (Status st = reporter.report(std::move(rec), update.buckets()); !st) return st;
     if (checkpoints.due(step + 1, steps)) {

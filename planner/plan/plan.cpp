@@ -350,11 +350,12 @@ uint32_t requiredFormatVersion(const proto::Plan &plan) {
 Status writePlan(const proto::Plan &plan, const std::string &path) {
   // A hand edit may have turned a newer field on (Note [plan format versions]);
   // version 0 is no version at all, left for check to report.
-  const bool raise = plan.format_version() >= 1 && plan.format_version() < requiredFormatVersion(plan);
+  const uint32_t needed = requiredFormatVersion(plan);
+  const bool raise = plan.format_version() >= 1 && plan.format_version() < needed;
   proto::Plan raised;
   if (raise) {
     raised = plan;
-    raised.set_format_version(requiredFormatVersion(plan));
+    raised.set_format_version(needed);
   }
   auto bytes = encodePlan(raise ? raised : plan, extensionOf(path));
   if (!bytes) return Error{path + ": " + bytes.error().message};
