@@ -34,13 +34,18 @@ CUDA_REL_TOL = REL_TOL
 SKIPPED = 77  # ctest's SKIP_RETURN_CODE for the gpu tests
 
 
+def exec_version(exec_tool):
+    """rannc-exec --version's "key: value" lines (SPEC.md) as a dict."""
+    out = subprocess.run([exec_tool, "--version"], text=True, capture_output=True, timeout=120).stdout
+    return dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+
+
 def gpus_visible(exec_tool):
     """The GPU count rannc-exec --version reports (0 without CUDA or driver)."""
-    out = subprocess.run([exec_tool, "--version"], text=True, capture_output=True, timeout=120).stdout
-    for line in out.splitlines():
-        if line.startswith("GPUs visible:"):
-            return int(line.split(":", 1)[1])
-    sys.exit(f"rannc-exec --version printed no 'GPUs visible:' line:\n{out}")
+    version = exec_version(exec_tool)
+    if "GPUs visible" not in version:
+        sys.exit(f"rannc-exec --version printed no 'GPUs visible:' line: {version}")
+    return int(version["GPUs visible"])
 LOWP_MIN_FP32_GAP = 1e-5
 
 
@@ -494,10 +499,9 @@ def check_errors(args):
     expect_failure(p, "labels.npy: dimension 1 is 15, graph input 'labels' [B,16] needs 16", "mis-shaped .npy file")
 
     # --device cuda where no GPU is visible: a clear refusal, not a crash.
-    version = run([args.exec_tool, "--version"]).stdout
-    if "GPUs visible: 0" in version:
+    if gpus_visible(args.exec_tool) == 0:
         p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--device", "cuda"] + data, timeout=120)
-        want = ("no GPU is visible to this process" if "CUDA: compiled" in version
+        want = ("no GPU is visible to this process" if exec_version(args.exec_tool)["CUDA"].startswith("compiled")
                 else "built on a LibTorch without CUDA")
         expect_failure(p, want, "--device cuda without a GPU")
 
