@@ -12,6 +12,14 @@ namespace rannc::comm {
 
 enum class ReduceOp { Sum, Max };
 
+/// Bytes to send, and what keeps them alive until the send completes (a
+/// string, a tensor: the communicator only holds the pointer).
+struct Payload {
+  const void *data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;
+};
+
 /// A collective started by Communicator::startAllReduce, finished by wait().
 class Request {
 public:
@@ -29,10 +37,21 @@ public:
   virtual int rank() const = 0;
   virtual int size() const = 0;
   /// Starts sending `payload` to `dst`; returns at once. Messages between one
-  /// pair of ranks with one tag arrive in the order they were sent.
-  virtual void send(std::shared_ptr<const std::string> payload, int dst, int tag) = 0;
+  /// pair of ranks with one tag arrive in the order they were sent. The
+  /// payload's owner is dropped as soon as the send is seen complete (at a
+  /// later send, receive or waitSends), not kept to the end of the step.
+  virtual void sendBytes(Payload payload, int dst, int tag) = 0;
+  /// sendBytes of a string, which the communicator keeps until it is sent.
+  void send(std::shared_ptr<const std::string> payload, int dst, int tag) {
+    const void *data = payload->data();
+    const size_t size = payload->size();
+    sendBytes(Payload{data, size, std::move(payload)}, dst, tag);
+  }
   /// Receives the next message from `src` with `tag`, whatever its size.
   virtual std::string recv(int src, int tag) = 0;
+  /// Receives the next message from `src` with `tag` into `data`, which must
+  /// be exactly its size (`size` bytes): no staging copy.
+  virtual void recvInto(void *data, size_t size, int src, int tag) = 0;
   /// Waits until every send started so far has completed.
   virtual void waitSends() = 0;
   /// In-place all-reduce over all ranks.

@@ -165,10 +165,9 @@ public:
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
-  void send(std::shared_ptr<const std::string> payload, int dst, int tag) override {
-    host_->send(std::move(payload), dst, tag);
-  }
+  void sendBytes(Payload payload, int dst, int tag) override { host_->sendBytes(std::move(payload), dst, tag); }
   std::string recv(int src, int tag) override { return host_->recv(src, tag); }
+  void recvInto(void *data, size_t size, int src, int tag) override { host_->recvInto(data, size, src, tag); }
   void waitSends() override { host_->waitSends(); }
   void allReduce(double *data, int count, ReduceOp op) override { host_->allReduce(data, count, op); }
   void allReduce(float *data, int64_t count, ReduceOp op) override { startAllReduce(data, count, op)->wait(); }

@@ -74,9 +74,4 @@ int64_t currentTensorBytes() { return g_current.load(); }
 int64_t peakTensorBytes() { return g_peak.load(); }
 void resetPeakTensorBytes() { g_peak.store(g_current.load()); }
 
-void countHostBytes(int64_t delta) {
-  const int64_t now = g_current += delta;
-  if (delta > 0) raisePeak(now);
-}
-
 } // namespace rannc::runtime

@@ -17,8 +17,5 @@ int64_t currentTensorBytes();
 int64_t peakTensorBytes();
 /// Starts a new peak window at the current level.
 void resetPeakTensorBytes();
-/// Counts `delta` bytes held outside tensors (communication buffers) as if
-/// they were tensor memory: + when taken, - when given back.
-void countHostBytes(int64_t delta);
 
 } // namespace rannc::runtime

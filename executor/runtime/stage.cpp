@@ -167,30 +167,57 @@ const torch::Tensor &StageRunner::value(int mb, ir::ValueId v) const {
   return it->second;
 }
 
-void StageRunner::backward(int mb, const std::vector<torch::Tensor> &send_grads, double loss_weight) {
+namespace {
+
+/// Note [handing gradients over]
+/// torch::autograd::backward(roots, grads) keeps `grads` alive until the
+/// whole backward is done (its GraphRoot holds them), so a received gradient
+/// would occupy memory through the stage's backward. Instead each root goes
+/// through this node: forward returns a scalar that depends on the root,
+/// backward returns the gradient it was given and lets go of it, so autograd
+/// frees it as soon as the root's producer has consumed it, as it does with
+/// the gradients flowing between ops inside the stage. The delivered tensor is
+/// the same, so the result is too. The profiler measures a unit's backward
+/// this way, so a block's working bytes include its incoming gradients for as
+/// long as they live (Note [partition cost model]).
+struct HandOver : public torch::autograd::Function<HandOver> {
+  static torch::Tensor forward(torch::autograd::AutogradContext *ctx, const torch::Tensor &root, torch::Tensor grad) {
+    ctx->saved_data["grad"] = std::move(grad);
+    return torch::zeros({}, root.options());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext *ctx,
+                                                 torch::autograd::variable_list) {
+    torch::Tensor grad = ctx->saved_data.at("grad").toTensor();
+    ctx->saved_data.erase("grad");
+    return {std::move(grad), torch::Tensor()};
+  }
+};
+
+} // namespace
+
+void StageRunner::backward(int mb, std::vector<torch::Tensor> send_grads, double loss_weight) {
   if (recompute_) recomputeForward(mb);
   // The same value may go to several consumers: sum their gradients first.
   std::map<ir::ValueId, torch::Tensor> grads;
   for (size_t i = 0; i < program_.sends.size() && i < send_grads.size(); ++i) {
     if (!send_grads[i].defined()) continue;
     auto &acc = grads[program_.sends[i].value];
-    acc = acc.defined() ? acc + send_grads[i] : send_grads[i];
+    acc = acc.defined() ? acc + send_grads[i] : std::move(send_grads[i]);
   }
-  std::vector<torch::Tensor> roots, root_grads;
-  for (const auto &[v, grad] : grads) {
+  send_grads.clear();
+  // Note [handing gradients over]: only autograd holds them from here.
+  torch::Tensor root;
+  auto add = [&root](torch::Tensor part) { root = root.defined() ? root + part : std::move(part); };
+  for (auto &[v, grad] : grads) {
     const torch::Tensor &t = value(mb, v);
-    if (!t.requires_grad()) continue;
-    roots.push_back(t);
-    root_grads.push_back(grad);
+    if (t.requires_grad()) add(HandOver::apply(t, std::move(grad)));
   }
+  grads.clear();
   if (program_.computes_loss) {
     const torch::Tensor &l = loss(mb);
-    if (l.requires_grad()) {
-      roots.push_back(l);
-      root_grads.push_back(torch::full_like(l, loss_weight));
-    }
+    if (l.requires_grad()) add(HandOver::apply(l, torch::full_like(l, loss_weight)));
   }
-  if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+  if (root.defined()) root.backward();
 }
 
 torch::Tensor StageRunner::inputGrad(int mb, ir::ValueId v) const {
@@ -225,45 +252,18 @@ std::string packTensorHeader(const torch::Tensor &t) {
   return out;
 }
 
-std::string packTensor(const torch::Tensor &t) {
-  torch::Tensor c = t.detach().contiguous();
-  const size_t data_bytes = static_cast<size_t>(c.numel()) * c.element_size();
-  std::string out = packTensorHeader(c);
-  out.reserve(out.size() + data_bytes);
-  out.append(static_cast<const char *>(c.data_ptr()), data_bytes);
-  return out;
-}
-
-namespace {
-/// The tensor a message's header describes, empty on `device`, and the header's size.
-std::pair<torch::Tensor, size_t> tensorOfHeader(const std::string &bytes, const torch::Device &device) {
-  auto fail = [] { return std::runtime_error("received a malformed tensor message"); };
-  if (bytes.size() < 12) throw fail();
+torch::Tensor emptyFromHeader(const std::string &header, const torch::Device &device) {
+  auto fail = [] { return std::runtime_error("received a malformed tensor header"); };
+  if (header.size() < 12) throw fail();
   uint32_t magic;
   int32_t dtype, ndim;
-  std::memcpy(&magic, bytes.data(), 4);
-  std::memcpy(&dtype, bytes.data() + 4, 4);
-  std::memcpy(&ndim, bytes.data() + 8, 4);
-  if (magic != kTensorMagic || ndim < 0 || bytes.size() < 12 + 8 * size_t(ndim)) throw fail();
+  std::memcpy(&magic, header.data(), 4);
+  std::memcpy(&dtype, header.data() + 4, 4);
+  std::memcpy(&ndim, header.data() + 8, 4);
+  if (magic != kTensorMagic || ndim < 0 || header.size() != 12 + 8 * size_t(ndim)) throw fail();
   std::vector<int64_t> dims(ndim);
-  std::memcpy(dims.data(), bytes.data() + 12, 8 * size_t(ndim));
-  auto opts = torch::TensorOptions().dtype(toScalarType(static_cast<ir::DType>(dtype))).device(device);
-  return {torch::empty(dims, opts), 12 + 8 * size_t(ndim)};
-}
-} // namespace
-
-torch::Tensor emptyFromHeader(const std::string &header, const torch::Device &device) {
-  auto [t, header_bytes] = tensorOfHeader(header, device);
-  if (header.size() != header_bytes) throw std::runtime_error("received a malformed tensor header");
-  return t;
-}
-
-torch::Tensor unpackTensor(const std::string &bytes) {
-  auto [t, header_bytes] = tensorOfHeader(bytes, torch::kCPU);
-  const size_t data_bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  if (bytes.size() != header_bytes + data_bytes) throw std::runtime_error("received a malformed tensor message");
-  std::memcpy(t.data_ptr(), bytes.data() + header_bytes, data_bytes);
-  return t;
+  std::memcpy(dims.data(), header.data() + 12, 8 * size_t(ndim));
+  return torch::empty(dims, torch::TensorOptions().dtype(toScalarType(static_cast<ir::DType>(dtype))).device(device));
 }
 
 } // namespace rannc::runtime

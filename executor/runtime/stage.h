@@ -45,8 +45,9 @@ public:
   /// Back-propagates micro-batch `mb`: `send_grads[i]` is the gradient of
   /// program().sends[i] returned by its consumer (undefined: no gradient), and
   /// the loss, if computed here, is scaled by `loss_weight`. Parameter
-  /// gradients accumulate across micro-batches.
-  void backward(int mb, const std::vector<torch::Tensor> &send_grads, double loss_weight);
+  /// gradients accumulate across micro-batches. Move the gradients in: each
+  /// is freed once consumed (Note [handing gradients over] in stage.cpp).
+  void backward(int mb, std::vector<torch::Tensor> send_grads, double loss_weight);
   /// The gradient of received value `v` after backward (zeros when the value
   /// does not influence the loss; undefined for non-floating values).
   torch::Tensor inputGrad(int mb, ir::ValueId v) const;
@@ -118,11 +119,8 @@ private:
 /// indices (valid for every lookup and label), drawn from `seed`.
 torch::Tensor syntheticInput(const ir::Value &v, int64_t samples, uint64_t seed);
 
-/// Serializes a tensor (dtype, shape, contiguous bytes) for a message, and back.
-std::string packTensor(const torch::Tensor &t);
-torch::Tensor unpackTensor(const std::string &bytes);
-/// Only the dtype and shape, for a message whose bytes travel elsewhere (NCCL),
-/// and an uninitialised tensor of them on `device`.
+/// A tensor's dtype and shape, for the message ahead of its bytes
+/// (executor/train/transport.h), and an uninitialised tensor of them on `device`.
 std::string packTensorHeader(const torch::Tensor &t);
 torch::Tensor emptyFromHeader(const std::string &header, const torch::Device &device);
 

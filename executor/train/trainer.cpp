@@ -924,7 +924,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
   const std::string precision = s.plan.precision().empty() ? "fp32" : s.plan.precision();
   // Mixed precision: forward under autocast; values cross stages in the
-  // dtype autocast gave them (packTensor carries it), and their gradients
+  // dtype autocast gave them (their header carries it), and their gradients
   // come back in it (Note [autocast dtypes] in planner/cost/precision.cpp).
   if (precision != "fp32") runner.setAutocast(precision == "bf16" ? torch::kBFloat16 : torch::kHalf);
   std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
@@ -1004,7 +1004,15 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         send_grads[mb] = transfers.recvGradients(mb);
         break;
       case schedule::ActionKind::Backward:
-        runner.backward(mb, send_grads[mb], double(mine.size()) / double(B * K) * update.lossScale());
+        // Note [send buffers]: every transfer this stage started is over
+        // before a backward, whose peak the plan counts without them. This
+        // hardly waits: the stage after receives our newest activations
+        // right after sending the gradients we have just received, and the
+        // stage before posts the receive of our last gradients right after
+        // sending activations we have received since (1F1B), or waits in it
+        // already (GPipe's backward phase, the drain).
+        transport->waitSends();
+        runner.backward(mb, std::move(send_grads[mb]), double(mine.size()) / double(B * K) * update.lossScale());
         send_grads.erase(mb);
         if (prog.recvs.empty()) runner.release(mb);
         break;

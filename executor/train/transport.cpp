@@ -2,41 +2,37 @@
 
 #include <deque>
 
-#include "executor/runtime/memory.h"
 #include "executor/runtime/stage.h"
 
 namespace rannc::train {
 namespace {
 
-/// A message's bytes, counted as tensor memory (the logged peak) until the
-/// communicator drops them, when the transfer completes: what the plan's
-/// `buffers` term stands for (Note [partition cost model]).
-std::shared_ptr<const std::string> countedPayload(std::string bytes) {
-  const int64_t n = int64_t(bytes.size());
-  runtime::countHostBytes(n);
-  return std::shared_ptr<const std::string>(new std::string(std::move(bytes)), [n](const std::string *p) {
-    runtime::countHostBytes(-n);
-    delete p;
-  });
-}
-
-/// A received message unpacked, its bytes counted while both exist.
-torch::Tensor unpackCounted(const std::string &bytes) {
-  runtime::countHostBytes(int64_t(bytes.size()));
-  torch::Tensor t = runtime::unpackTensor(bytes);
-  runtime::countHostBytes(-int64_t(bytes.size()));
-  return t;
-}
-
 class HostTransport final : public Transport {
 public:
   HostTransport(comm::Communicator &comm, torch::Device device) : comm_(comm), device_(device) {}
+  // Note [send buffers]: a tensor goes as two messages, its dtype and shape,
+  // then its bytes straight from its own memory; the communicator holds a
+  // reference until the transfer completes and lets go at its next call. On
+  // the CPU a sent value is the stage's own tensor, which it keeps for
+  // backward anyway, so a send costs no memory of its own; what outlives its
+  // micro-batch is a sent gradient whose receiver is not ready yet. The
+  // receiver allocates the tensor from the header and MPI writes into it.
+  // Both are tensor memory, in the logged peak with everything else.
   void send(const std::vector<std::pair<torch::Tensor, int>> &pieces, int tag) override {
-    for (const auto &[t, dst] : pieces) comm_.send(countedPayload(runtime::packTensor(t.to(torch::kCPU))), dst, tag);
+    for (const auto &[t, dst] : pieces) {
+      torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+      comm_.send(std::make_shared<const std::string>(runtime::packTensorHeader(c)), dst, tag);
+      if (c.nbytes() > 0)
+        comm_.sendBytes(comm::Payload{c.data_ptr(), c.nbytes(), std::make_shared<const torch::Tensor>(c)}, dst, tag);
+    }
   }
   std::vector<torch::Tensor> recv(const std::vector<int> &srcs, int tag) override {
     std::vector<torch::Tensor> out;
-    for (int src : srcs) out.push_back(unpackCounted(comm_.recv(src, tag)).to(device_));
+    for (int src : srcs) {
+      torch::Tensor t = runtime::emptyFromHeader(comm_.recv(src, tag), torch::kCPU);
+      if (t.nbytes() > 0) comm_.recvInto(t.data_ptr(), t.nbytes(), src, tag);
+      out.push_back(t.to(device_));
+    }
     return out;
   }
   void waitSends() override { comm_.waitSends(); }

@@ -28,9 +28,8 @@ public:
   virtual void waitSends() = 0;
 };
 
-/// Messages over `comm`: each tensor packed into host memory (copied off the
-/// device first) and unpacked onto `device`. Their bytes count as tensor
-/// memory while they exist (runtime::countHostBytes).
+/// Messages over `comm` from and into host tensors (a device's tensor is
+/// copied to the host first and onto `device` after): Note [send buffers].
 std::unique_ptr<Transport> hostTransport(comm::Communicator &comm, torch::Device device);
 
 /// Note [NCCL transport]
