@@ -227,7 +227,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   Progress progress(progress_os, int(table.batch_sizes.size() * units.size()));
 
   try {
-    Meter meter(on_gpu ? opts.gpu : -1, 3);
+    Meter meter(on_gpu ? opts.gpu : -1, 4);
     // One runner for the whole graph captures every value a unit reads.
     schedule::StageProgram whole = schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0);
     runtime::StageRunner full(g, whole, params, constants, buffers);
@@ -277,11 +277,6 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
           std::unordered_map<ir::ValueId, torch::Tensor> feeds;
           for (ir::ValueId in : prog.data_inputs) feeds[in] = data.at(in);
           for (const auto &rv : prog.recvs) feeds[rv.value] = full.value(0, rv.value).detach().clone();
-          std::vector<torch::Tensor> grads;
-          for (const auto &s : prog.sends) {
-            const torch::Tensor &v = full.value(0, s.value);
-            grads.push_back(v.is_floating_point() ? torch::ones_like(v) : torch::Tensor());
-          }
           meter.sync();
           const int64_t before = meter.bytes();
           meter.resetPeak();
@@ -289,11 +284,20 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
           r.forward(0, std::move(feeds));
           meter.mark(1);
           const int64_t kept = meter.bytes() - before;
-          r.backward(0, grads, 1.0);
+          // The gradients of the unit's outputs arrive after its forward and
+          // count in its working bytes while they live (Note [handing
+          // gradients over] in executor/runtime/stage.cpp).
+          std::vector<torch::Tensor> grads;
+          for (const auto &s : prog.sends) {
+            const torch::Tensor &v = r.value(0, s.value);
+            grads.push_back(v.is_floating_point() ? torch::ones_like(v) : torch::Tensor());
+          }
           meter.mark(2);
+          r.backward(0, std::move(grads), 1.0);
+          meter.mark(3);
           const int64_t peak = meter.peakBytes() - before;
           r.release(0);
-          const double fwd_s = meter.between(0, 1), bwd_s = meter.between(1, 2);
+          const double fwd_s = meter.between(0, 1), bwd_s = meter.between(2, 3);
           // A unit whose warm-up run took long (an LM head over a large
           // vocabulary) is timed once: its run-to-run spread is small next to
           // its time, and repeating it would dominate profiling.

@@ -121,21 +121,29 @@ CostTable analyticCosts(const ir::Graph &g, const std::vector<Unit> &units, cons
   t.source = "analytic";
   t.units = units;
   t.batch_sizes = batch_sizes;
+  std::vector<int> last_reader(g.values.size(), -1); // node index
+  for (int n = 0; n < int(g.nodes.size()); ++n)
+    for (ir::ValueId in : g.nodes[n].inputs)
+      if (in != ir::kNoValue) last_reader[in] = n;
   for (int64_t b : batch_sizes) {
     auto ops = estimateOpCosts(g, device, b);
     std::vector<UnitCost> row;
     for (const Unit &u : units) {
       UnitCost c;
-      int64_t largest = 0;
+      int64_t largest = 0, handed = 0;
       for (int i = u.op_begin; i < u.op_end; ++i) {
         c.fwd_s += ops[i].fwd_time_s;
         c.bwd_s += ops[i].bwd_time_s;
         c.kept_bytes += ops[i].output_bytes;
         largest = std::max(largest, ops[i].output_bytes);
+        for (ir::ValueId v : g.nodes[i].outputs)
+          if (v != ir::kNoValue && last_reader[v] >= u.op_end && ir::isFloating(g.values[v].dtype))
+            handed += valueBytes(g, v, b);
       }
       // Backward materialises roughly one gradient per kept activation, the
-      // largest of them at a time.
-      c.work_bytes = largest;
+      // largest of them at a time, while the gradients of the unit's outputs
+      // that later units read are alive (as the profiler measures them).
+      c.work_bytes = largest + handed;
       row.push_back(c);
     }
     t.costs.push_back(std::move(row));

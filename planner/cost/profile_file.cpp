@@ -5,7 +5,10 @@
 
 namespace rannc::cost {
 
-constexpr uint32_t kProfileVersion = 1;
+// 2: a unit's work_bytes include the gradients of its outputs, handed to
+// autograd as rannc-exec does (Note [handing gradients over]); version 1 left
+// them out and is refused.
+constexpr uint32_t kProfileVersion = 2;
 
 Status writeProfile(const CostTable &table, const ProfileKey &key, const std::string &path) {
   proto::Profile p;
@@ -46,6 +49,9 @@ Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expec
     return Error{path + ": not a rannc profile (protobuf parse failed)"};
   if (p.format_version() > kProfileVersion)
     return Error{path + ": profile format " + std::to_string(p.format_version()) + " is newer than this rannc"};
+  if (p.format_version() < kProfileVersion)
+    return Error{path + ": profile format " + std::to_string(p.format_version()) +
+                 " measured working memory without the gradients a unit receives; re-run rannc-plan profile"};
   if (p.model_sha256() != expect.model_sha256)
     return Error{path + ": the profile was measured for another model (SHA-256 " + p.model_sha256().substr(0, 12) +
                  "..., this model is " + expect.model_sha256.substr(0, 12) + "...); re-run rannc-plan profile"};

@@ -24,6 +24,19 @@ partition::Affine fit(const std::vector<int64_t> &bs, const std::vector<double> 
   return {fixed, slope};
 }
 
+/// An affine bound on measured bytes: the secant from the smallest to the
+/// largest size, raised until no measured point lies above it. Working bytes
+/// are not proportional to the batch: a parameter's gradient is made whole
+/// before it is added to .grad, at any batch size.
+partition::Affine upperFit(const std::vector<int64_t> &bs, const std::vector<double> &ys) {
+  const size_t n = bs.size();
+  if (n == 1) return {0, ys[0] / double(std::max<int64_t>(1, bs[0]))};
+  const double slope = std::max(0.0, (ys[n - 1] - ys[0]) / double(bs[n - 1] - bs[0]));
+  double fixed = 0;
+  for (size_t i = 0; i < n; ++i) fixed = std::max(fixed, ys[i] - slope * double(bs[i]));
+  return {fixed, slope};
+}
+
 std::vector<int> unitOfNode(const ir::Graph &g, const std::vector<cost::Unit> &units) {
   std::vector<int> unit_of(g.nodes.size(), 0);
   for (int u = 0; u < int(units.size()); ++u)
@@ -80,10 +93,11 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   std::vector<int64_t> buffer_bytes = unitBufferBytes(g, units);
   const int64_t largest = costs.batch_sizes.back();
   for (int u = 0; u < n; ++u) {
-    std::vector<double> fwd, bwd;
+    std::vector<double> fwd, bwd, work;
     for (size_t k = 0; k < costs.batch_sizes.size(); ++k) {
       fwd.push_back(costs.costs[k][u].fwd_s);
       bwd.push_back(costs.costs[k][u].bwd_s);
+      work.push_back(double(costs.costs[k][u].work_bytes));
     }
     partition::Block blk;
     blk.fwd = fit(costs.batch_sizes, fwd);
@@ -94,7 +108,9 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
       blk.lowp_weight_bytes = double(cost::lowPrecisionWeightBytes(g, units[u].op_begin, units[u].op_end));
     const cost::UnitCost &at_largest = costs.costs.back()[u];
     blk.activation_bytes_per_sample = double(at_largest.kept_bytes) / double(largest);
-    blk.working_bytes_per_sample = double(at_largest.work_bytes) / double(largest);
+    const partition::Affine working = upperFit(costs.batch_sizes, work);
+    blk.working_fixed_bytes = working.fixed_s;
+    blk.working_bytes_per_sample = working.per_sample_s;
     p.blocks.push_back(blk);
   }
   // Cuts: a float activation made in unit a and last read in unit z crosses
@@ -105,6 +121,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     for (ir::ValueId in : g.nodes[node].inputs)
       if (in != ir::kNoValue) last_reader[in] = std::max(last_reader[in], unit_of[node]);
   p.cut_bytes_per_sample.assign(n + 1, 0.0);
+  std::vector<double> own_out(n, 0.0); // of cut[u+1], what unit u made itself
   constexpr int64_t kProbe = 8; // bytes per sample from the size at 8 samples
   for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
     const ir::Value &val = g.values[v];
@@ -114,7 +131,15 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     const double per_sample =
         val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.runtimeDType())) / kProbe : 0.0;
     for (int i = a + 1; i <= last_reader[v]; ++i) p.cut_bytes_per_sample[i] += per_sample;
+    if (last_reader[v] > a) own_out[a] += per_sample;
   }
+  // A unit's working bytes include the gradients of its own outputs (the
+  // profiler hands them over as a stage does). The gradients of the values
+  // that pass over it, made by a later unit for an earlier one, wait in
+  // autograd for their producer all through its backward: add them
+  // (Note [partition cost model] in planner/partition/evaluate.cpp).
+  for (int u = 0; u < n; ++u)
+    p.blocks[u].working_bytes_per_sample += std::max(0.0, p.cut_bytes_per_sample[u + 1] - own_out[u]);
 
   p.devices.count = cluster.worldSize();
   p.devices.per_node = cluster.devices_per_node;

@@ -82,6 +82,7 @@ void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, in
   e->set_recompute_saved_bytes(int64_t(c.recompute_saves_bytes));
   e->set_zero_saved_bytes(int64_t(c.zero_saves_bytes));
   e->set_lowp_weight_bytes(int64_t(c.memory.lowp_weights));
+  e->set_recompute_stash_bytes(int64_t(c.memory.stash));
 }
 
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {

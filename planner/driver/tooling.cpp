@@ -99,12 +99,6 @@ Expected<proto::Plan> readSoundPlan(const std::string &path) {
   return plan;
 }
 
-std::string memoryBreakdown(const partition::StageMemory &m) {
-  return "params " + plan::bytesText(m.params) + ", grads " + plan::bytesText(m.grads) + ", optimizer " +
-         plan::bytesText(m.optimizer) + ", activations " + plan::bytesText(m.activations) + ", working " +
-         plan::bytesText(m.working) + ", buffers " + plan::bytesText(m.buffers) +
-         (m.lowp_weights > 0 ? ", low-precision weights " + plan::bytesText(m.lowp_weights) : std::string());
-}
 
 } // namespace
 
@@ -269,7 +263,7 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
         if (mem.total() > ev.capacity_bytes)
           problems.push_back(
               "stages[" + std::to_string(s) + "]: needs " + plan::bytesText(mem.total()) + " per device (" +
-              memoryBreakdown(mem) + ") but a device holds " + plan::bytesText(ev.capacity_bytes) + " (" +
+              partition::describe(mem, plan::bytesText) + ") but a device holds " + plan::bytesText(ev.capacity_bytes) + " (" +
               plan::bytesText(double(model_est->cluster.device.memory_bytes)) + " less the " +
               formatFixed(model_est->memory_margin * 100, 0) + "% margin" +
               (model_est->cluster.device.runtime_reserve_bytes > 0
@@ -315,7 +309,7 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
       out << ", all-reduce " << timeVersus(c.allreduce_s, old.allreduce_time_s());
     out << "\n";
     out << "stage " << s << ": peak memory " << bytesVersus(c.memory.total(), double(old.peak_memory_bytes())) << " of "
-        << plan::bytesText(ev.capacity_bytes) << " [" << memoryBreakdown(c.memory) << "]\n";
+        << plan::bytesText(ev.capacity_bytes) << " [" << partition::describe(c.memory, plan::bytesText) << "]\n";
   }
   const double step = m.step_time_s;
   out << "step time " << timeVersus(step, plan.estimates().step_time_s()) << ", "

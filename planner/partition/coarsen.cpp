@@ -94,7 +94,9 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       blk.buffer_bytes += u.buffer_bytes;
       blk.lowp_weight_bytes += u.lowp_weight_bytes;
       blk.activation_bytes_per_sample += u.activation_bytes_per_sample;
+      // The largest of the units' affine working bytes, bounded by one line.
       blk.working_bytes_per_sample = std::max(blk.working_bytes_per_sample, u.working_bytes_per_sample);
+      blk.working_fixed_bytes = std::max(blk.working_fixed_bytes, u.working_fixed_bytes);
     }
     out.problem.blocks.push_back(blk);
     out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[chosen[b]]);

@@ -113,14 +113,18 @@ public:
       bufs_[i + 1] = bufs_[i] + b.buffer_bytes + b.lowp_weight_bytes; // both fixed per stage
       act_[i + 1] = act_[i] + b.activation_bytes_per_sample;
     }
-    // Sparse table for the largest working bytes of any block range.
-    work_.push_back({});
-    for (const Block &b : p.blocks) work_[0].push_back(b.working_bytes_per_sample);
-    for (int len = 2; len <= n_; len *= 2) {
-      const std::vector<double> &prev = work_.back();
-      std::vector<double> next(n_ - len + 1);
-      for (int i = 0; i + len <= n_; ++i) next[i] = std::max(prev[i], prev[i + len / 2]);
-      work_.push_back(std::move(next));
+    // Sparse tables for the largest working bytes of any block range, one per
+    // micro-batch size (a block's working bytes are affine in it).
+    for (double b : samples_) {
+      std::vector<std::vector<double>> table(1);
+      for (const Block &blk : p.blocks) table[0].push_back(blk.workingAt(b));
+      for (int len = 2; len <= n_; len *= 2) {
+        const std::vector<double> &prev = table.back();
+        std::vector<double> next(n_ - len + 1);
+        for (int i = 0; i + len <= n_; ++i) next[i] = std::max(prev[i], prev[i + len / 2]);
+        table.push_back(std::move(next));
+      }
+      work_.push_back(std::move(table));
     }
     num_states_ = static_cast<int64_t>(kmax_ + 1) * (n_ + 1) * (D_ + 1);
   }
@@ -279,11 +283,11 @@ private:
     return 1;
   }
 
-  /// The largest working_bytes_per_sample of blocks [a, e).
-  double maxWork(int a, int e) const {
+  /// The largest working bytes of blocks [a, e) on R_[ri] replicas.
+  double maxWork(int a, int e, size_t ri) const {
     int level = 0;
     while ((2 << level) <= e - a) ++level;
-    return std::max(work_[level][a], work_[level][e - (1 << level)]);
+    return std::max(work_[ri][level][a], work_[ri][level][e - (1 << level)]);
   }
 
   int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
@@ -303,22 +307,25 @@ private:
   /// in flight: the fastest allowed choice that fits, as kRecompute | kZero
   /// bits, or -1 when none does. Sharding costs no time (Note [partition cost
   /// model]), so it is taken only where memory needs it; recomputation costs
-  /// a forward, so it comes last. The same sums, in the same order, as
-  /// evaluateStage's memory.total().
+  /// a forward, so it comes last. evaluateStage's formula (stageMemory) on
+  /// the same sums, from prefix sums.
   int memoryChoice(int a, int e, size_t ri, int inflight) const {
-    const int r = R_[ri];
-    const double params = params_[e] - params_[a];
-    const double cut_in = p_.cut_bytes_per_sample[a], cut_out = p_.cut_bytes_per_sample[e];
-    const double act = act_[e] - act_[a], b = samples_[ri], k = inflight;
-    const double full_optimizer = p_.optimizer_bytes_per_param_byte * params;
-    const double working = b * maxWork(a, e), buffers = (bufs_[e] - bufs_[a]) + 2 * b * (cut_in + cut_out);
+    StageMemoryInputs in;
+    in.param_bytes = params_[e] - params_[a];
+    in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
+    in.model_buffers = bufs_[e] - bufs_[a];
+    in.act_per_sample = act_[e] - act_[a];
+    in.working = maxWork(a, e, ri);
+    in.cut_in = p_.cut_bytes_per_sample[a];
+    in.cut_out = p_.cut_bytes_per_sample[e];
+    in.samples = samples_[ri];
+    in.inflight = inflight;
+    in.replicas = R_[ri];
     for (bool rec : {false, true}) {
       if (!p_.recomputeAllowed(rec)) continue;
-      const double activations = rec ? k * b * cut_in + b * act : k * b * (cut_in + act);
       for (bool zero : {false, true}) {
-        if (!p_.zeroAllowed(zero, r)) continue;
-        const double fixed_mem = params + params + (zero ? full_optimizer / r : full_optimizer);
-        if (fixed_mem + activations + working + buffers <= cap_) return (rec ? kRecompute : 0) | (zero ? kZero : 0);
+        if (!p_.zeroAllowed(zero, in.replicas)) continue;
+        if (stageMemory(in, rec, zero).total() <= cap_) return (rec ? kRecompute : 0) | (zero ? kZero : 0);
       }
     }
     return -1;
@@ -420,7 +427,7 @@ private:
   int64_t per_microbatch_ = 0;
   std::vector<double> samples_;
   std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_, act_;
-  std::vector<std::vector<double>> work_; // work_[j][i] = max over blocks [i, i + 2^j)
+  std::vector<std::vector<std::vector<double>>> work_; // work_[ri][j][i] = max over blocks [i, i + 2^j)
   int64_t num_states_ = 0;
   std::vector<double> lb_a_, lb_psi_, lb_c_[2];
   std::vector<std::vector<Point>> fronts_;

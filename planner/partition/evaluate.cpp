@@ -49,17 +49,60 @@ namespace rannc::partition {
 //   executor/train/zero.h; the executor pads each bucket to a multiple of r,
 //   at most r-1 elements a bucket, which the model leaves out);
 //   in flight k = M (GPipe) or min(M, S - s) (1F1B);
-//   activations = k b (cut[a] + sum act)       without recomputation
-//               = k b cut[a] + b sum act       with (stage inputs only, plus one
-//                                               micro-batch rebuilt in backward);
-//   working = b max work_i; buffers = sum buf_i + 2 b (cut[a] + cut[e]) (the
-//   model buffers, Note [buffers] in ir.h, then one micro-batch's activations
-//   and gradients staged on both cuts); lowp_weights = sum lowp_i, the
-//   bf16/fp16 weight copies of a mixed-precision plan (Note [autocast dtypes]
-//   in planner/cost/precision.cpp), held once per stage.
+//   activations = k b (cut[a] + sum act)   without recomputation: every
+//                                          micro-batch in flight keeps its
+//                                          inputs and its blocks' values;
+//               = b sum act                with: one micro-batch rebuilt in
+//                                          backward, plus
+//   stash       = k b cut[a] + b cut[e]    the inputs it keeps per micro-batch
+//                                          in flight (Note [recomputation]),
+//                                          and its newest sent values: they
+//                                          are dropped once sent, but the
+//                                          transfer holds them until the next
+//                                          stage takes them, which in its own
+//                                          forward is one micro-batch behind;
+//   working = max_i (fixed_i + b work_i): a block's backward, with the
+//     gradients it receives (freed once consumed: Note [handing gradients
+//     over] in executor/runtime/stage.cpp) and those of the values passing
+//     over it, which wait for their producer; fixed_i covers what does not
+//     grow with the batch, a parameter's gradient made whole before it is
+//     added to .grad (planner/driver/lower.cpp fits both);
+//   transfers hold nothing of their own at the peak: a sent value is the
+//     stage's own tensor, kept for backward anyway, a received one is
+//     allocated as the tensor the stage keeps, and every transfer a stage
+//     started is over before its next backward (Note [send buffers] in
+//     executor/train/transport.cpp);
+//   buffers = sum buf_i, the model buffers (Note [buffers] in ir.h);
+//   lowp_weights = sum lowp_i, the bf16/fp16 weight copies of a
+//   mixed-precision plan (Note [autocast dtypes] in
+//   planner/cost/precision.cpp), held once per stage.
 //   Feasible when the total <= memory * (1 - margin) - reserve, the reserve
 //   being what a GPU's runtime holds outside tensors (Note [runtime reserve]
 //   in planner/cluster/cluster.cpp; 0 on cpu).
+
+std::string describe(const StageMemory &m, std::string (*bytes)(double)) {
+  return "params " + bytes(m.params) + ", grads " + bytes(m.grads) + ", optimizer " + bytes(m.optimizer) +
+         ", activations " + bytes(m.activations) + (m.stash > 0 ? ", recompute stash " + bytes(m.stash) : "") +
+         ", working " + bytes(m.working) + ", buffers " + bytes(m.buffers) +
+         (m.lowp_weights > 0 ? ", low-precision weights " + bytes(m.lowp_weights) : "");
+}
+
+StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) {
+  const double b = in.samples, k = in.inflight;
+  StageMemory m;
+  m.params = m.grads = in.param_bytes;
+  m.optimizer = zero ? in.optimizer_bytes / in.replicas : in.optimizer_bytes;
+  if (recompute) {
+    m.activations = b * in.act_per_sample;
+    m.stash = k * b * in.cut_in + b * in.cut_out;
+  } else {
+    m.activations = k * b * (in.cut_in + in.act_per_sample);
+  }
+  m.working = in.working;
+  m.buffers = in.model_buffers;
+  m.lowp_weights = in.lowp_weights;
+  return m;
+}
 
 namespace {
 
@@ -85,16 +128,16 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.samples = replicaSamples(p.batch_size, microbatches, stage.replicas);
   const double b = static_cast<double>(c.samples);
 
-  double act = 0, work = 0, model_buffers = 0, lowp_weights = 0;
+  StageMemoryInputs mem;
   for (int i = stage.block_begin; i < stage.block_end; ++i) {
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b);
     c.bwd_s += blk.bwd.at(b);
     c.param_bytes += blk.param_bytes;
-    model_buffers += blk.buffer_bytes;
-    lowp_weights += blk.lowp_weight_bytes;
-    act += blk.activation_bytes_per_sample;
-    work = std::max(work, blk.working_bytes_per_sample);
+    mem.model_buffers += blk.buffer_bytes;
+    mem.lowp_weights += blk.lowp_weight_bytes;
+    mem.act_per_sample += blk.activation_bytes_per_sample;
+    mem.working = std::max(mem.working, blk.workingAt(b));
   }
   if (stage.recompute) c.recompute_s = c.fwd_s;
 
@@ -119,17 +162,16 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   }
 
   c.inflight = schedule == Schedule::GPipe ? microbatches : std::min(microbatches, num_stages - index);
-  const double k = c.inflight;
-  c.memory.params = c.param_bytes;
-  c.memory.grads = c.param_bytes;
-  const double full_optimizer = p.optimizer_bytes_per_param_byte * c.param_bytes;
-  c.memory.optimizer = c.zero ? full_optimizer / stage.replicas : full_optimizer;
-  c.zero_saves_bytes = full_optimizer - c.memory.optimizer;
-  c.memory.activations = stage.recompute ? k * b * cut_in + b * act : k * b * (cut_in + act);
-  if (stage.recompute) c.recompute_saves_bytes = k * b * (cut_in + act) - c.memory.activations;
-  c.memory.working = b * work;
-  c.memory.buffers = model_buffers + 2 * b * (cut_in + cut_out);
-  c.memory.lowp_weights = lowp_weights;
+  mem.param_bytes = c.param_bytes;
+  mem.optimizer_bytes = p.optimizer_bytes_per_param_byte * c.param_bytes;
+  mem.cut_in = cut_in;
+  mem.cut_out = cut_out;
+  mem.samples = b;
+  mem.inflight = c.inflight;
+  mem.replicas = stage.replicas;
+  c.memory = stageMemory(mem, stage.recompute, c.zero);
+  c.zero_saves_bytes = mem.optimizer_bytes - c.memory.optimizer;
+  if (stage.recompute) c.recompute_saves_bytes = stageMemory(mem, false, c.zero).total() - c.memory.total();
   return c;
 }
 
@@ -188,14 +230,8 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                                                             : " does not recompute but every stage must"));
     const double mem = c.memory.total();
     if (mem > ev.capacity_bytes)
-      ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (params " +
-                              formatBytes(c.memory.params) + ", grads " + formatBytes(c.memory.grads) +
-                              ", optimizer " + formatBytes(c.memory.optimizer) + ", activations " +
-                              formatBytes(c.memory.activations) + ", working " + formatBytes(c.memory.working) +
-                              ", buffers " + formatBytes(c.memory.buffers) +
-                              (c.memory.lowp_weights > 0 ? ", low-precision weights " + formatBytes(c.memory.lowp_weights) : "") +
-                              ") but a device holds " +
-                              formatBytes(ev.capacity_bytes));
+      ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (" + describe(c.memory) +
+                              ") but a device holds " + formatBytes(ev.capacity_bytes));
     ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
     const double f = c.forwardSlot(), g = c.backwardSlot();
     sum_f += f;

@@ -17,13 +17,38 @@ struct StageMemory {
   double params = 0;
   double grads = 0;
   double optimizer = 0;
-  double activations = 0; ///< kept for the micro-batches in flight
-  double working = 0;     ///< transient, one op of one micro-batch
-  double buffers = 0;     ///< model buffers + send/receive staging of one micro-batch
+  double activations = 0; ///< kept for backward: the micro-batches in flight, or one rebuilt one when recomputing
+  double stash = 0;       ///< a recomputing stage's inputs per micro-batch in flight, its sent values in transit
+  double working = 0;     ///< transient in backward, one micro-batch
+  double buffers = 0;     ///< model buffers (BatchNorm statistics)
   double lowp_weights = 0; ///< bf16/fp16 weight copies under autocast (Note [autocast dtypes])
 
-  double total() const { return params + grads + optimizer + activations + working + buffers + lowp_weights; }
+  double total() const {
+    return params + grads + optimizer + activations + stash + working + buffers + lowp_weights;
+  }
 };
+
+/// "params X, grads Y, ...": each kind with its bytes as `bytes` writes them
+/// (the optional kinds only when present).
+std::string describe(const StageMemory &m, std::string (*bytes)(double) = formatBytes);
+
+/// The sums over a stage's blocks and the rest that its memory depends on.
+struct StageMemoryInputs {
+  double param_bytes = 0;
+  double optimizer_bytes = 0;     ///< the whole state, before any sharding
+  double model_buffers = 0;
+  double lowp_weights = 0;
+  double act_per_sample = 0;      ///< the blocks' activation bytes per sample, summed
+  double working = 0;             ///< the largest of the blocks' working bytes at `samples`
+  double cut_in = 0, cut_out = 0; ///< per sample, received and sent
+  double samples = 0;             ///< b, per replica and micro-batch
+  double inflight = 0;            ///< k
+  int replicas = 1;
+};
+
+/// One device's memory with these choices (Note [partition cost model]): the
+/// one formula the evaluator and the DP share.
+StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero);
 
 /// Everything the model says about one stage (per device, per micro-batch).
 struct StageCost {

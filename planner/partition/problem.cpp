@@ -34,7 +34,8 @@ void Problem::print(std::ostream &os) const {
        << (b.lowp_weight_bytes > 0 ? ", low-precision weights " + std::to_string(int64_t(b.lowp_weight_bytes)) + " B"
                                    : std::string())
        << ", act " << b.activation_bytes_per_sample
-       << " B/sample, work " << b.working_bytes_per_sample << " B/sample, cut before "
+       << " B/sample, work " << (b.working_fixed_bytes > 0 ? std::to_string(int64_t(b.working_fixed_bytes)) + " B + " : "")
+       << b.working_bytes_per_sample << " B/sample, cut before "
        << (i < cut_bytes_per_sample.size() ? cut_bytes_per_sample[i] : 0.0) << " B/sample\n";
   }
 }
@@ -48,7 +49,8 @@ Status validate(const Problem &p) {
   for (int i = 0; i < n; ++i) {
     const Block &b = p.blocks[i];
     for (double x : {b.fwd.fixed_s, b.fwd.per_sample_s, b.bwd.fixed_s, b.bwd.per_sample_s, b.param_bytes,
-                     b.buffer_bytes, b.lowp_weight_bytes, b.activation_bytes_per_sample, b.working_bytes_per_sample})
+                     b.buffer_bytes, b.lowp_weight_bytes, b.activation_bytes_per_sample, b.working_bytes_per_sample,
+                     b.working_fixed_bytes})
       if (!finiteNonNegative(x)) {
         errs.push_back("block " + std::to_string(i) + ": times and sizes must be finite and >= 0");
         break;

@@ -35,7 +35,11 @@ struct Block {
   double buffer_bytes = 0;                 ///< model buffers (BatchNorm statistics): no gradient, no optimizer state
   double lowp_weight_bytes = 0;            ///< bf16/fp16 weight copies autocast keeps (Note [autocast dtypes])
   double activation_bytes_per_sample = 0;  ///< block outputs kept from forward until backward
-  double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs
+  double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs, per sample,
+  double working_fixed_bytes = 0;          ///< plus this at any batch size (parameter gradients being made)
+
+  /// The block's working bytes at `samples` per micro-batch.
+  double workingAt(double samples) const { return working_fixed_bytes + working_bytes_per_sample * samples; }
 };
 
 /// One direction of a device-to-device link, as seen by one device.

@@ -125,6 +125,7 @@ private:
     bytes(stage + "optimizer state", x.optimizer_bytes(), y.optimizer_bytes());
     bytes(stage + "activations", x.activation_bytes(), y.activation_bytes());
     bytes(stage + "working memory", x.working_bytes(), y.working_bytes());
+    bytes(stage + "recompute stash", x.recompute_stash_bytes(), y.recompute_stash_bytes());
     bytes(stage + "buffers", x.buffer_bytes(), y.buffer_bytes());
     bytes(stage + "memory capacity", x.memory_capacity_bytes(), y.memory_capacity_bytes());
   }

@@ -181,7 +181,11 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
 
   os << "\nmemory per device\n";
   os << std::left << std::setw(6) << "stage" << std::right;
-  for (const char *h : {"params", "grads", "optimizer", "activations", "working", "buffers"}) os << std::setw(12) << h;
+  bool stash = false;
+  for (const auto &s : plan.stages()) stash |= s.estimates().recompute_stash_bytes() > 0;
+  for (const char *h : {"params", "grads", "optimizer", "activations"}) os << std::setw(12) << h;
+  if (stash) os << std::setw(12) << "stash";
+  for (const char *h : {"working", "buffers"}) os << std::setw(12) << h;
   if (lowp) os << std::setw(12) << plan.precision() + " wts";
   for (const char *h : {"peak", "capacity"}) os << std::setw(12) << h;
   os << std::setw(7) << "use"
@@ -189,9 +193,10 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
   for (const auto &s : plan.stages()) {
     const auto &e = s.estimates();
     os << std::left << std::setw(6) << s.id() << std::right;
-    for (int64_t b : {e.param_bytes(), e.grad_bytes(), e.optimizer_bytes(), e.activation_bytes(), e.working_bytes(),
-                      e.buffer_bytes()})
+    for (int64_t b : {e.param_bytes(), e.grad_bytes(), e.optimizer_bytes(), e.activation_bytes()})
       os << std::setw(12) << bytesText(double(b));
+    if (stash) os << std::setw(12) << bytesText(double(e.recompute_stash_bytes()));
+    for (int64_t b : {e.working_bytes(), e.buffer_bytes()}) os << std::setw(12) << bytesText(double(b));
     if (lowp) os << std::setw(12) << bytesText(double(e.lowp_weight_bytes()));
     for (int64_t b : {e.peak_memory_bytes(), e.memory_capacity_bytes()}) os << std::setw(12) << bytesText(double(b));
     os << std::setw(7)
@@ -207,8 +212,9 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
           "the capacity\n";
   for (const auto &s : plan.stages())
     if (s.recompute())
-      os << "recompute: stage " << s.id() << " keeps only its inputs per micro-batch and re-runs forward before "
-         << "backward, saving " << bytesText(double(s.estimates().recompute_saved_bytes())) << " of activations\n";
+      os << "recompute: stage " << s.id() << " keeps only its inputs per micro-batch (the stash) and re-runs "
+         << "forward before backward, saving " << bytesText(double(s.estimates().recompute_saved_bytes()))
+         << " of activations\n";
   for (const auto &s : plan.stages())
     if (s.zero() > 0)
       os << "zero: stage " << s.id() << " shards its optimizer state over its " << s.ranks_size()
@@ -278,6 +284,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["activation_bytes"] = e.activation_bytes();
     st["working_bytes"] = e.working_bytes();
     st["buffer_bytes"] = e.buffer_bytes();
+    st["recompute_stash_bytes"] = e.recompute_stash_bytes();
     st["peak_memory_bytes"] = e.peak_memory_bytes();
     st["memory_capacity_bytes"] = e.memory_capacity_bytes();
     st["fwd_time_s"] = e.fwd_time_s();
