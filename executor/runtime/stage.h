@@ -64,9 +64,9 @@ public:
   /// forward from those inputs with autograd on, the random generator set
   /// back to its state before the first run (dropout draws the same masks),
   /// and buffers left alone (BatchNorm's running statistics move once per
-  /// micro-batch). The planner counts k*b*cut_in + b*act of activations for it
-  /// (evaluate.cpp) instead of k*b*(cut_in + act): one micro-batch's full set
-  /// at a time.
+  /// micro-batch). The planner counts b*act of activations and a stash of
+  /// k*b*cut_in + b*cut_out for it (evaluate.cpp) instead of k*b*(cut_in +
+  /// act): one micro-batch's full set at a time.
   void setRecompute(bool on) { recompute_ = on; }
   /// A recomputing stage's sent values, once sent: backward recomputes them.
   void dropSent(int mb);

@@ -14,9 +14,15 @@ public:
   // then its bytes straight from its own memory; the communicator holds a
   // reference until the transfer completes and lets go at its next call. On
   // the CPU a sent value is the stage's own tensor, which it keeps for
-  // backward anyway, so a send costs no memory of its own; what outlives its
-  // micro-batch is a sent gradient whose receiver is not ready yet. The
-  // receiver allocates the tensor from the header and MPI writes into it.
+  // backward anyway, so a send costs no memory of its own (a non-contiguous
+  // one is copied first). What could outlive its micro-batch is a sent
+  // gradient whose receiver is not ready yet, or a recomputing stage's sent
+  // value, which it drops after sending. So the trainer waits for every
+  // transfer before each backward (trainer.cpp), and the plan counts none at
+  // a backward's peak; only a recomputing stage's newest sent values, still
+  // in transit while it runs the next forward (the next stage is a forward
+  // behind), are in its stash (Note [partition cost model]). The receiver
+  // allocates the tensor from the header and MPI writes into it.
   // Both are tensor memory, in the logged peak with everything else.
   void send(const std::vector<std::pair<torch::Tensor, int>> &pieces, int tag) override {
     for (const auto &[t, dst] : pieces) {

@@ -58,9 +58,11 @@ namespace rannc::partition {
 //                                          in flight (Note [recomputation]),
 //                                          and its newest sent values: they
 //                                          are dropped once sent, but the
-//                                          transfer holds them until the next
-//                                          stage takes them, which in its own
-//                                          forward is one micro-batch behind;
+//                                          transfer holds them while the stage
+//                                          runs its next forward (the next
+//                                          stage is a forward behind), whose
+//                                          values with the stash then make its
+//                                          peak;
 //   working = max_i (fixed_i + b work_i): a block's backward, with the
 //     gradients it receives (freed once consumed: Note [handing gradients
 //     over] in executor/runtime/stage.cpp) and those of the values passing
