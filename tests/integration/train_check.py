@@ -15,7 +15,7 @@ import sys
 
 REL_TOL = 1e-4
 # --device-memory: each rank's measured peak tensor memory against its
-# stage's predicted peak (docs/partitioner.md, "Memory model").
+# stage's predicted peak (docs/partitioner.md, "Memory of one device").
 MEMORY_TOL = 0.05
 # Mixed precision (--precision bf16): rannc's losses against PyTorch's own
 # torch.autocast bf16 run of the same model (issue 15); and, so that the test
