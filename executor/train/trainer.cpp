@@ -968,6 +968,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     rec.lr = opts.lr * lrFactor(opts, step, steps);
     std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
     std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> received; // RecvActivations -> Forward
+    // The loss of each micro-batch, read once the step is done: reading it
+    // at once would make the host wait for the device every micro-batch.
+    std::vector<std::pair<int, torch::Tensor>> losses;
     for (size_t ai = 0; ai < actions.size(); ++ai) {
       const schedule::Action &a = actions[ai];
       const int mb = a.microbatch;
@@ -989,11 +992,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                                 .to(s.device)
                           : gatherSamples(s.data.at(in), order, first, mine.size(), s.device);
         runner.forward(mb, std::move(feeds));
-        if (prog.computes_loss) {
-          const double weighted = runner.loss(mb).item<double>() * double(mine.size()) / double(B);
-          rec.batch_losses[size_t(mb / M)] += weighted;
-          rec.loss_sum += weighted / double(K);
-        }
+        if (prog.computes_loss) losses.emplace_back(mb, runner.loss(mb).detach());
         break;
       }
       case schedule::ActionKind::SendActivations:
@@ -1031,6 +1030,16 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     }
     transport->waitSends();
     runtime::synchronizeGpu(s.gpu()); // the step's time is the device's
+    if (!losses.empty()) {
+      std::vector<torch::Tensor> values;
+      for (const auto &[mb, l] : losses) values.push_back(l);
+      const torch::Tensor host = torch::stack(values).to(torch::kCPU, torch::kDouble); // one copy off the device
+      for (size_t i = 0; i < losses.size(); ++i) {
+        const double weighted = host[int64_t(i)].item<double>() * double(mine.size()) / double(B);
+        rec.batch_losses[size_t(losses[i].first / M)] += weighted;
+        rec.loss_sum += weighted / double(K);
+      }
+    }
     rec.step_time_s = secondsSince(t0);
     if (Status st = reporter.report(std::move(rec), update.buckets()); !st) return st;
     if (checkpoints.due(step + 1, steps)) {
