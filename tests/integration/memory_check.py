@@ -36,6 +36,23 @@ def run(cmd):
     return p
 
 
+def plan_and_train(plan_tool, exec_tool, mpirun, model, ranks, batch_size, plan_flags, plan, log, steps=3):
+    """Plans `model` for `ranks` cpu ranks with these rannc-plan flags
+    (measured unit costs unless they say otherwise) into `plan`, trains it
+    `steps` steps on synthetic data with Adam, logging to `log`, and returns
+    the plan's `show --json`, each rank's measured peak tensor memory (the
+    largest over the steps) and, by rank, its stage's predicted peak."""
+    run([plan_tool, model, "--gpus", str(ranks), "--device-type", "cpu", "--batch-size", str(batch_size),
+         "--optimizer", "adam", "-o", plan] + plan_flags)
+    run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), exec_tool, plan, "--synthetic",
+         "--steps", str(steps), "--optimizer", "adam", "--log", log])
+    shown = json.loads(run([plan_tool, "show", plan, "--json"]).stdout)
+    steps_logged = [json.loads(line) for line in open(log)]
+    measured = [max(s["peak_memory_bytes_per_rank"][r] for s in steps_logged) for r in range(ranks)]
+    predicted = {r: st["peak_memory_bytes"] for st in shown["stages"] for r in st["ranks"]}
+    return shown, measured, predicted
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan-tool", required=True)
@@ -63,12 +80,10 @@ def main():
     for mode, flags in modes:
         name = f"{a.technique}-{mode}-{a.schedule}-{a.stages}x{a.replicas}"
         plan, log = os.path.join(a.work, name + ".pb"), os.path.join(a.work, name + ".jsonl")
-        run([a.plan_tool, a.model, "--gpus", str(ranks), "--device-type", "cpu", "--batch-size", str(a.batch_size),
-             "--stages", str(a.stages), "--replicas", str(a.replicas), "--microbatches", str(a.microbatches),
-             "--schedule", a.schedule, "--optimizer", "adam", "-o", plan] + flags.split() + a.plan_args.split())
-        run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), a.exec_tool, plan, "--synthetic",
-             "--steps", "3", "--optimizer", "adam", "--log", log])
-        shown = json.loads(run([a.plan_tool, "show", plan, "--json"]).stdout)
+        layout = ["--stages", str(a.stages), "--replicas", str(a.replicas), "--microbatches", str(a.microbatches),
+                  "--schedule", a.schedule]
+        shown, measured, predicted = plan_and_train(a.plan_tool, a.exec_tool, a.mpirun, a.model, ranks, a.batch_size,
+                                                    layout + flags.split() + a.plan_args.split(), plan, log)
         if a.technique == "precision":
             want = a.precision if mode == "on" else "fp32"
             if shown.get("precision") != want:
@@ -77,9 +92,6 @@ def main():
             chosen = [bool(s[a.technique]) for s in shown["stages"]]
             if chosen != [mode == "on"] * a.stages:
                 failures.append(f"{flags}: the plan's stages have {a.technique} {chosen}")
-        steps = [json.loads(line) for line in open(log)]
-        measured = [max(s["peak_memory_bytes_per_rank"][r] for s in steps) for r in range(ranks)]
-        predicted = {r: st["peak_memory_bytes"] for st in shown["stages"] for r in st["ranks"]}
         saved[mode] = {r: st.get(f"{a.technique}_saved_bytes", 0) for st in shown["stages"] for r in st["ranks"]}
         parts = {r: st for st in shown["stages"] for r in st["ranks"]}
         peaks[mode], planned[mode] = measured, predicted

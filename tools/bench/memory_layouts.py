@@ -9,10 +9,11 @@ tensor memory over the plan's prediction for its stage (docs/partitioner.md,
       --exec-tool build/tools/rannc-exec --model build/models/gpt/model.onnx --work /tmp/ml
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "integration"))
+from memory_check import plan_and_train  # noqa: E402
 
 # name, ranks, rannc-plan flags
 LAYOUTS = [
@@ -25,13 +26,6 @@ LAYOUTS = [
     ("2 stages, gpipe, recompute", 2, "--stages 2 --microbatches 4 --schedule gpipe --recompute on"),
     ("4 stages, 1f1b M=8, recompute", 4, "--stages 4 --microbatches 8 --schedule 1f1b --recompute on"),
 ]
-
-
-def run(cmd):
-    p = subprocess.run(cmd, text=True, capture_output=True, timeout=600)
-    if p.returncode != 0:
-        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-3000:]}")
-    return p
 
 
 def main():
@@ -48,14 +42,8 @@ def main():
     ratios = []
     for i, (name, ranks, flags) in enumerate(LAYOUTS):
         plan, log = os.path.join(a.work, f"layout{i}.pb"), os.path.join(a.work, f"layout{i}.jsonl")
-        run([a.plan_tool, a.model, "--gpus", str(ranks), "--device-type", "cpu", "--batch-size", str(a.batch_size),
-             "--optimizer", "adam", "-o", plan] + flags.split())
-        run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), a.exec_tool, plan, "--synthetic",
-             "--steps", str(a.steps), "--optimizer", "adam", "--log", log])
-        shown = json.loads(run([a.plan_tool, "show", plan, "--json"]).stdout)
-        predicted = {r: st["peak_memory_bytes"] for st in shown["stages"] for r in st["ranks"]}
-        steps = [json.loads(line) for line in open(log)]
-        measured = [max(s["peak_memory_bytes_per_rank"][r] for s in steps) for r in range(ranks)]
+        _, measured, predicted = plan_and_train(a.plan_tool, a.exec_tool, a.mpirun, a.model, ranks, a.batch_size,
+                                                flags.split(), plan, log, a.steps)
         row = [m / predicted[r] for r, m in enumerate(measured)]
         ratios += row
         print(f"{name:32s} measured / predicted per rank: " + " ".join(f"{x:.3f}" for x in row), flush=True)
