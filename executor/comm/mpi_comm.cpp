@@ -18,6 +18,12 @@ void check(int rc, const char *what) {
   }
 }
 
+/// Point-to-point counts are ints: one message is below 2 GiB.
+void checkMessageSize(size_t bytes) {
+  if (bytes > static_cast<size_t>(INT32_MAX))
+    throw std::runtime_error("message of " + std::to_string(bytes) + " bytes exceeds MPI's 2 GiB limit");
+}
+
 MPI_Op toMpi(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
 // MPI counts are ints: reduce in chunks below 2^31 elements.
@@ -77,8 +83,7 @@ public:
   int size() const override { return size_; }
 
   void sendBytes(Payload payload, int dst, int tag) override {
-    if (payload.size > static_cast<size_t>(INT32_MAX))
-      throw std::runtime_error("message of " + std::to_string(payload.size) + " bytes exceeds MPI's 2 GiB limit");
+    checkMessageSize(payload.size);
     reapSends();
     pending_.push_back({MPI_REQUEST_NULL, std::move(payload.owner)});
     check(MPI_Isend(payload.data, static_cast<int>(payload.size), MPI_BYTE, dst, tag, comm_,
@@ -87,10 +92,7 @@ public:
   }
 
   std::string recv(int src, int tag) override {
-    MPI_Status status;
-    check(MPI_Probe(src, tag, comm_, &status), "MPI_Probe");
-    int count = 0;
-    MPI_Get_count(&status, MPI_BYTE, &count);
+    const int count = probe(src, tag);
     std::string buf(static_cast<size_t>(count), '\0');
     check(MPI_Recv(buf.data(), count, MPI_BYTE, src, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
     reapSends();
@@ -98,12 +100,8 @@ public:
   }
 
   void recvInto(void *data, size_t size, int src, int tag) override {
-    if (size > static_cast<size_t>(INT32_MAX))
-      throw std::runtime_error("message of " + std::to_string(size) + " bytes exceeds MPI's 2 GiB limit");
-    MPI_Status status;
-    check(MPI_Probe(src, tag, comm_, &status), "MPI_Probe");
-    int count = 0;
-    MPI_Get_count(&status, MPI_BYTE, &count);
+    checkMessageSize(size);
+    const int count = probe(src, tag);
     if (static_cast<size_t>(count) != size)
       throw std::runtime_error("expected a message of " + std::to_string(size) + " bytes from rank " +
                                std::to_string(src) + ", got " + std::to_string(count));
@@ -171,6 +169,15 @@ private:
   static int blockCount(int64_t block) {
     if (block >= kChunk * 2) throw std::runtime_error("a collective block of 2^31 floats or more");
     return static_cast<int>(block);
+  }
+
+  /// The byte size of the next message from `src` with `tag` (waits for it).
+  int probe(int src, int tag) {
+    MPI_Status status;
+    check(MPI_Probe(src, tag, comm_, &status), "MPI_Probe");
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    return count;
   }
 
   /// Drops the sends that have completed, so each buffer goes as soon as its
