@@ -970,7 +970,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> received; // RecvActivations -> Forward
     // The loss of each micro-batch, read once the step is done: reading it
     // at once would make the host wait for the device every micro-batch.
-    std::vector<std::pair<int, torch::Tensor>> losses;
+    std::vector<torch::Tensor> losses;
+    std::vector<int> loss_mbs; // the micro-batch of each
     for (size_t ai = 0; ai < actions.size(); ++ai) {
       const schedule::Action &a = actions[ai];
       const int mb = a.microbatch;
@@ -992,7 +993,10 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                                 .to(s.device)
                           : gatherSamples(s.data.at(in), order, first, mine.size(), s.device);
         runner.forward(mb, std::move(feeds));
-        if (prog.computes_loss) losses.emplace_back(mb, runner.loss(mb).detach());
+        if (prog.computes_loss) {
+          losses.push_back(runner.loss(mb).detach());
+          loss_mbs.push_back(mb);
+        }
         break;
       }
       case schedule::ActionKind::SendActivations:
@@ -1031,12 +1035,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     transport->waitSends();
     runtime::synchronizeGpu(s.gpu()); // the step's time is the device's
     if (!losses.empty()) {
-      std::vector<torch::Tensor> values;
-      for (const auto &[mb, l] : losses) values.push_back(l);
-      const torch::Tensor host = torch::stack(values).to(torch::kCPU, torch::kDouble); // one copy off the device
+      const torch::Tensor host = torch::stack(losses).to(torch::kCPU, torch::kDouble); // one copy off the device
+      const double *value = host.data_ptr<double>();
       for (size_t i = 0; i < losses.size(); ++i) {
-        const double weighted = host[int64_t(i)].item<double>() * double(mine.size()) / double(B);
-        rec.batch_losses[size_t(losses[i].first / M)] += weighted;
+        const double weighted = value[i] * double(mine.size()) / double(B);
+        rec.batch_losses[size_t(loss_mbs[i] / M)] += weighted;
         rec.loss_sum += weighted / double(K);
       }
     }
