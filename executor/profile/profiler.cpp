@@ -174,6 +174,41 @@ void calibrate(runtime::StageRunner &full, const std::unordered_map<ir::ValueId,
   }
 }
 
+/// Note [values autograd keeps]
+/// Which values made in one unit and read in a later one does autograd save
+/// nowhere? A whole-graph forward with autograd recording drops each value at
+/// its last use as a stage does (Note [last use] in executor/runtime/stage.h);
+/// a value whose storage is gone by the end of that forward was saved by no
+/// op (nor is it a view of one that was). A unit measured alone keeps its
+/// outputs for later units in its kept bytes, saved or not, so the planner
+/// subtracts these from a stage that holds their producer and their last
+/// reader (planner/driver/lower.cpp).
+std::vector<ir::ValueId> unsavedValues(const ir::Graph &g, const std::vector<cost::Unit> &units,
+                                       runtime::StageRunner &trimmed,
+                                       const std::unordered_map<ir::ValueId, torch::Tensor> &data) {
+  std::vector<int> unit_of(g.nodes.size(), 0);
+  for (size_t u = 0; u < units.size(); ++u)
+    for (int n = units[u].op_begin; n < units[u].op_end; ++n) unit_of[size_t(n)] = int(u);
+  std::vector<int> last_reader(g.values.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (ir::ValueId in : g.nodes[n].inputs)
+      if (in != ir::kNoValue) last_reader[size_t(in)] = std::max(last_reader[size_t(in)], unit_of[n]);
+  std::vector<std::pair<ir::ValueId, c10::weak_intrusive_ptr<c10::StorageImpl>>> watched;
+  trimmed.onDrop([&](ir::ValueId v, const torch::Tensor &t) {
+    const ir::NodeId producer = g.values[size_t(v)].producer;
+    if (producer >= 0 && t.defined() && t.has_storage() && last_reader[size_t(v)] > unit_of[size_t(producer)])
+      watched.emplace_back(v, t.storage().getWeakStorageImpl());
+  });
+  trimmed.forward(0, data);
+  std::vector<ir::ValueId> unsaved;
+  for (const auto &[v, storage] : watched)
+    if (storage.expired()) unsaved.push_back(v);
+  trimmed.release(0);
+  trimmed.onDrop(nullptr);
+  std::sort(unsaved.begin(), unsaved.end());
+  return unsaved;
+}
+
 } // namespace
 
 Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
@@ -231,6 +266,8 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
     // One runner for the whole graph captures every value a unit reads.
     schedule::StageProgram whole = schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0);
     runtime::StageRunner full(g, whole, params, constants, buffers);
+    full.setKeepAll(true); // every unit's inputs are read from it (Note [last use])
+    runtime::StageRunner trimmed(g, whole, params, constants, buffers); // as a stage runs it
     std::vector<runtime::StageRunner> runners;
     for (size_t u = 0; u < units.size(); ++u)
       runners.emplace_back(g, schedule::buildStageProgram(g, ranges, int(u)), params, constants, buffers);
@@ -241,9 +278,11 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
                                        : opts.precision == "fp16" ? torch::kHalf
                                                                   : torch::kFloat;
     full.setAutocast(autocast);
+    trimmed.setAutocast(autocast);
     for (auto &r : runners) r.setAutocast(autocast);
     // As rannc-exec does: the device's generator, CPU-made op outputs moved there.
     full.setDevice(device);
+    trimmed.setDevice(device);
     for (auto &r : runners) r.setDevice(device);
 
     // Structurally identical units are measured once (the first of them).
@@ -260,6 +299,10 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
         torch::NoGradGuard no_grad;
         full.forward(0, data);
       }
+      // At the largest size, which the planner's kept bytes come from: at
+      // one sample some values are views that are copies at more (a reshape
+      // of a transposed tensor), and which values share storage differs.
+      if (b == table.batch_sizes.back()) table.unsaved_values = unsavedValues(g, units, trimmed, data);
       std::vector<cost::UnitCost> row;
       for (size_t u = 0; u < units.size(); ++u) {
         if (same_as[u] != u) {

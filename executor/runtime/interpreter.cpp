@@ -9,7 +9,8 @@ namespace rannc::runtime {
 
 void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap &env, const NodeHooks &hooks) {
   std::vector<torch::Tensor> ins;
-  for (ir::NodeId n : nodes) {
+  for (size_t index = 0; index < nodes.size(); ++index) {
+    const ir::NodeId n = nodes[index];
     const ir::Node &node = g.nodes[n];
     ins.clear();
     for (ir::ValueId in : node.inputs) {
@@ -35,6 +36,7 @@ void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap
     if (hooks.ran) hooks.ran(n, ins, outs);
     for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i)
       if (node.outputs[i] != ir::kNoValue) env[node.outputs[i]] = std::move(outs[i]);
+    if (hooks.placed) hooks.placed(index, env);
   }
 }
 

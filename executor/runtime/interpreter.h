@@ -34,6 +34,8 @@ using ValueMap = std::unordered_map<ir::ValueId, torch::Tensor>;
 //    outputs are placed. StageRunner moves CPU-made outputs to its device and
 //    copies BatchNorm's statistics into its buffers (Note [buffers] in ir.h);
 //    conformance tracks which values are random and checks Dropout.
+//  - `placed`: after a node's outputs entered the environment. StageRunner
+//    drops the values read for the last time (Note [last use]).
 //  - `failed`: a kernel's error, for the caller to put in its own terms
 //    (conformance turns it into a case failure).
 // Grad mode, autocast and random state are the caller's: they are LibTorch
@@ -47,6 +49,9 @@ struct NodeHooks {
   /// Called after node `id` ran on `ins` and returned `outs`, before `outs`
   /// enter the environment: may check them or replace them.
   std::function<void(ir::NodeId id, const std::vector<torch::Tensor> &ins, std::vector<torch::Tensor> &outs)> ran;
+  /// Called after the node at `index` of `nodes` has placed its outputs in
+  /// `env`: may drop values nothing reads any more.
+  std::function<void(size_t index, ValueMap &env)> placed;
   /// Called when node `n`'s kernel throws `e`; may throw an error of its own.
   /// When it returns, or there is no hook, `e` propagates.
   std::function<void(const ir::Node &n, const std::exception &e)> failed;

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "executor/runtime/interpreter.h"
 #include "executor/runtime/ops.h"
@@ -63,6 +64,22 @@ StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
     const std::string &op = g.nodes[n].op_type;
     in_place_ |= g.nodes[n].domain == "aten" && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_';
   }
+  // Note [last use]: where each value is read for the last time.
+  std::unordered_map<ir::ValueId, size_t> last;
+  for (size_t i = 0; i < program_.nodes.size(); ++i) {
+    const ir::Node &node = g.nodes[program_.nodes[i]];
+    for (ir::ValueId out : node.outputs)
+      if (out != ir::kNoValue) last.emplace(out, i); // made here; a reader moves it on
+    for (ir::ValueId in : node.inputs)
+      if (in != ir::kNoValue) last[in] = i;
+  }
+  std::unordered_set<ir::ValueId> kept;
+  for (const auto &r : program_.recvs) kept.insert(r.value);
+  for (const auto &snd : program_.sends) kept.insert(snd.value);
+  if (program_.computes_loss) kept.insert(loss_);
+  dying_.assign(program_.nodes.size(), {});
+  for (const auto &[v, i] : last)
+    if (!kept.count(v) && g.values[v].kind == ir::ValueKind::Intermediate) dying_[i].push_back(v);
 }
 
 std::vector<torch::Tensor> StageRunner::parameters() const {
@@ -155,6 +172,15 @@ void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool 
             buffers_.at(bu.buffer).copy_(outs[i]);
           }
   };
+  if (!keep_all_)
+    hooks.placed = [this](size_t index, ValueMap &env) {
+      for (ir::ValueId v : dying_[index]) {
+        auto it = env.find(v);
+        if (it == env.end()) continue;
+        if (on_drop_) on_drop_(v, it->second);
+        env.erase(it);
+      }
+    };
   runNodes(g_, program_.nodes, env, hooks);
 }
 

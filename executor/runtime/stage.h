@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -72,6 +73,26 @@ public:
   void dropSent(int mb);
   bool recomputes() const { return recompute_; }
 
+  /// Note [last use]
+  /// Forward drops each value from the micro-batch's environment once the
+  /// last op of the stage that reads it has run, as PyTorch's eager mode
+  /// does: what backward needs, autograd has saved itself (a dropped tensor
+  /// it saved stays alive through that reference), and the rest is freed at
+  /// once (a GPT's attention scores before the softmax, for one). Kept to the
+  /// end: the received values (their gradients go back), the values the
+  /// stage sends (backward starts from them) and the loss. So a unit's kept
+  /// bytes, measured by the profiler with the same runner, are what autograd
+  /// saves plus the unit's outputs for later units; the planner takes off
+  /// those that autograd saves nowhere where a stage also holds their last
+  /// reader (Note [values autograd keeps] in executor/profile/profiler.cpp,
+  /// Note [unsaved values] in planner/partition/evaluate.cpp).
+  /// setKeepAll(true) keeps every value (the profiler's whole-graph run, which
+  /// feeds each unit from it).
+  void setKeepAll(bool on) { keep_all_ = on; }
+  /// Called with each value forward drops, just before it goes (the
+  /// profiler watches which of them autograd keeps alive).
+  void onDrop(std::function<void(ir::ValueId, const torch::Tensor &)> f) { on_drop_ = std::move(f); }
+
   /// Mixed precision (Note [autocast dtypes] in planner/cost/precision.cpp):
   /// run every forward, the recomputed one too, under LibTorch's autocast at
   /// `dtype` (kBFloat16 or kHalf); kFloat turns it off. Backward runs outside
@@ -109,6 +130,11 @@ private:
   ir::ValueId loss_;
   std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> envs_;
   bool recompute_ = false;
+  bool keep_all_ = false;
+  std::function<void(ir::ValueId, const torch::Tensor &)> on_drop_;
+  /// Note [last use]: dying_[i], the values the node at program_.nodes[i] reads
+  /// for the last time or makes for nobody, dropped after it runs.
+  std::vector<std::vector<ir::ValueId>> dying_;
   bool in_place_ = false; ///< the program has in-place ATen ops
   torch::ScalarType autocast_ = torch::kFloat; ///< kFloat: no autocast
   torch::Device device_ = torch::kCPU;

@@ -4,6 +4,8 @@
 #include "planner/cost/precision.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <string_view>
 
 namespace rannc::cost {
 namespace {
@@ -13,6 +15,102 @@ int64_t valueBytes(const ir::Graph &g, ir::ValueId v, int64_t b) {
   const ir::Value &val = g.values[v];
   if (!val.shape_known) return 0;
   return ir::numelAt(val.shape, b) * ir::dtypeSize(val.runtimeDType()); // Note [autocast dtypes]
+}
+
+/// Note [what autograd saves]
+/// rannc-exec drops each value after its last use (Note [last use] in
+/// executor/runtime/stage.h), so what a unit keeps for backward is what
+/// autograd saves, plus its outputs for later units. The analytic source
+/// estimates the first from the ops' autograd formulas (PyTorch's
+/// derivatives.yaml) for the common ops, and nothing less than the old
+/// "every input and output" for the rest:
+///  - a product (MatMul, Gemm, Conv, Einsum, Mul, Div) saves an operand when
+///    another operand requires grad (Div also saves its divisor for itself);
+///  - Softmax, LogSoftmax, Relu, Sigmoid, Tanh, Exp, Sqrt and Reciprocal save
+///    their output (and SoftmaxCrossEntropyLoss a log-softmax of its input's
+///    size, counted as that input); Erf, Gelu, Pow, the other activations and
+///    the normalizations their inputs (normalizations also a mean and an
+///    inverse deviation per row, left out);
+///  - sums, differences, negation, reductions to a sum or mean, casts and
+///    movement ops (views and copies: Reshape, Transpose, Slice, Concat, ...)
+///    save nothing of their float operands, Gather and Where only the indices
+///    and the condition;
+///  - Dropout saves a one-byte mask per element;
+///  - any other op saves all its inputs and its outputs.
+/// Only values that require grad (made from a parameter) are saved at all.
+
+bool anyOf(std::initializer_list<std::string_view> names, std::string_view op) {
+  return std::find(names.begin(), names.end(), op) != names.end();
+}
+
+struct Saved {
+  std::vector<bool> value; ///< by value id
+  std::vector<bool> mask;  ///< by node: a Dropout whose one-byte mask autograd keeps
+};
+
+Saved savedForBackward(const ir::Graph &g) {
+  std::vector<bool> grad(g.values.size(), false), saved(g.values.size(), false), mask(g.nodes.size(), false);
+  for (ir::ValueId p : g.parameters) grad[p] = ir::isFloating(g.values[p].dtype);
+  auto requiresGrad = [&](const ir::Node &n, size_t i) {
+    return i < n.inputs.size() && n.inputs[i] != ir::kNoValue && grad[n.inputs[i]];
+  };
+  auto save = [&](ir::ValueId v) {
+    if (v != ir::kNoValue && grad[v]) saved[v] = true;
+  };
+  for (size_t id = 0; id < g.nodes.size(); ++id) {
+    const ir::Node &n = g.nodes[id];
+    bool out_grad = false;
+    for (size_t i = 0; i < n.inputs.size(); ++i) out_grad |= requiresGrad(n, i);
+    for (ir::ValueId o : n.outputs)
+      if (o != ir::kNoValue) grad[o] = out_grad && ir::isFloating(g.values[o].dtype);
+    if (!out_grad) continue;
+    std::string_view op = n.op_type;
+    if (op.rfind("aten::", 0) == 0) op.remove_prefix(6);
+    if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1); // relu_ -> relu
+    mask[id] = anyOf({"Dropout", "dropout", "native_dropout"}, op);
+    const bool product = anyOf({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Mul", "matmul", "mm", "bmm",
+                                "linear", "addmm", "conv1d", "conv2d", "conv3d", "convolution", "_convolution",
+                                "einsum", "mul"},
+                               op);
+    if (product || op == "Div" || op == "div") {
+      // The two operands: addmm's are its inputs 1 and 2 (input 0 is the bias).
+      const size_t a = op == "addmm" ? 1 : 0, b = a + 1;
+      if (b >= n.inputs.size()) continue;
+      if (requiresGrad(n, b)) save(n.inputs[a]);
+      if (requiresGrad(n, a) || op == "Div" || op == "div") save(n.inputs[b]);
+      continue;
+    }
+    if (anyOf({"Softmax", "LogSoftmax", "Relu", "Sigmoid", "Tanh", "Exp", "Sqrt", "Reciprocal", "softmax",
+               "_softmax", "log_softmax", "_log_softmax", "relu", "sigmoid", "tanh", "exp", "sqrt", "reciprocal"},
+              op)) {
+      for (ir::ValueId o : n.outputs) save(o);
+      continue;
+    }
+    if (anyOf({"Erf", "Gelu", "Sin", "Cos", "Log", "Abs", "Pow", "LeakyRelu", "Elu", "Selu", "Softplus",
+               "HardSigmoid", "HardSwish", "Clip", "Mish", "LayerNormalization", "BatchNormalization",
+               "GroupNormalization", "InstanceNormalization", "RMSNormalization", "erf", "gelu", "sin", "cos", "log",
+               "abs", "pow", "leaky_relu", "elu", "silu", "hardswish", "hardsigmoid", "clamp", "layer_norm",
+               "native_layer_norm", "batch_norm", "native_batch_norm", "group_norm", "rms_norm"},
+              op)) {
+      for (ir::ValueId in : n.inputs) save(in); // and small statistics, which we leave out
+      continue;
+    }
+    if (anyOf({"SoftmaxCrossEntropyLoss", "cross_entropy_loss"}, op)) {
+      save(n.inputs.empty() ? ir::kNoValue : n.inputs[0]); // its log-softmax, the input's size
+      continue;
+    }
+    if (anyOf({"Add", "Sub", "Neg", "Sum", "ReduceSum", "ReduceMean", "Cast", "CastLike", "Reshape", "Transpose",
+               "Flatten", "Squeeze", "Unsqueeze", "Slice", "Concat", "Split", "Expand", "Identity", "Tile", "Pad",
+               "Gather", "Where", "Dropout", "add", "sub", "rsub", "neg", "sum", "mean", "view", "reshape",
+               "_unsafe_view", "permute", "transpose", "t", "contiguous", "expand", "slice", "select", "cat",
+               "split", "chunk", "unbind", "squeeze", "unsqueeze", "flatten", "to", "_to_copy", "clone", "embedding",
+               "index_select", "where", "dropout", "native_dropout", "masked_fill"},
+              op))
+      continue; // the indices, conditions and masks they keep are counted below or small
+    for (ir::ValueId in : n.inputs) save(in);
+    for (ir::ValueId o : n.outputs) save(o);
+  }
+  return {std::move(saved), std::move(mask)};
 }
 
 } // namespace
@@ -125,6 +223,12 @@ CostTable analyticCosts(const ir::Graph &g, const std::vector<Unit> &units, cons
   for (int n = 0; n < int(g.nodes.size()); ++n)
     for (ir::ValueId in : g.nodes[n].inputs)
       if (in != ir::kNoValue) last_reader[in] = n;
+  const Saved saved = savedForBackward(g);
+  // What a stage frees of the outputs a unit keeps for later units (Note
+  // [unsaved values] in planner/partition/evaluate.cpp), as the profiler lists it.
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v)
+    if (g.values[v].kind == ir::ValueKind::Intermediate && last_reader[v] >= 0 && !saved.value[v])
+      t.unsaved_values.push_back(v);
   for (int64_t b : batch_sizes) {
     auto ops = estimateOpCosts(g, device, b);
     std::vector<UnitCost> row;
@@ -134,11 +238,16 @@ CostTable analyticCosts(const ir::Graph &g, const std::vector<Unit> &units, cons
       for (int i = u.op_begin; i < u.op_end; ++i) {
         c.fwd_s += ops[i].fwd_time_s;
         c.bwd_s += ops[i].bwd_time_s;
-        c.kept_bytes += ops[i].output_bytes;
         largest = std::max(largest, ops[i].output_bytes);
-        for (ir::ValueId v : g.nodes[i].outputs)
-          if (v != ir::kNoValue && last_reader[v] >= u.op_end && ir::isFloating(g.values[v].dtype))
-            handed += valueBytes(g, v, b);
+        // Note [what autograd saves]: saved, or kept for a later unit.
+        const auto &outs = g.nodes[i].outputs;
+        for (ir::ValueId v : outs) {
+          if (v == ir::kNoValue) continue;
+          if (saved.value[v] || last_reader[v] >= u.op_end) c.kept_bytes += valueBytes(g, v, b);
+          if (last_reader[v] >= u.op_end && ir::isFloating(g.values[v].dtype)) handed += valueBytes(g, v, b);
+        }
+        if (saved.mask[i] && !outs.empty() && outs[0] != ir::kNoValue && g.values[outs[0]].shape_known)
+          c.kept_bytes += ir::numelAt(g.values[outs[0]].shape, b); // one byte per element
       }
       // Backward materialises roughly one gradient per kept activation, the
       // largest of them at a time, while the gradients of the unit's outputs

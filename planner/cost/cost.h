@@ -46,7 +46,7 @@ std::vector<Unit> formUnits(const ir::Graph &g, int max_ops = 64);
 struct UnitCost {
   double fwd_s = 0;
   double bwd_s = 0;
-  int64_t kept_bytes = 0; ///< tensors alive after forward until backward (activations, outputs)
+  int64_t kept_bytes = 0; ///< alive after forward until backward: what autograd saved and the unit's outputs read later (Note [last use])
   int64_t work_bytes = 0; ///< transient peak above the kept bytes during forward + backward
 };
 
@@ -59,6 +59,11 @@ struct CostTable {
   double optimizer_s_per_param = 0;     ///< optimizer step time per parameter element
   std::string optimizer;                ///< the optimizer that figure is for
   std::string device_name;              ///< measured tables: the hardware ("NVIDIA H100 80GB HBM3"); else empty
+  /// Values that autograd saves nowhere, so a stage holding their maker and
+  /// their last reader frees them during forward (Note [last use] in
+  /// executor/runtime/stage.h): measured by the profiler for values read in a
+  /// later unit, estimated by the analytic source (Note [what autograd saves]).
+  std::vector<ir::ValueId> unsaved_values;
 
   /// Cost of `unit` at micro-batch size b: linear between the measured sizes,
   /// extrapolated linearly from the nearest two outside them.

@@ -5,10 +5,12 @@
 
 namespace rannc::cost {
 
-// 2: a unit's work_bytes include the gradients of its outputs, handed to
-// autograd as rannc-exec does (Note [handing gradients over]); version 1 left
-// them out and is refused.
-constexpr uint32_t kProfileVersion = 2;
+// 3: a unit's kept_bytes are what stays alive after its forward when each
+// value goes at its last use (Note [last use] in executor/runtime/stage.h),
+// and its work_bytes include the gradients of its outputs, handed to autograd
+// as rannc-exec does (Note [handing gradients over]). Older versions counted
+// every op output as kept, or left the gradients out, and are refused.
+constexpr uint32_t kProfileVersion = 3;
 
 Status writeProfile(const CostTable &table, const ProfileKey &key, const std::string &path) {
   proto::Profile p;
@@ -26,6 +28,7 @@ Status writeProfile(const CostTable &table, const ProfileKey &key, const std::st
     r->set_op_end(u.op_end);
   }
   for (int64_t b : table.batch_sizes) p.add_batch_sizes(b);
+  for (ir::ValueId v : table.unsaved_values) p.add_unsaved_values(uint32_t(v));
   for (const auto &row : table.costs) {
     auto *r = p.add_rows();
     for (const UnitCost &c : row) {
@@ -51,7 +54,7 @@ Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expec
     return Error{path + ": profile format " + std::to_string(p.format_version()) + " is newer than this rannc"};
   if (p.format_version() < kProfileVersion)
     return Error{path + ": profile format " + std::to_string(p.format_version()) +
-                 " measured working memory without the gradients a unit receives; re-run rannc-plan profile"};
+                 " counted memory as an older rannc-exec held it; re-run rannc-plan profile"};
   if (p.model_sha256() != expect.model_sha256)
     return Error{path + ": the profile was measured for another model (SHA-256 " + p.model_sha256().substr(0, 12) +
                  "..., this model is " + expect.model_sha256.substr(0, 12) + "...); re-run rannc-plan profile"};
@@ -74,6 +77,7 @@ Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expec
   t.device_name = p.device_name();
   for (const auto &u : p.units()) t.units.push_back({u.op_begin(), u.op_end()});
   t.batch_sizes.assign(p.batch_sizes().begin(), p.batch_sizes().end());
+  for (uint32_t v : p.unsaved_values()) t.unsaved_values.push_back(ir::ValueId(v));
   for (const auto &row : p.rows()) {
     if (row.units_size() != p.units_size()) return Error{path + ": corrupt profile (a row has the wrong unit count)"};
     std::vector<UnitCost> r;

@@ -122,17 +122,41 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
       if (in != ir::kNoValue) last_reader[in] = std::max(last_reader[in], unit_of[node]);
   p.cut_bytes_per_sample.assign(n + 1, 0.0);
   std::vector<double> own_out(n, 0.0); // of cut[u+1], what unit u made itself
-  constexpr int64_t kProbe = 8; // bytes per sample from the size at 8 samples
-  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+  auto crosses = [&](ir::ValueId v) {
     const ir::Value &val = g.values[v];
-    if (val.kind != ir::ValueKind::Intermediate || !ir::isFloating(val.dtype) || last_reader[v] < 0) continue;
-    if (g.nodes[val.producer].inputs.empty()) continue; // Constant: recomputed
-    const int a = unit_of[val.producer];
-    const double per_sample =
-        val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.runtimeDType())) / kProbe : 0.0;
+    return val.kind == ir::ValueKind::Intermediate && ir::isFloating(val.dtype) && last_reader[v] >= 0 &&
+           !g.nodes[val.producer].inputs.empty(); // not a Constant: those are recomputed
+  };
+  constexpr int64_t kProbe = 8; // bytes per sample from the size at 8 samples
+  auto perSample = [&](const ir::Value &val) {
+    return val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.runtimeDType())) / kProbe : 0.0;
+  };
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+    if (!crosses(v)) continue;
+    const int a = unit_of[g.values[v].producer];
+    const double per_sample = perSample(g.values[v]);
     for (int i = a + 1; i <= last_reader[v]; ++i) p.cut_bytes_per_sample[i] += per_sample;
     if (last_reader[v] > a) own_out[a] += per_sample;
   }
+  // Values that autograd saves nowhere go at their last use inside a stage,
+  // though each unit, measured alone, kept its own (Note [unsaved values] in
+  // planner/partition/evaluate.cpp): X_i and fr_i from the profile's list. A
+  // value its maker's kept bytes cannot hold (a view of what it received) is
+  // left counted, as partition::validate asks.
+  std::vector<double> unsaved_cut(n + 1, 0.0), made(n, 0.0);
+  for (ir::ValueId v : costs.unsaved_values) {
+    if (v < 0 || v >= ir::ValueId(g.values.size()))
+      return Error{"the profile names value " + std::to_string(v) +
+                   ", which this model does not have; re-run rannc-plan profile"};
+    if (!crosses(v)) continue;
+    const int a = unit_of[g.values[v].producer];
+    const double per_sample = perSample(g.values[v]);
+    if (last_reader[v] <= a || made[a] + per_sample > p.blocks[a].activation_bytes_per_sample) continue;
+    made[a] += per_sample;
+    for (int i = a + 1; i <= last_reader[v]; ++i) unsaved_cut[i] += per_sample;
+    p.blocks[last_reader[v]].unsaved_freed_bytes_per_sample += per_sample;
+  }
+  if (!costs.unsaved_values.empty()) p.unsaved_cut_bytes_per_sample = std::move(unsaved_cut);
   // A unit's working bytes include the gradients of its own outputs (the
   // profiler hands them over as a stage does). The gradients of the values
   // that pass over it, made by a later unit for an earlier one, wait in

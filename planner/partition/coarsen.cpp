@@ -19,6 +19,9 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       allowed[i] = false;
       check.cut_bytes_per_sample[i] = 0;
     }
+  // (the unsaved bytes, which a blanked cut would contradict, the DP validates)
+  check.unsaved_cut_bytes_per_sample.clear();
+  for (Block &b : check.blocks) b.unsaved_freed_bytes_per_sample = 0;
   if (Status st = validate(check); !st) return Error{"coarsen: " + st.message()};
 
   // Unit costs: share of time plus share of parameters.
@@ -82,6 +85,7 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
   out.problem = units;
   out.problem.blocks.clear();
   out.problem.cut_bytes_per_sample.clear();
+  out.problem.unsaved_cut_bytes_per_sample.clear();
   for (int b = 0; b < K; ++b) {
     Block blk;
     for (int i = chosen[b]; i < chosen[b + 1]; ++i) {
@@ -94,14 +98,19 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       blk.buffer_bytes += u.buffer_bytes;
       blk.lowp_weight_bytes += u.lowp_weight_bytes;
       blk.activation_bytes_per_sample += u.activation_bytes_per_sample;
+      blk.unsaved_freed_bytes_per_sample += u.unsaved_freed_bytes_per_sample; // Note [unsaved values]
       // The largest of the units' affine working bytes, bounded by one line.
       blk.working_bytes_per_sample = std::max(blk.working_bytes_per_sample, u.working_bytes_per_sample);
       blk.working_fixed_bytes = std::max(blk.working_fixed_bytes, u.working_fixed_bytes);
     }
     out.problem.blocks.push_back(blk);
     out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[chosen[b]]);
+    if (!units.unsaved_cut_bytes_per_sample.empty())
+      out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(chosen[b]));
   }
   out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[n]);
+  if (!units.unsaved_cut_bytes_per_sample.empty())
+    out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(n));
   return out;
 }
 

@@ -111,20 +111,30 @@ public:
       g1_[i + 1] = g1_[i] + b.bwd.per_sample_s;
       params_[i + 1] = params_[i] + b.param_bytes;
       bufs_[i + 1] = bufs_[i] + b.buffer_bytes + b.lowp_weight_bytes; // both fixed per stage
-      act_[i + 1] = act_[i] + b.activation_bytes_per_sample;
+      act_[i + 1] = act_[i] + b.activation_bytes_per_sample - b.unsaved_freed_bytes_per_sample; // Note [unsaved values]
     }
-    // Sparse tables for the largest working bytes of any block range, one per
-    // micro-batch size (a block's working bytes are affine in it).
-    for (double b : samples_) {
-      std::vector<std::vector<double>> table(1);
-      for (const Block &blk : p.blocks) table[0].push_back(blk.workingAt(b));
+    // stageWorking from range maxima, one pair of sparse tables per
+    // micro-batch size: of w_u, and of w_u + b kept_[u+1], where S_u =
+    // act_[e] - kept_[u+1] and kept_[k] = act_[k] - X_k.
+    for (int k = 0; k <= n_; ++k) kept_.push_back(act_[k] - p.unsavedCutAt(k));
+    auto sparse = [this](std::vector<double> row) {
+      std::vector<std::vector<double>> table{std::move(row)};
       for (int len = 2; len <= n_; len *= 2) {
         const std::vector<double> &prev = table.back();
         std::vector<double> next(n_ - len + 1);
         for (int i = 0; i + len <= n_; ++i) next[i] = std::max(prev[i], prev[i + len / 2]);
         table.push_back(std::move(next));
       }
-      work_.push_back(std::move(table));
+      return table;
+    };
+    for (double b : samples_) {
+      std::vector<double> work, keyed;
+      for (int u = 0; u < n_; ++u) {
+        work.push_back(p.blocks[u].workingAt(b));
+        keyed.push_back(work.back() + b * kept_[u + 1]);
+      }
+      work_.push_back(sparse(std::move(work)));
+      keyed_work_.push_back(sparse(std::move(keyed)));
     }
     num_states_ = static_cast<int64_t>(kmax_ + 1) * (n_ + 1) * (D_ + 1);
   }
@@ -283,11 +293,27 @@ private:
     return 1;
   }
 
-  /// The largest working bytes of blocks [a, e) on R_[ri] replicas.
-  double maxWork(int a, int e, size_t ri) const {
+  /// The largest entry of a sparse table over blocks [a, e), a < e.
+  static double rangeMax(const std::vector<std::vector<double>> &table, int a, int e) {
     int level = 0;
     while ((2 << level) <= e - a) ++level;
-    return std::max(work_[ri][level][a], work_[ri][level][e - (1 << level)]);
+    return std::max(table[level][a], table[level][e - (1 << level)]);
+  }
+
+  /// stageWorking(p, a, e, b) for b = samples_[ri]: block u < e-1 counts
+  /// w_u - b max(0, S_u - cut[e]). kept_ never decreases (Note [unsaved
+  /// values]; partition::validate holds it), so S_u >= cut[e] holds for a
+  /// prefix [a, m) of the blocks, found by bisection.
+  double maxWork(int a, int e, size_t ri) const {
+    const double b = samples_[ri];
+    double w = p_.blocks[e - 1].workingAt(b);
+    if (e - a < 2) return w;
+    const double total = act_[e], cut = p_.cut_bytes_per_sample[e]; // S_u = total - kept_[u+1]
+    const int m = static_cast<int>(std::upper_bound(kept_.begin() + a + 1, kept_.begin() + e, total - cut) -
+                                   (kept_.begin() + 1));
+    if (m > a) w = std::max(w, rangeMax(keyed_work_[ri], a, m) - b * (total - cut));
+    if (m < e - 1) w = std::max(w, rangeMax(work_[ri], m, e - 1));
+    return w;
   }
 
   int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
@@ -314,7 +340,7 @@ private:
     in.param_bytes = params_[e] - params_[a];
     in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
     in.model_buffers = bufs_[e] - bufs_[a];
-    in.act_per_sample = act_[e] - act_[a];
+    in.act_per_sample = act_[e] - act_[a] + p_.unsavedCutAt(a); // K (Note [unsaved values])
     in.working = maxWork(a, e, ri);
     in.cut_in = p_.cut_bytes_per_sample[a];
     in.cut_out = p_.cut_bytes_per_sample[e];
@@ -426,8 +452,10 @@ private:
   const std::vector<int> *per_stage_ = nullptr;
   int64_t per_microbatch_ = 0;
   std::vector<double> samples_;
-  std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_, act_;
+  std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_, act_; // act_: of act_i - fr_i
+  std::vector<double> kept_; ///< act_[k] - X_k (Note [unsaved values])
   std::vector<std::vector<std::vector<double>>> work_; // work_[ri][j][i] = max over blocks [i, i + 2^j)
+  std::vector<std::vector<std::vector<double>>> keyed_work_; // the same of w_u + b kept_[u+1]
   int64_t num_states_ = 0;
   std::vector<double> lb_a_, lb_psi_, lb_c_[2];
   std::vector<std::vector<Point>> fronts_;

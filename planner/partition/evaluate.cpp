@@ -63,12 +63,21 @@ namespace rannc::partition {
 //                                          stage is a forward behind), whose
 //                                          values with the stash then make its
 //                                          peak;
-//   working = max_i (fixed_i + b work_i): a block's backward, with the
-//     gradients it receives (freed once consumed: Note [handing gradients
-//     over] in executor/runtime/stage.cpp) and those of the values passing
-//     over it, which wait for their producer; fixed_i covers what does not
-//     grow with the batch, a parameter's gradient made whole before it is
-//     added to .grad (planner/driver/lower.cpp fits both);
+//   where sum act stands for K = sum act_i - sum fr_i + X_a over the stage's blocks
+//     (Note [unsaved values]): what one micro-batch keeps besides its inputs;
+//   working = max over the stage's blocks u of w_u = fixed_u + b work_u, a
+//     block's forward transients and backward, with the gradients it receives
+//     (freed once consumed: Note [handing gradients over] in
+//     executor/runtime/stage.cpp) and those of the values passing over it,
+//     which wait for their producer; fixed_u covers what does not grow with
+//     the batch, a parameter's gradient made whole before it is added to
+//     .grad (planner/driver/lower.cpp fits both). By the time block u runs
+//     its backward, the blocks after it in the stage have run theirs and
+//     autograd has freed what they kept, b S_u of the micro-batch, with
+//     S_u = sum_{u<j<e} (act_j - fr_j) + X_{u+1}, except the values the stage
+//     sends, at most b cut[e]; their forwards have not run yet when block u
+//     runs its own. So working = max(w_{e-1}, max_{u<e-1} (w_u - b max(0,
+//     S_u - cut[e]))) (stageWorking);
 //   transfers hold nothing of their own at the peak: a sent value is the
 //     stage's own tensor, kept for backward anyway, a received one is
 //     allocated as the tensor the stage keeps, and every transfer a stage
@@ -81,6 +90,26 @@ namespace rannc::partition {
 //   Feasible when the total <= memory * (1 - margin) - reserve, the reserve
 //   being what a GPU's runtime holds outside tensors (Note [runtime reserve]
 //   in planner/cluster/cluster.cpp; 0 on cpu).
+
+// Note [unsaved values]
+// A block's activation bytes act_i are measured with the block alone
+// (executor/profile/profiler.cpp): what autograd saves in it, plus its outputs
+// for later blocks, which it must keep because it sends them. Inside a stage
+// each value goes at its last use (Note [last use] in
+// executor/runtime/stage.h), so an output that autograd saves nowhere and that
+// a later block of the same stage reads last is freed during forward: a GPT's
+// attention inputs, which the matrix product copies before it saves them. With
+// fr_i the bytes of such values made before block i that block i reads last,
+// and X_i those of them crossing boundary i (the unsaved part of cut[i]), a
+// micro-batch of stage [a, e) keeps, besides its inputs cut[a],
+//   K = sum_{a<=i<e} (act_i - fr_i) + X_a.
+// Each unsaved value made inside and freed inside counts +1 in its maker's
+// act and -1 in its last reader's fr; made inside and read after e, +1: it is
+// sent; received and freed inside, -1 in fr and +1 in X_a, as it is counted in
+// cut[a]; received and passed on, +1 in X_a: the one over-count, bounded by
+// cut[a], and only in stages shorter than the value's life. The DP takes K
+// from prefix sums. X_{i+1} - X_i + fr_i is what block i makes that is saved
+// nowhere, at most act_i, so the prefix act - fr - X never decreases.
 
 std::string describe(const StageMemory &m, std::string (*bytes)(double)) {
   return "params " + bytes(m.params) + ", grads " + bytes(m.grads) + ", optimizer " + bytes(m.optimizer) +
@@ -104,6 +133,19 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   m.buffers = in.model_buffers;
   m.lowp_weights = in.lowp_weights;
   return m;
+}
+
+double stageWorking(const Problem &p, int a, int e, double b) {
+  double working = p.blocks[static_cast<size_t>(e - 1)].workingAt(b);
+  const double sent = p.cut_bytes_per_sample[static_cast<size_t>(e)];
+  double after = 0; // sum_{u<j<e} (act_j - fr_j)
+  for (int u = e - 2; u >= a; --u) {
+    const Block &next = p.blocks[static_cast<size_t>(u + 1)];
+    after += next.activation_bytes_per_sample - next.unsaved_freed_bytes_per_sample;
+    const double freed = std::max(0.0, after + p.unsavedCutAt(u + 1) - sent); // S_u - cut[e]
+    working = std::max(working, p.blocks[static_cast<size_t>(u)].workingAt(b) - b * freed);
+  }
+  return working;
 }
 
 namespace {
@@ -138,9 +180,10 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     c.param_bytes += blk.param_bytes;
     mem.model_buffers += blk.buffer_bytes;
     mem.lowp_weights += blk.lowp_weight_bytes;
-    mem.act_per_sample += blk.activation_bytes_per_sample;
-    mem.working = std::max(mem.working, blk.workingAt(b));
+    mem.act_per_sample += blk.activation_bytes_per_sample - blk.unsaved_freed_bytes_per_sample;
   }
+  mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
+  mem.working = stageWorking(p, stage.block_begin, stage.block_end, b);
   if (stage.recompute) c.recompute_s = c.fwd_s;
 
   const double cut_in = p.cut_bytes_per_sample[stage.block_begin];

@@ -38,13 +38,18 @@ struct StageMemoryInputs {
   double optimizer_bytes = 0;     ///< the whole state, before any sharding
   double model_buffers = 0;
   double lowp_weights = 0;
-  double act_per_sample = 0;      ///< the blocks' activation bytes per sample, summed
-  double working = 0;             ///< the largest of the blocks' working bytes at `samples`
+  double act_per_sample = 0;      ///< K of Note [unsaved values]: what a micro-batch keeps besides cut_in, per sample
+  double working = 0;             ///< stageWorking at `samples`
   double cut_in = 0, cut_out = 0; ///< per sample, received and sent
   double samples = 0;             ///< b, per replica and micro-batch
   double inflight = 0;            ///< k
   int replicas = 1;
 };
+
+/// The working bytes of blocks [a, e) at micro-batch size b: the largest
+/// block's, less what the blocks after it have freed by its backward (Note
+/// [partition cost model]).
+double stageWorking(const Problem &p, int a, int e, double b);
 
 /// One device's memory with these choices (Note [partition cost model]): the
 /// one formula the evaluator and the DP share.

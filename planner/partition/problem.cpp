@@ -36,7 +36,14 @@ void Problem::print(std::ostream &os) const {
        << ", act " << b.activation_bytes_per_sample
        << " B/sample, work " << (b.working_fixed_bytes > 0 ? std::to_string(int64_t(b.working_fixed_bytes)) + " B + " : "")
        << b.working_bytes_per_sample << " B/sample, cut before "
-       << (i < cut_bytes_per_sample.size() ? cut_bytes_per_sample[i] : 0.0) << " B/sample\n";
+       << (i < cut_bytes_per_sample.size() ? cut_bytes_per_sample[i] : 0.0) << " B/sample"
+       << (i < unsaved_cut_bytes_per_sample.size() && unsaved_cut_bytes_per_sample[i] > 0
+               ? " (" + std::to_string(unsaved_cut_bytes_per_sample[i]) + " unsaved)"
+               : std::string())
+       << (b.unsaved_freed_bytes_per_sample > 0
+               ? ", frees " + std::to_string(b.unsaved_freed_bytes_per_sample) + " B/sample unsaved"
+               : std::string())
+       << "\n";
   }
 }
 
@@ -64,6 +71,29 @@ Status validate(const Problem &p) {
       errs.push_back("cut_bytes_per_sample[" + std::to_string(i) + "] must be finite and >= 0");
       break;
     }
+  // Note [unsaved values]: 0 <= X_i <= cut[i], fr_i >= 0, and the unsaved
+  // bytes block i makes, X_{i+1} - X_i + fr_i, at most its activation bytes
+  // (with rounding room: coarsening sums blocks), which keeps a stage's K >= 0
+  // and the DP's prefix monotone.
+  const bool has_unsaved = !p.unsaved_cut_bytes_per_sample.empty();
+  if (has_unsaved && p.unsaved_cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
+    errs.push_back("unsaved_cut_bytes_per_sample has " + std::to_string(p.unsaved_cut_bytes_per_sample.size()) +
+                   " entries, expected none or blocks+1 = " + std::to_string(n + 1));
+  else if (p.cut_bytes_per_sample.size() == static_cast<size_t>(n) + 1) {
+    auto above = [](double x, double bound) { return x > bound + 1e-9 * (1 + std::fabs(bound)); };
+    for (int i = 0; i < n; ++i) {
+      const double x = p.unsavedCutAt(i), next = p.unsavedCutAt(i + 1);
+      const double freed = p.blocks[i].unsaved_freed_bytes_per_sample;
+      const double made = next - x + freed;
+      if (!finiteNonNegative(x) || !finiteNonNegative(next) || !finiteNonNegative(freed) ||
+          above(x, p.cut_bytes_per_sample[i]) || above(made, p.blocks[i].activation_bytes_per_sample)) {
+        errs.push_back("block " + std::to_string(i) +
+                       ": unsaved bytes must be finite, >= 0, within the cut before it, and what it makes within "
+                       "its activation bytes");
+        break;
+      }
+    }
+  }
   if (p.batch_size < 1) errs.push_back("batch size must be at least 1");
   const Devices &d = p.devices;
   if (d.count < 1) errs.push_back("device count must be at least 1");

@@ -34,7 +34,8 @@ struct Block {
   double param_bytes = 0;                  ///< trainable parameters the block owns
   double buffer_bytes = 0;                 ///< model buffers (BatchNorm statistics): no gradient, no optimizer state
   double lowp_weight_bytes = 0;            ///< bf16/fp16 weight copies autocast keeps (Note [autocast dtypes])
-  double activation_bytes_per_sample = 0;  ///< block outputs kept from forward until backward
+  double activation_bytes_per_sample = 0;  ///< kept from forward until backward, the block measured alone
+  double unsaved_freed_bytes_per_sample = 0; ///< made by earlier blocks, saved nowhere, read last here (Note [unsaved values])
   double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs, per sample,
   double working_fixed_bytes = 0;          ///< plus this at any batch size (parameter gradients being made)
 
@@ -87,6 +88,13 @@ struct Problem {
   /// stage [a, e) receives cut[a] per sample and sends cut[e]; gradients of the
   /// same size flow back.
   std::vector<double> cut_bytes_per_sample;
+  /// Empty (none), or blocks.size()+1 entries: [i] = the part of cut[i]
+  /// that autograd saves nowhere (Note [unsaved values] in evaluate.cpp).
+  std::vector<double> unsaved_cut_bytes_per_sample;
+  /// unsaved_cut_bytes_per_sample[i], 0 where it is empty.
+  double unsavedCutAt(int i) const {
+    return unsaved_cut_bytes_per_sample.empty() ? 0.0 : unsaved_cut_bytes_per_sample[static_cast<size_t>(i)];
+  }
   int64_t batch_size = 1;                   ///< global batch size B
   Devices devices;
   double optimizer_bytes_per_param_byte = 0; ///< SGD 0, momentum 1, Adam/AdamW 2 (gradients are always 1x)

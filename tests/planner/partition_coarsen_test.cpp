@@ -139,7 +139,12 @@ TEST(Coarsen, BlockPlansMapBackToTheSameUnitPlan) {
     const Evaluation fine = evaluate(p, units_plan);
     EXPECT_TRUE(fine.feasible());
     EXPECT_NEAR(fine.step_time_s, plan->step_time_s, 1e-9 * plan->step_time_s) << "trial " << trial;
-    EXPECT_EQ(fine.peak_memory_bytes, evaluate(c->problem, plan->solution).peak_memory_bytes);
+    // A block's working bytes bound its units' from above (Note [partition
+    // cost model]: the units after one in the same block free theirs before
+    // its backward, which the block's one line cannot say), so the block plan
+    // may only over-state the memory.
+    const double coarse = evaluate(c->problem, plan->solution).peak_memory_bytes;
+    EXPECT_LE(fine.peak_memory_bytes, coarse * (1 + 1e-12)) << "trial " << trial;
     // The DP on the units can only do better: every block plan is a unit plan.
     auto on_units = solveDP(p);
     ASSERT_TRUE(on_units.ok());

@@ -252,6 +252,21 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
     p.blocks.push_back(b);
   }
   for (int i = 0; i <= n; ++i) p.cut_bytes_per_sample.push_back(pick(0, 20));
+  // Half the instances: an early block's larger backward, which the blocks
+  // after it in a stage offset by what they free, and values that autograd
+  // saves nowhere, freed where a stage holds their last reader (stageWorking,
+  // Note [unsaved values]): each block makes some of its activation bytes
+  // unsaved, for a later block to read last.
+  if (pick(0, 1)) {
+    p.unsaved_cut_bytes_per_sample.assign(n + 1, 0);
+    for (int i = 0; i < n; ++i) p.blocks[i].working_bytes_per_sample += pick(0, 1) ? pick(0, 60) : 0;
+    for (int i = 0; i + 1 < n; ++i) {
+      const int bytes = pick(0, static_cast<int>(p.blocks[i].activation_bytes_per_sample) / 2);
+      const int last = pick(i + 1, n - 1);
+      for (int j = i + 1; j <= last; ++j) p.unsaved_cut_bytes_per_sample[j] += bytes, p.cut_bytes_per_sample[j] += bytes;
+      p.blocks[last].unsaved_freed_bytes_per_sample += bytes;
+    }
+  }
   p.optimizer_bytes_per_param_byte = pick(0, 2);
   for (int i = 0; i < n; ++i) {
     const Block &b = p.blocks[i];
