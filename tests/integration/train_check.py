@@ -110,6 +110,10 @@ def check_training(args):
     ref = json.load(open(os.path.join(model_dir, f"reference_{name}{suffix}.json")))
     tol = LOWP_REL_TOL if lowp else CUDA_REL_TOL if args.device == "cuda" else REL_TOL
     layout = args.plan_args.replace("--", "").replace(" ", "_").replace(",", "-")
+    # rannc-exec flags too: buckets_* and hybrid_* differ only there, and
+    # ctest -j runs them side by side.
+    if args.exec_args:
+        layout += "-" + args.exec_args.replace("--", "").replace(" ", "_").replace(",", "-")
     work = os.path.join(args.work, f"{args.model}-{args.ranks}-{name}-{args.microbatches}-{layout}"
                                    + ("-cuda" if args.device == "cuda" else "")
                                    + ("-ts" if args.torchscript else "") + (f"-{args.model_file}" if args.model_file else "")
