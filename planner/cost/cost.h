@@ -46,7 +46,9 @@ std::vector<Unit> formUnits(const ir::Graph &g, int max_ops = 64);
 struct UnitCost {
   double fwd_s = 0;
   double bwd_s = 0;
-  int64_t kept_bytes = 0; ///< alive after forward until backward: what autograd saved and the unit's outputs read later (Note [last use])
+  /// Alive after forward until backward: what autograd saved and the unit's
+  /// outputs read later (Note [last use]).
+  int64_t kept_bytes = 0;
   int64_t work_bytes = 0; ///< transient peak above the kept bytes during forward + backward
 };
 

@@ -35,7 +35,8 @@ struct Block {
   double buffer_bytes = 0;                 ///< model buffers (BatchNorm statistics): no gradient, no optimizer state
   double lowp_weight_bytes = 0;            ///< bf16/fp16 weight copies autocast keeps (Note [autocast dtypes])
   double activation_bytes_per_sample = 0;  ///< kept from forward until backward, the block measured alone
-  double unsaved_freed_bytes_per_sample = 0; ///< made by earlier blocks, saved nowhere, read last here (Note [unsaved values])
+  /// Made by earlier blocks, saved nowhere, read last here (Note [unsaved values]).
+  double unsaved_freed_bytes_per_sample = 0;
   double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs, per sample,
   double working_fixed_bytes = 0;          ///< plus this at any batch size (parameter gradients being made)
 

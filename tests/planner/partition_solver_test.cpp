@@ -263,7 +263,10 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
     for (int i = 0; i + 1 < n; ++i) {
       const int bytes = pick(0, static_cast<int>(p.blocks[i].activation_bytes_per_sample) / 2);
       const int last = pick(i + 1, n - 1);
-      for (int j = i + 1; j <= last; ++j) p.unsaved_cut_bytes_per_sample[j] += bytes, p.cut_bytes_per_sample[j] += bytes;
+      for (int j = i + 1; j <= last; ++j) {
+        p.unsaved_cut_bytes_per_sample[j] += bytes;
+        p.cut_bytes_per_sample[j] += bytes;
+      }
       p.blocks[last].unsaved_freed_bytes_per_sample += bytes;
     }
   }
