@@ -186,13 +186,8 @@ void calibrate(runtime::StageRunner &full, const std::unordered_map<ir::ValueId,
 std::vector<ir::ValueId> unsavedValues(const ir::Graph &g, const std::vector<cost::Unit> &units,
                                        runtime::StageRunner &trimmed,
                                        const std::unordered_map<ir::ValueId, torch::Tensor> &data) {
-  std::vector<int> unit_of(g.nodes.size(), 0);
-  for (size_t u = 0; u < units.size(); ++u)
-    for (int n = units[u].op_begin; n < units[u].op_end; ++n) unit_of[size_t(n)] = int(u);
-  std::vector<int> last_reader(g.values.size(), -1);
-  for (size_t n = 0; n < g.nodes.size(); ++n)
-    for (ir::ValueId in : g.nodes[n].inputs)
-      if (in != ir::kNoValue) last_reader[size_t(in)] = std::max(last_reader[size_t(in)], unit_of[n]);
+  const std::vector<int> unit_of = cost::unitOfNode(g, units);
+  const std::vector<int> last_reader = cost::lastReaderUnit(g, units);
   std::vector<std::pair<ir::ValueId, c10::weak_intrusive_ptr<c10::StorageImpl>>> watched;
   trimmed.onDrop([&](ir::ValueId v, const torch::Tensor &t) {
     const ir::NodeId producer = g.values[size_t(v)].producer;

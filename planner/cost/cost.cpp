@@ -64,9 +64,7 @@ Saved savedForBackward(const ir::Graph &g) {
     for (ir::ValueId o : n.outputs)
       if (o != ir::kNoValue) grad[o] = out_grad && ir::isFloating(g.values[o].dtype);
     if (!out_grad) continue;
-    std::string_view op = n.op_type;
-    if (op.rfind("aten::", 0) == 0) op.remove_prefix(6);
-    if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1); // relu_ -> relu
+    const std::string_view op = atenBaseName(n.op_type);
     mask[id] = anyOf({"Dropout", "dropout", "native_dropout"}, op);
     const bool product = anyOf({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Mul", "matmul", "mm", "bmm",
                                 "linear", "addmm", "conv1d", "conv2d", "conv3d", "convolution", "_convolution",
@@ -173,6 +171,22 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
     c.bwd_time_s = bwd_kernels * overhead + std::max(c.bwd_flops / peak, 2.0 * double(c.bytes_moved) / bw);
   }
   return costs;
+}
+
+std::vector<int> unitOfNode(const ir::Graph &g, const std::vector<Unit> &units) {
+  std::vector<int> unit_of(g.nodes.size(), 0);
+  for (int u = 0; u < int(units.size()); ++u)
+    for (int n = units[u].op_begin; n < units[u].op_end; ++n) unit_of[size_t(n)] = u;
+  return unit_of;
+}
+
+std::vector<int> lastReaderUnit(const ir::Graph &g, const std::vector<Unit> &units) {
+  const std::vector<int> unit_of = unitOfNode(g, units);
+  std::vector<int> last(g.values.size(), -1);
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (ir::ValueId in : g.nodes[n].inputs)
+      if (in != ir::kNoValue) last[size_t(in)] = std::max(last[size_t(in)], unit_of[n]);
+  return last;
 }
 
 std::vector<Unit> formUnits(const ir::Graph &g, int max_ops) {

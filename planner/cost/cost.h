@@ -42,6 +42,11 @@ struct Unit {
 /// runs longer than `max_ops` are split.
 std::vector<Unit> formUnits(const ir::Graph &g, int max_ops = 64);
 
+/// The unit of each node of `g` (`units` cover its nodes in order).
+std::vector<int> unitOfNode(const ir::Graph &g, const std::vector<Unit> &units);
+/// For each value of `g`, the last unit that reads it; -1 where none does.
+std::vector<int> lastReaderUnit(const ir::Graph &g, const std::vector<Unit> &units);
+
 /// The cost of one unit at one micro-batch size.
 struct UnitCost {
   double fwd_s = 0;

@@ -145,8 +145,7 @@ std::optional<Entry> ruleFor(const ir::Node &n) {
     // aten::add.int and friends compute sizes on the host (torch.export's sym ints).
     if (auto it = n.attrs.find("overload"); it != n.attrs.end())
       if (const auto *s = std::get_if<std::string>(&it->second); s && *s == "int") return Entry{Rule::kHost};
-    op.remove_prefix(6);
-    if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1); // relu_ -> relu
+    op = atenBaseName(op);
     const auto &rules = atenRules();
     if (auto it = rules.find(op); it != rules.end()) return it->second;
     return std::nullopt;
@@ -221,6 +220,13 @@ double einsumFlops(const ir::Graph &g, const ir::Node &n, int64_t b) {
 }
 
 } // namespace
+
+std::string_view atenBaseName(std::string_view op) {
+  if (op.rfind("aten::", 0) != 0) return op;
+  op.remove_prefix(6);
+  if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1); // relu_ -> relu
+  return op;
+}
 
 OpFlops opFlops(const ir::Graph &g, const ir::Node &n, int64_t b) {
   OpFlops f;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "planner/ir/ir.h"
 
@@ -25,6 +26,10 @@ struct OpFlops {
   int bwd_kernels = 1; ///< kernels backward launches (a matrix product: one per input gradient)
   bool convolution = false; ///< cuDNN runs fp32 convolutions as TF32 by default (PyTorch's allow_tf32)
 };
+
+/// An ATen op's name without "aten::" and the in-place "_" (aten::relu_ ->
+/// relu); other names as they are.
+std::string_view atenBaseName(std::string_view op_type);
 
 /// The FLOPs of node `n` of `g` at micro-batch size `b` (Note [flop counts]).
 OpFlops opFlops(const ir::Graph &g, const ir::Node &n, int64_t b);

@@ -37,18 +37,11 @@ partition::Affine upperFit(const std::vector<int64_t> &bs, const std::vector<dou
   return {fixed, slope};
 }
 
-std::vector<int> unitOfNode(const ir::Graph &g, const std::vector<cost::Unit> &units) {
-  std::vector<int> unit_of(g.nodes.size(), 0);
-  for (int u = 0; u < int(units.size()); ++u)
-    for (int n = units[u].op_begin; n < units[u].op_end; ++n) unit_of[n] = u;
-  return unit_of;
-}
-
 /// Per unit, the sum of `size(v)` over the distinct values of `kind` its ops read.
 template <typename SizeFn>
 std::vector<int64_t> perUnitSum(const ir::Graph &g, const std::vector<cost::Unit> &units, ir::ValueKind kind,
                                 SizeFn size) {
-  std::vector<int> unit_of = unitOfNode(g, units);
+  std::vector<int> unit_of = cost::unitOfNode(g, units);
   std::vector<int64_t> sums(units.size(), 0);
   std::vector<int> counted_in(g.values.size(), -1); // the last unit that counted the value
   for (ir::NodeId n = 0; n < ir::NodeId(g.nodes.size()); ++n)
@@ -115,11 +108,8 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   }
   // Cuts: a float activation made in unit a and last read in unit z crosses
   // every cut a+1 .. z (it is sent straight to each consumer stage).
-  std::vector<int> unit_of = unitOfNode(g, units);
-  std::vector<int> last_reader(g.values.size(), -1);
-  for (ir::NodeId node = 0; node < ir::NodeId(g.nodes.size()); ++node)
-    for (ir::ValueId in : g.nodes[node].inputs)
-      if (in != ir::kNoValue) last_reader[in] = std::max(last_reader[in], unit_of[node]);
+  const std::vector<int> unit_of = cost::unitOfNode(g, units);
+  const std::vector<int> last_reader = cost::lastReaderUnit(g, units);
   p.cut_bytes_per_sample.assign(n + 1, 0.0);
   std::vector<double> own_out(n, 0.0); // of cut[u+1], what unit u made itself
   auto crosses = [&](ir::ValueId v) {
