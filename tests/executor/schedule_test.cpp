@@ -20,30 +20,46 @@ std::string str(const std::vector<Action> &a) {
   return os.str();
 }
 
+/// One action list and what it must print.
+struct Case {
+  Schedule schedule;
+  int stage, stages, microbatches;
+  const char *actions;
+};
+
+void expectActions(const std::vector<Case> &cases) {
+  for (const Case &e : cases)
+    EXPECT_EQ(str(build(e.schedule, e.stage, e.stages, e.microbatches)), std::string(e.actions) + "\n")
+        << pipeline::scheduleName(e.schedule) << " stage " << e.stage << " of " << e.stages;
+}
+
 TEST(GPipe, FirstMiddleAndLastStage) {
-  EXPECT_EQ(str(build(Schedule::GPipe, 0, 3, 2)),
-            "forward(0) send-act(0) forward(1) send-act(1) recv-grad(1) backward(1) "
-            "recv-grad(0) backward(0) all-reduce optimizer-step\n");
-  EXPECT_EQ(str(build(Schedule::GPipe, 1, 3, 2)),
-            "recv-act(0) forward(0) send-act(0) recv-act(1) forward(1) send-act(1) "
-            "recv-grad(1) backward(1) send-grad(1) recv-grad(0) backward(0) send-grad(0) "
-            "all-reduce optimizer-step\n");
-  EXPECT_EQ(str(build(Schedule::GPipe, 2, 3, 2)),
-            "recv-act(0) forward(0) recv-act(1) forward(1) backward(1) send-grad(1) "
-            "backward(0) send-grad(0) all-reduce optimizer-step\n");
-  EXPECT_EQ(str(build(Schedule::GPipe, 0, 1, 1)), "forward(0) backward(0) all-reduce optimizer-step\n");
+  expectActions({
+      {Schedule::GPipe, 0, 3, 2,
+       "forward(0) send-act(0) forward(1) send-act(1) recv-grad(1) backward(1) recv-grad(0) backward(0) "
+       "all-reduce optimizer-step"},
+      {Schedule::GPipe, 1, 3, 2,
+       "recv-act(0) forward(0) send-act(0) recv-act(1) forward(1) send-act(1) recv-grad(1) backward(1) "
+       "send-grad(1) recv-grad(0) backward(0) send-grad(0) all-reduce optimizer-step"},
+      {Schedule::GPipe, 2, 3, 2,
+       "recv-act(0) forward(0) recv-act(1) forward(1) backward(1) send-grad(1) backward(0) send-grad(0) "
+       "all-reduce optimizer-step"},
+      {Schedule::GPipe, 0, 1, 1, "forward(0) backward(0) all-reduce optimizer-step"},
+  });
 }
 
 TEST(OneFOneB, WarmUpSteadyStateCoolDown) {
-  // Stage 0 of 3 with 4 micro-batches: 2 warm-up forwards, then F/B pairs.
-  EXPECT_EQ(str(build(Schedule::OneFOneB, 0, 3, 4)),
-            "forward(0) send-act(0) forward(1) send-act(1) forward(2) send-act(2) recv-grad(0) backward(0) "
-            "forward(3) send-act(3) recv-grad(1) backward(1) recv-grad(2) backward(2) recv-grad(3) backward(3) "
-            "all-reduce optimizer-step\n");
-  // The last stage alternates from the start.
-  EXPECT_EQ(str(build(Schedule::OneFOneB, 2, 3, 2)),
-            "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) "
-            "backward(1) send-grad(1) all-reduce optimizer-step\n");
+  expectActions({
+      // Stage 0 of 3 with 4 micro-batches: 2 warm-up forwards, then F/B pairs.
+      {Schedule::OneFOneB, 0, 3, 4,
+       "forward(0) send-act(0) forward(1) send-act(1) forward(2) send-act(2) recv-grad(0) backward(0) "
+       "forward(3) send-act(3) recv-grad(1) backward(1) recv-grad(2) backward(2) recv-grad(3) backward(3) "
+       "all-reduce optimizer-step"},
+      // The last stage alternates from the start.
+      {Schedule::OneFOneB, 2, 3, 2,
+       "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) backward(1) send-grad(1) "
+       "all-reduce optimizer-step"},
+  });
 }
 
 TEST(OneFOneB, KeepsAtMostTheRemainingDepthInFlight) {
