@@ -204,10 +204,10 @@ Status Checkpointer::load(std::ostream &log) {
     if (!o.synthetic && m.dataset_samples != ctx_.dataset_samples)
       return Error{where + ": checkpoint was trained on " + std::to_string(m.dataset_samples) +
                    " samples, --data holds " + std::to_string(ctx_.dataset_samples) + " (the data order would not continue)"};
-    const bool seeded = o.synthetic || o.shuffle == "on";
-    if (m.shuffle != o.shuffle || (seeded && m.seed != o.seed))
+    const bool seeded = o.synthetic || o.shuffle == Shuffle::On;
+    if (m.shuffle != shuffleName(o.shuffle) || (seeded && m.seed != o.seed))
       return Error{where + ": checkpoint was trained with --shuffle " + m.shuffle + " --seed " + std::to_string(m.seed) +
-                   ", this run has --shuffle " + o.shuffle + " --seed " + std::to_string(o.seed) +
+                   ", this run has --shuffle " + shuffleName(o.shuffle) + " --seed " + std::to_string(o.seed) +
                    " (the data order would not continue)"};
 
     // Parameters, buffers and optimizer state, by name, from whichever files hold them.
@@ -396,7 +396,7 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   m.epoch = m.dataset_samples > 0 ? m.samples_consumed / m.dataset_samples : 0;
   m.samples_per_step = ctx_.samples_per_step;
   m.synthetic = o.synthetic;
-  m.shuffle = o.shuffle;
+  m.shuffle = shuffleName(o.shuffle);
   m.seed = o.seed;
   m.optimizer = o.optimizer;
   m.lr = o.lr;

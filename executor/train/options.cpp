@@ -3,7 +3,17 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "executor/train/trainer.h"
+
 namespace rannc::train {
+
+Expected<Shuffle> parseShuffle(std::string_view text) {
+  if (text == "off") return Shuffle::Off;
+  if (text == "on") return Shuffle::On;
+  return Error{"--shuffle must be on or off (got '" + std::string(text) + "')"};
+}
+
+std::string shuffleName(Shuffle s) { return s == Shuffle::On ? "on" : "off"; }
 
 Expected<std::pair<double, double>> parseBetas(std::string_view text) {
   const std::string betas(text);
@@ -26,6 +36,9 @@ Status finishTrainOptions(const ExecFlags &flags, TrainOptions &opts) {
   if (flags.gpu_transport != "nccl" && flags.gpu_transport != "host")
     return Error{"--gpu-transport must be nccl or host (got '" + flags.gpu_transport + "')"};
   opts.host_staged = flags.gpu_transport == "host";
+  auto shuffle = parseShuffle(flags.shuffle);
+  if (!shuffle) return shuffle.error();
+  opts.shuffle = *shuffle;
   if (flags.betas) {
     auto betas = parseBetas(*flags.betas);
     if (!betas) return Error{"--betas: " + betas.error().message};

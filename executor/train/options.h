@@ -9,16 +9,25 @@
 #include <string_view>
 #include <utility>
 
-#include "executor/train/trainer.h"
 #include "planner/support/status.h"
 
 namespace rannc::train {
+
+struct TrainOptions;
+
+/// --shuffle: samples in file order, or a seeded permutation per epoch.
+enum class Shuffle { Off, On };
+/// Parses "off" or "on".
+Expected<Shuffle> parseShuffle(std::string_view text);
+/// The word parseShuffle reads (checkpoint manifests record it).
+std::string shuffleName(Shuffle s);
 
 /// The rannc-exec flags whose text or unit differs from TrainOptions's.
 struct ExecFlags {
   double bucket_mib = 25;             ///< --bucket-size, MiB
   std::string gpu_transport = "nccl"; ///< nccl | host
   std::optional<std::string> betas;   ///< --betas B1,B2
+  std::string shuffle = "off";        ///< off | on
 };
 
 /// Parses "B1,B2" (two numbers and nothing else).

@@ -949,7 +949,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
   update.afterLoad();
-  SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
+  SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == Shuffle::On, opts.seed);
   StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
                          steps, s.gpu()},
                         log);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "executor/comm/comm.h"
+#include "executor/train/options.h"
 #include "planner/support/status.h"
 
 namespace rannc::train {
@@ -32,7 +33,7 @@ struct TrainOptions {
   double clip_grad_norm = 0;      ///< > 0: clip the global gradient norm (over all stages) to this
   int64_t accumulation_steps = 1; ///< global batches whose gradients one optimizer step applies
   int64_t bucket_bytes = 25 << 20; ///< gradient all-reduce bucket size (Note [gradient buckets])
-  std::string shuffle = "off";   ///< off | on
+  Shuffle shuffle = Shuffle::Off;
   uint64_t seed = 0;
   std::string log;        ///< JSONL file written by rank 0; empty: none
   double timeout_s = 300; ///< a rank that makes no progress this long stops the job (0: never)

@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
                  "MiB per gradient all-reduce bucket; buckets start while backward still runs (as PyTorch DDP's)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--shuffle", o.shuffle, "on: a seeded permutation per epoch; off: samples in file order")
+  app.add_option("--shuffle", flags.shuffle, "on: a seeded permutation per epoch; off: samples in file order")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed for shuffling and synthetic data")->capture_default_str();

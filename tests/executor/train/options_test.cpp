@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "executor/train/options.h"
+#include "executor/train/trainer.h"
 
 namespace rannc::train {
 namespace {
@@ -37,6 +38,18 @@ TEST(ExecOptions, FlagsBecomeTrainOptions) {
   flags.betas.reset();
   flags.gpu_transport = "carrier-pigeon";
   EXPECT_FALSE(finishTrainOptions(flags, o).ok());
+}
+
+TEST(ExecOptions, ShuffleIsAnEnumWithItsWords) {
+  TrainOptions o;
+  ExecFlags flags;
+  flags.shuffle = "on";
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_EQ(o.shuffle, Shuffle::On);
+  for (Shuffle s : {Shuffle::Off, Shuffle::On}) EXPECT_EQ(*parseShuffle(shuffleName(s)), s);
+  EXPECT_EQ(shuffleName(Shuffle::Off), "off"); // what checkpoint manifests hold
+  flags.shuffle = "sometimes";
+  EXPECT_EQ(finishTrainOptions(flags, o).message(), "--shuffle must be on or off (got 'sometimes')");
 }
 
 } // namespace
