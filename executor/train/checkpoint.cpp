@@ -195,9 +195,9 @@ Status Checkpointer::load(std::ostream &log) {
     if (m.model_sha256 != ctx_.plan.model().sha256())
       return Error{where + ": checkpoint of another model (SHA-256 " + m.model_sha256.substr(0, 12) +
                    "..., the plan's model " + ctx_.plan.model().sha256().substr(0, 12) + "...)"};
-    if (m.optimizer != o.optimizer)
+    if (m.optimizer != optimizerName(o.optimizer))
       return Error{where + ": checkpoint was trained with --optimizer " + m.optimizer + ", this run has --optimizer " +
-                   o.optimizer};
+                   optimizerName(o.optimizer)};
     if (m.synthetic != o.synthetic)
       return Error{where + ": checkpoint was trained on " + (m.synthetic ? "--synthetic data" : "--data") +
                    ", this run uses " + (o.synthetic ? "--synthetic data" : "--data")};
@@ -367,7 +367,7 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
     write("stage-" + stage + ".safetensors", checkpoint::encodeTensors(weights, meta),
           {{"parameters", names}, {"buffers", buffer_names}});
     auto optim_meta = meta;
-    optim_meta["format"] = "per parameter: torch::optim::Optimizer::save of a one-parameter " + o.optimizer;
+    optim_meta["format"] = "per parameter: torch::optim::Optimizer::save of a one-parameter " + optimizerName(o.optimizer);
     write("stage-" + stage + ".optim.safetensors", checkpoint::encodeTensors(states, optim_meta),
           {{"optimizer_state", names}});
   }
@@ -398,7 +398,7 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   m.synthetic = o.synthetic;
   m.shuffle = shuffleName(o.shuffle);
   m.seed = o.seed;
-  m.optimizer = o.optimizer;
+  m.optimizer = optimizerName(o.optimizer);
   m.lr = o.lr;
   m.model_path = fs::absolute(model_path_).lexically_normal().string();
   m.model_sha256 = ctx_.plan.model().sha256();

@@ -7,6 +7,21 @@
 
 namespace rannc::train {
 
+Expected<OptimizerKind> parseOptimizer(std::string_view text) {
+  for (OptimizerKind k : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW})
+    if (text == optimizerName(k)) return k;
+  return Error{"--optimizer " + std::string(text) + ": unknown (sgd, adam or adamw)"};
+}
+
+std::string optimizerName(OptimizerKind k) {
+  switch (k) {
+  case OptimizerKind::Adam: return "adam";
+  case OptimizerKind::AdamW: return "adamw";
+  case OptimizerKind::Sgd: break;
+  }
+  return "sgd";
+}
+
 Expected<Shuffle> parseShuffle(std::string_view text) {
   if (text == "off") return Shuffle::Off;
   if (text == "on") return Shuffle::On;
@@ -36,6 +51,9 @@ Status finishTrainOptions(const ExecFlags &flags, TrainOptions &opts) {
   if (flags.gpu_transport != "nccl" && flags.gpu_transport != "host")
     return Error{"--gpu-transport must be nccl or host (got '" + flags.gpu_transport + "')"};
   opts.host_staged = flags.gpu_transport == "host";
+  auto optimizer = parseOptimizer(flags.optimizer);
+  if (!optimizer) return optimizer.error();
+  opts.optimizer = *optimizer;
   auto shuffle = parseShuffle(flags.shuffle);
   if (!shuffle) return shuffle.error();
   opts.shuffle = *shuffle;

@@ -15,6 +15,13 @@ namespace rannc::train {
 
 struct TrainOptions;
 
+/// --optimizer: torch.optim's SGD, Adam or AdamW.
+enum class OptimizerKind { Sgd, Adam, AdamW };
+/// Parses "sgd", "adam" or "adamw".
+Expected<OptimizerKind> parseOptimizer(std::string_view text);
+/// The word parseOptimizer reads (logs and checkpoint manifests show it).
+std::string optimizerName(OptimizerKind k);
+
 /// --shuffle: samples in file order, or a seeded permutation per epoch.
 enum class Shuffle { Off, On };
 /// Parses "off" or "on".
@@ -28,6 +35,7 @@ struct ExecFlags {
   std::string gpu_transport = "nccl"; ///< nccl | host
   std::optional<std::string> betas;   ///< --betas B1,B2
   std::string shuffle = "off";        ///< off | on
+  std::string optimizer = "sgd";      ///< sgd | adam | adamw
 };
 
 /// Parses "B1,B2" (two numbers and nothing else).

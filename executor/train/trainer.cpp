@@ -886,7 +886,7 @@ std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64
   os << "rannc-exec: " << world << " rank(s), " << plan.stages_size() << " stage(s), batch "
      << plan.global_batch_size() << " in " << plan.microbatches() << " micro-batch(es), "
      << (plan.schedule() == proto::GPIPE ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
-     << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
+     << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << optimizerName(opts.optimizer)
      << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
      << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision " << precision
      << "\n";

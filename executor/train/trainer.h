@@ -21,7 +21,7 @@ struct TrainOptions {
   bool synthetic = false;
   int64_t steps = 10;     ///< optimizer steps (each takes accumulation_steps global batches)
   int64_t epochs = 0;     ///< > 0: train this many passes over --data instead of `steps` (docs/training.md)
-  std::string optimizer = "sgd"; ///< sgd | adam | adamw
+  OptimizerKind optimizer = OptimizerKind::Sgd;
   double lr = 0.01;
   // Optimizer hyper-parameters; unset: PyTorch's default (executor/train/optim.h).
   std::optional<double> momentum, dampening, weight_decay, eps; ///< momentum, dampening: sgd; eps: adam(w)

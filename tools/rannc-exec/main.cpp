@@ -50,6 +50,7 @@ int main(int argc, char **argv) {
                "build uses",
                "rannc-exec"};
   rannc::train::TrainOptions o;
+  rannc::train::ExecFlags flags; // what finishTrainOptions turns into `o`
   app.add_option("plan", o.plan, "plan file from rannc-plan (.pb, .pbtxt or .json)")->required();
   app.add_option("--model", o.model, "model file, if it is no longer where the plan says");
   auto *data = app.add_option("--data", o.data_dir, "folder with one <input name>.npy per graph input");
@@ -61,13 +62,12 @@ int main(int argc, char **argv) {
       ->check(CLI::PositiveNumber)
       ->excludes(steps);
   // Optimization (docs/training.md); what is not given is PyTorch's default.
-  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw (torch.optim's)")
+  app.add_option("--optimizer", flags.optimizer, "sgd, adam or adamw (torch.optim's)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate (the peak, with a schedule)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  rannc::train::ExecFlags flags;
   auto set = [](std::optional<double> &field) { return [&field](const double &v) { field = v; }; };
   app.add_option_function<double>("--momentum", set(o.momentum), "sgd: momentum factor (default 0)");
   app.add_option_function<double>("--dampening", set(o.dampening), "sgd: dampening for momentum (default 0)");

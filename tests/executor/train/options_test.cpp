@@ -52,5 +52,17 @@ TEST(ExecOptions, ShuffleIsAnEnumWithItsWords) {
   EXPECT_EQ(finishTrainOptions(flags, o).message(), "--shuffle must be on or off (got 'sometimes')");
 }
 
+TEST(ExecOptions, OptimizerIsAnEnumWithItsWords) {
+  TrainOptions o;
+  ExecFlags flags;
+  flags.optimizer = "adamw";
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_EQ(o.optimizer, OptimizerKind::AdamW);
+  for (OptimizerKind k : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW})
+    EXPECT_EQ(*parseOptimizer(optimizerName(k)), k);
+  flags.optimizer = "lion";
+  EXPECT_EQ(finishTrainOptions(flags, o).message(), "--optimizer lion: unknown (sgd, adam or adamw)");
+}
+
 } // namespace
 } // namespace rannc::train
