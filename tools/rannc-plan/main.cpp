@@ -3,6 +3,7 @@
 // structs, and calls one library function per verb.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -61,16 +62,17 @@ struct Verb {
   std::function<int()> run;
 };
 
-/// rannc-plan MODEL ... (no verb): declared on the tool itself. `check`
-/// throws what CLI11 would for the flags a plan requires.
-Verb addPlan(CLI::App &app, std::function<void()> &check) {
+/// rannc-plan MODEL ... (no verb): declared on the tool itself; MODEL and -o
+/// are required only when `planning` (CLI11 checks the tool's required flags
+/// under a verb too).
+Verb addPlan(CLI::App &app, bool planning) {
   auto o = std::make_shared<rannc::planner::PlanOptions>();
   auto flags = std::make_shared<rannc::planner::PlanFlags>();
-  // Not ->required(): CLI11 would then require them with a verb too.
-  auto *model = app.add_option(
-      "model", o->model, "model file (.onnx, TorchScript .pt, torch.export .pt2) whose output is the training loss");
+  app.add_option("model", o->model,
+                 "model file (.onnx, TorchScript .pt, torch.export .pt2) whose output is the training loss")
+      ->required(planning);
   app.add_option("--data", o->data_dir, kDataHelp);
-  auto *output = app.add_option("-o,--output", o->output, "plan file to write (.pb, .pbtxt or .json)");
+  app.add_option("-o,--output", o->output, "plan file to write (.pb, .pbtxt or .json)")->required(planning);
   auto *gpus = app.add_option("--gpus", o->gpus, "number of devices")->capture_default_str();
   auto *type = app.add_option("--device-type", o->device_type,
                               "device preset: cpu, v100-16g, v100-32g, a100-40g, a100-80g, h100-80g")
@@ -121,10 +123,6 @@ Verb addPlan(CLI::App &app, std::function<void()> &check) {
   app.add_option("--threads", o->threads, "intra-op threads per rank that measured costs assume")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  check = [=] {
-    if (!model->count()) throw CLI::RequiredError("model");
-    if (!output->count()) throw CLI::RequiredError("--output");
-  };
   return {&app, [=] {
             flags->devices_given = gpus->count() || type->count();
             if (auto st = rannc::planner::finishPlanOptions(*flags, *o); !st) return fail(st.message());
@@ -283,25 +281,31 @@ int main(int argc, char **argv) {
                "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help);\n"
                "rannc-plan --version prints the versions this build uses",
                "rannc-plan"};
-  // Verbs are reserved words; anything else in first place is a model to plan.
-  app.require_subcommand(0, 1);
-  bool version = false;
-  app.add_flag("--version", version, "print the versions this build uses");
-  std::function<void()> check_plan;
-  const Verb plan = addPlan(app, check_plan);
-  const std::vector<Verb> verbs = {addShow(app),     addCheck(app), addConvert(app), addSimulate(app),
-                                   addDot(app),      addDiff(app),  addProfile(app), addImport(app)};
+  app.add_flag_callback(
+      "--version",
+      [] {
+        std::cout << rannc::train::versionReport();
+        throw CLI::Success();
+      },
+      "print the versions this build uses");
+  std::vector<Verb> verbs = {addShow(app),     addCheck(app), addConvert(app), addSimulate(app),
+                             addDot(app),      addDiff(app),  addProfile(app), addImport(app)};
+  // Verbs are reserved words in first place only; anything else there is a
+  // model to plan, and then no word is a verb (a model may be named "show").
+  const std::string first = argc > 1 ? argv[1] : "";
+  const bool planning =
+      std::none_of(verbs.begin(), verbs.end(), [&](const Verb &v) { return v.cmd->get_name() == first; });
+  if (planning) {
+    for (const Verb &v : verbs) app.remove_subcommand(v.cmd);
+    verbs.clear();
+  }
+  const Verb plan = addPlan(app, planning);
   try {
     app.parse(argc, argv);
-    if (version) {
-      std::cout << rannc::train::versionReport();
-      return 0;
-    }
-    for (const Verb &v : verbs)
-      if (v.cmd->parsed()) return v.run();
-    check_plan();
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
+  for (const Verb &v : verbs)
+    if (v.cmd->parsed()) return v.run();
   return plan.run();
 }
