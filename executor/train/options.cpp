@@ -4,31 +4,28 @@
 #include <stdexcept>
 
 #include "executor/train/trainer.h"
+#include "planner/support/words.h"
 
 namespace rannc::train {
 
+namespace {
+const char *const kOptimizerWords[] = {"sgd", "adam", "adamw"}; // in OptimizerKind's order
+const char *const kShuffleWords[] = {"off", "on"};               // in Shuffle's order
+} // namespace
+
 Expected<OptimizerKind> parseOptimizer(std::string_view text) {
-  for (OptimizerKind k : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW})
-    if (text == optimizerName(k)) return k;
+  if (auto k = enumFromWord<OptimizerKind>(text, kOptimizerWords)) return *k;
   return Error{"--optimizer " + std::string(text) + ": unknown (sgd, adam or adamw)"};
 }
 
-std::string optimizerName(OptimizerKind k) {
-  switch (k) {
-  case OptimizerKind::Adam: return "adam";
-  case OptimizerKind::AdamW: return "adamw";
-  case OptimizerKind::Sgd: break;
-  }
-  return "sgd";
-}
+std::string optimizerName(OptimizerKind k) { return kOptimizerWords[size_t(k)]; }
 
 Expected<Shuffle> parseShuffle(std::string_view text) {
-  if (text == "off") return Shuffle::Off;
-  if (text == "on") return Shuffle::On;
+  if (auto s = enumFromWord<Shuffle>(text, kShuffleWords)) return *s;
   return Error{"--shuffle must be on or off (got '" + std::string(text) + "')"};
 }
 
-std::string shuffleName(Shuffle s) { return s == Shuffle::On ? "on" : "off"; }
+std::string shuffleName(Shuffle s) { return kShuffleWords[size_t(s)]; }
 
 Expected<std::pair<double, double>> parseBetas(std::string_view text) {
   const std::string betas(text);

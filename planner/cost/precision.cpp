@@ -4,6 +4,8 @@
 #include <set>
 #include <string>
 
+#include "planner/support/words.h"
+
 namespace rannc::cost {
 
 /// Note [autocast dtypes]
@@ -74,20 +76,14 @@ bool in(const std::set<std::string> &set, const std::string &name) { return !nam
 
 } // namespace
 
+const char *const kPrecisionWords[] = {"fp32", "bf16", "fp16"}; // in Precision's order
+
 Expected<Precision> parsePrecision(std::string_view text) {
-  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16})
-    if (text == precisionName(p)) return p;
+  if (auto p = enumFromWord<Precision>(text, kPrecisionWords)) return *p;
   return Error{"precision must be fp32, bf16 or fp16 (got '" + std::string(text) + "')"};
 }
 
-std::string precisionName(Precision p) {
-  switch (p) {
-  case Precision::BF16: return "bf16";
-  case Precision::FP16: return "fp16";
-  case Precision::FP32: break;
-  }
-  return "fp32";
-}
+std::string precisionName(Precision p) { return kPrecisionWords[size_t(p)]; }
 
 Expected<Precision> planPrecision(const proto::Plan &plan) {
   return parsePrecision(plan.precision().empty() ? "fp32" : plan.precision());

@@ -4,6 +4,7 @@
 #include "planner/cost/precision.h"
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
+#include "planner/support/words.h"
 
 namespace rannc::planner {
 namespace {
@@ -23,14 +24,12 @@ Status parseDeviceMemory(std::string_view text, std::optional<int64_t> &out) {
 } // namespace
 
 Expected<Recompute> parseRecompute(std::string_view text) {
-  for (int i = 0; i < 3; ++i)
-    if (text == kRecompute[i]) return Recompute(i);
+  if (auto r = enumFromWord<Recompute>(text, kRecompute)) return *r;
   return Error{"--recompute must be auto, on or off (got '" + std::string(text) + "')"};
 }
 
 Expected<Zero> parseZero(std::string_view text) {
-  for (int i = 0; i < 3; ++i)
-    if (text == kZero[i]) return Zero(i);
+  if (auto z = enumFromWord<Zero>(text, kZero)) return *z;
   return Error{"--zero must be auto, 0 or 1 (got '" + std::string(text) + "')"};
 }
 

@@ -40,28 +40,25 @@ TEST(ExecOptions, FlagsBecomeTrainOptions) {
   EXPECT_FALSE(finishTrainOptions(flags, o).ok());
 }
 
-TEST(ExecOptions, ShuffleIsAnEnumWithItsWords) {
+// Each enum flag: the word sets TrainOptions's value, every value's word
+// parses back to it, and another word is refused with the flag's message.
+TEST(ExecOptions, EnumFlagsParseOnceWithTheirWords) {
   TrainOptions o;
   ExecFlags flags;
   flags.shuffle = "on";
-  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
-  EXPECT_EQ(o.shuffle, Shuffle::On);
-  for (Shuffle s : {Shuffle::Off, Shuffle::On}) EXPECT_EQ(*parseShuffle(shuffleName(s)), s);
-  EXPECT_EQ(shuffleName(Shuffle::Off), "off"); // what checkpoint manifests hold
-  flags.shuffle = "sometimes";
-  EXPECT_EQ(finishTrainOptions(flags, o).message(), "--shuffle must be on or off (got 'sometimes')");
-}
-
-TEST(ExecOptions, OptimizerIsAnEnumWithItsWords) {
-  TrainOptions o;
-  ExecFlags flags;
   flags.optimizer = "adamw";
   ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_EQ(o.shuffle, Shuffle::On);
   EXPECT_EQ(o.optimizer, OptimizerKind::AdamW);
+  for (Shuffle s : {Shuffle::Off, Shuffle::On}) EXPECT_EQ(*parseShuffle(shuffleName(s)), s);
   for (OptimizerKind k : {OptimizerKind::Sgd, OptimizerKind::Adam, OptimizerKind::AdamW})
     EXPECT_EQ(*parseOptimizer(optimizerName(k)), k);
+  EXPECT_EQ(shuffleName(Shuffle::Off), "off"); // what checkpoint manifests hold
   flags.optimizer = "lion";
   EXPECT_EQ(finishTrainOptions(flags, o).message(), "--optimizer lion: unknown (sgd, adam or adamw)");
+  flags.optimizer = "sgd";
+  flags.shuffle = "sometimes";
+  EXPECT_EQ(finishTrainOptions(flags, o).message(), "--shuffle must be on or off (got 'sometimes')");
 }
 
 } // namespace
