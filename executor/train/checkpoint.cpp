@@ -367,7 +367,8 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
     write("stage-" + stage + ".safetensors", checkpoint::encodeTensors(weights, meta),
           {{"parameters", names}, {"buffers", buffer_names}});
     auto optim_meta = meta;
-    optim_meta["format"] = "per parameter: torch::optim::Optimizer::save of a one-parameter " + optimizerName(o.optimizer);
+    optim_meta["format"] =
+        "per parameter: torch::optim::Optimizer::save of a one-parameter " + optimizerName(o.optimizer);
     write("stage-" + stage + ".optim.safetensors", checkpoint::encodeTensors(states, optim_meta),
           {{"optimizer_state", names}});
   }

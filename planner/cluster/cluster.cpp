@@ -316,7 +316,8 @@ void ClusterSpec::print(std::ostream &os) const {
      << (devices_per_node == 1 ? " device" : " devices") << " = " << worldSize()
      << (worldSize() == 1 ? " rank\n" : " ranks\n");
   os << "device   " << device.name << " (" << device.type << "), memory "
-     << formatBytes(double(device.memory_bytes), ByteStyle::Compact) << ", memory bandwidth " << formatBandwidth(device.memory_bandwidth) << "\n";
+     << formatBytes(double(device.memory_bytes), ByteStyle::Compact) << ", memory bandwidth "
+     << formatBandwidth(device.memory_bandwidth) << "\n";
   os << "peak     FLOP/s fp32 ";
   printPeak(os, device.peak_flops);
   os << ", tf32 ";
