@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "executor/profile/gpu_timer.h"
+#include "executor/runtime/autocast.h"
 #include "executor/runtime/device.h"
 #include "executor/runtime/weights.h"
 #include "executor/runtime/grads.h"
@@ -269,9 +270,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
     // Mixed precision: every run under autocast. Its weight copies, cached
     // in the warm-up run and kept to the end, stay out of the measured kept
     // bytes: the planner counts them per stage (Note [autocast dtypes]).
-    const torch::ScalarType autocast = opts.precision == "bf16"   ? torch::kBFloat16
-                                       : opts.precision == "fp16" ? torch::kHalf
-                                                                  : torch::kFloat;
+    const torch::ScalarType autocast = runtime::scalarTypeFor(opts.precision);
     full.setAutocast(autocast);
     trimmed.setAutocast(autocast);
     for (auto &r : runners) r.setAutocast(autocast);

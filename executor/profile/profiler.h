@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "planner/cost/cost.h"
+#include "planner/cost/precision.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
@@ -23,7 +24,7 @@ struct ProfileOptions {
   double single_run_s = 0.2;     ///< a unit whose warm-up took longer is timed once
   int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
   std::string optimizer = "adam"; ///< whose step time to measure
-  std::string precision = "fp32"; ///< bf16/fp16: measure under autocast (Note [autocast dtypes])
+  cost::Precision precision = cost::Precision::FP32; ///< bf16/fp16: measure under autocast (Note [autocast dtypes])
   std::string device = "cpu";    ///< "cpu", or "cuda": this process's CUDA device `gpu`
   int gpu = 0;
 };

@@ -195,19 +195,19 @@ Status Checkpointer::load(std::ostream &log) {
     if (m.model_sha256 != ctx_.plan.model().sha256())
       return Error{where + ": checkpoint of another model (SHA-256 " + m.model_sha256.substr(0, 12) +
                    "..., the plan's model " + ctx_.plan.model().sha256().substr(0, 12) + "...)"};
-    if (m.optimizer != o.optimizer)
+    if (m.optimizer != optimizerName(o.optimizer))
       return Error{where + ": checkpoint was trained with --optimizer " + m.optimizer + ", this run has --optimizer " +
-                   o.optimizer};
+                   optimizerName(o.optimizer)};
     if (m.synthetic != o.synthetic)
       return Error{where + ": checkpoint was trained on " + (m.synthetic ? "--synthetic data" : "--data") +
                    ", this run uses " + (o.synthetic ? "--synthetic data" : "--data")};
     if (!o.synthetic && m.dataset_samples != ctx_.dataset_samples)
       return Error{where + ": checkpoint was trained on " + std::to_string(m.dataset_samples) +
                    " samples, --data holds " + std::to_string(ctx_.dataset_samples) + " (the data order would not continue)"};
-    const bool seeded = o.synthetic || o.shuffle == "on";
-    if (m.shuffle != o.shuffle || (seeded && m.seed != o.seed))
+    const bool seeded = o.synthetic || o.shuffle == Shuffle::On;
+    if (m.shuffle != shuffleName(o.shuffle) || (seeded && m.seed != o.seed))
       return Error{where + ": checkpoint was trained with --shuffle " + m.shuffle + " --seed " + std::to_string(m.seed) +
-                   ", this run has --shuffle " + o.shuffle + " --seed " + std::to_string(o.seed) +
+                   ", this run has --shuffle " + shuffleName(o.shuffle) + " --seed " + std::to_string(o.seed) +
                    " (the data order would not continue)"};
 
     // Parameters, buffers and optimizer state, by name, from whichever files hold them.
@@ -367,7 +367,8 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
     write("stage-" + stage + ".safetensors", checkpoint::encodeTensors(weights, meta),
           {{"parameters", names}, {"buffers", buffer_names}});
     auto optim_meta = meta;
-    optim_meta["format"] = "per parameter: torch::optim::Optimizer::save of a one-parameter " + o.optimizer;
+    optim_meta["format"] =
+        "per parameter: torch::optim::Optimizer::save of a one-parameter " + optimizerName(o.optimizer);
     write("stage-" + stage + ".optim.safetensors", checkpoint::encodeTensors(states, optim_meta),
           {{"optimizer_state", names}});
   }
@@ -396,9 +397,9 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   m.epoch = m.dataset_samples > 0 ? m.samples_consumed / m.dataset_samples : 0;
   m.samples_per_step = ctx_.samples_per_step;
   m.synthetic = o.synthetic;
-  m.shuffle = o.shuffle;
+  m.shuffle = shuffleName(o.shuffle);
   m.seed = o.seed;
-  m.optimizer = o.optimizer;
+  m.optimizer = optimizerName(o.optimizer);
   m.lr = o.lr;
   m.model_path = fs::absolute(model_path_).lexically_normal().string();
   m.model_sha256 = ctx_.plan.model().sha256();

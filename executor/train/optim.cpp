@@ -13,16 +13,12 @@ std::string num(double v) {
   return os.str();
 }
 
-bool isAdam(const std::string &optimizer) { return optimizer == "adam" || optimizer == "adamw"; }
-
 } // namespace
 
 Status checkOptimizationOptions(const TrainOptions &o) {
-  if (o.optimizer != "sgd" && !isAdam(o.optimizer))
-    return Error{"--optimizer " + o.optimizer + ": unknown (sgd, adam or adamw)"};
   if (!(o.lr > 0) || !std::isfinite(o.lr)) return Error{"--lr " + num(o.lr) + ": must be a positive number"};
-  const std::string for_opt = " does not apply to --optimizer " + o.optimizer;
-  if (o.optimizer != "sgd") {
+  const std::string for_opt = " does not apply to --optimizer " + optimizerName(o.optimizer);
+  if (o.optimizer != OptimizerKind::Sgd) {
     if (o.momentum) return Error{"--momentum" + for_opt + " (sgd only; Adam's are --betas)"};
     if (o.dampening) return Error{"--dampening" + for_opt + " (sgd only)"};
     if (o.nesterov) return Error{"--nesterov" + for_opt + " (sgd only)"};
@@ -65,7 +61,7 @@ Status checkOptimizationOptions(const TrainOptions &o) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainOptions &o, std::vector<torch::Tensor> params) {
-  if (o.optimizer == "sgd") {
+  if (o.optimizer == OptimizerKind::Sgd) {
     torch::optim::SGDOptions sgd(o.lr);
     sgd.momentum(o.momentum.value_or(0)).dampening(o.dampening.value_or(0)).nesterov(o.nesterov);
     sgd.weight_decay(o.weight_decay.value_or(0));
@@ -80,7 +76,7 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainOptions &o, st
     if (o.weight_decay) options.weight_decay(*o.weight_decay);
     return options;
   };
-  if (o.optimizer == "adamw")
+  if (o.optimizer == OptimizerKind::AdamW)
     return std::make_unique<torch::optim::AdamW>(std::move(params), fill(torch::optim::AdamWOptions()));
   return std::make_unique<torch::optim::Adam>(std::move(params), fill(torch::optim::AdamOptions()));
 }

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "executor/comm/device_comm.h"
+#include "executor/runtime/autocast.h"
 #include "executor/runtime/device.h"
 #include "executor/runtime/grads.h"
 #include "executor/runtime/memory.h"
@@ -885,7 +886,7 @@ std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64
   os << "rannc-exec: " << world << " rank(s), " << plan.stages_size() << " stage(s), batch "
      << plan.global_batch_size() << " in " << plan.microbatches() << " micro-batch(es), "
      << (plan.schedule() == proto::GPIPE ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
-     << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << opts.optimizer
+     << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << optimizerName(opts.optimizer)
      << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
      << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision " << precision
      << "\n";
@@ -922,13 +923,13 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                               std::move(s.constants), std::move(s.buffers));
   runner.setDevice(s.device);
   runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
-  const std::string precision = s.plan.precision().empty() ? "fp32" : s.plan.precision();
+  const cost::Precision precision = cost::planPrecision(s.plan).value(); // structuralProblems refused others
   // Mixed precision: forward under autocast; values cross stages in the
   // dtype autocast gave them (their header carries it), and their gradients
   // come back in it (Note [autocast dtypes] in planner/cost/precision.cpp).
-  if (precision != "fp32") runner.setAutocast(precision == "bf16" ? torch::kBFloat16 : torch::kHalf);
+  if (precision != cost::Precision::FP32) runner.setAutocast(runtime::scalarTypeFor(precision));
   std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
-  if (precision == "fp16") scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
+  if (precision == cost::Precision::FP16) scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
   ParameterUpdate update(opts, comm, *group, s, runner, std::move(scaler),
                          [&gpu](std::unique_ptr<comm::Communicator> c) { return gpu.onDevice(std::move(c)); });
   const auto &prog = runner.program();
@@ -948,7 +949,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
   update.afterLoad();
-  SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == "on", opts.seed);
+  SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == Shuffle::On, opts.seed);
   StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
                          steps, s.gpu()},
                         log);
@@ -957,7 +958,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   Watchdog watchdog(opts.timeout_s, comm);
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
-  if (rank == 0) log << startupLine(s.plan, comm.size(), steps, K, opts, precision) << gpu.describe();
+  if (rank == 0)
+    log << startupLine(s.plan, comm.size(), steps, K, opts, cost::precisionName(precision)) << gpu.describe();
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();

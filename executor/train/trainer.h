@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "executor/comm/comm.h"
+#include "executor/train/options.h"
 #include "planner/support/status.h"
 
 namespace rannc::train {
@@ -20,7 +21,7 @@ struct TrainOptions {
   bool synthetic = false;
   int64_t steps = 10;     ///< optimizer steps (each takes accumulation_steps global batches)
   int64_t epochs = 0;     ///< > 0: train this many passes over --data instead of `steps` (docs/training.md)
-  std::string optimizer = "sgd"; ///< sgd | adam | adamw
+  OptimizerKind optimizer = OptimizerKind::Sgd;
   double lr = 0.01;
   // Optimizer hyper-parameters; unset: PyTorch's default (executor/train/optim.h).
   std::optional<double> momentum, dampening, weight_decay, eps; ///< momentum, dampening: sgd; eps: adam(w)
@@ -32,7 +33,7 @@ struct TrainOptions {
   double clip_grad_norm = 0;      ///< > 0: clip the global gradient norm (over all stages) to this
   int64_t accumulation_steps = 1; ///< global batches whose gradients one optimizer step applies
   int64_t bucket_bytes = 25 << 20; ///< gradient all-reduce bucket size (Note [gradient buckets])
-  std::string shuffle = "off";   ///< off | on
+  Shuffle shuffle = Shuffle::Off;
   uint64_t seed = 0;
   std::string log;        ///< JSONL file written by rank 0; empty: none
   double timeout_s = 300; ///< a rank that makes no progress this long stops the job (0: never)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "planner/cluster/detail.h"
+#include "planner/support/format.h"
 
 namespace rannc::cluster {
 namespace {
@@ -156,58 +157,11 @@ bool endsWith(const std::string &s, const std::string &suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-struct Suffix {
-  int exp10;
-  const char *name;
-};
-
-/// `v` as decimal digits with the largest suffix whose power of ten it reaches
-/// ("19.5T", "5us"). Exact: the shortest digits that round-trip, with the
-/// decimal point moved, never a division.
-std::string formatDecimal(double v, const Suffix *suffixes, size_t n) {
-  const Suffix *unit = suffixes;
-  for (size_t i = 0; i < n; ++i)
-    if (suffixes[i].exp10 == 0) unit = &suffixes[i];
-  if (v == 0 || !std::isfinite(v)) {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr) + unit->name;
-  }
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, std::fabs(v), std::chars_format::scientific);
-  std::string sci(buf, r.ptr); // "1.95e+13"
-  size_t e = sci.find('e');
-  std::string digits;
-  for (size_t i = 0; i < e; ++i)
-    if (sci[i] != '.') digits += sci[i];
-  int x = std::atoi(sci.c_str() + e + 1);
-  unit = suffixes; // the smallest, for values below every suffix
-  for (size_t i = 0; i < n; ++i)
-    if (suffixes[i].exp10 <= x) unit = &suffixes[i];
-  int int_len = x - unit->exp10 + 1;
-  std::string out = v < 0 ? "-" : "";
-  if (int_len >= int(digits.size()))
-    out += digits + std::string(int_len - digits.size(), '0');
-  else if (int_len > 0)
-    out += digits.substr(0, int_len) + "." + digits.substr(int_len);
-  else
-    out += "0." + std::string(-int_len, '0') + digits;
-  return out + unit->name;
-}
-
 void printPeak(std::ostream &os, double flops) {
   if (flops > 0)
     os << formatFlops(flops);
   else
     os << "-";
-}
-
-/// Exact where the size is a whole number of MiB, GiB or TiB, else to 0.01 GiB.
-std::string humanBytes(int64_t bytes) {
-  if (bytes > 0 && bytes % (int64_t{1} << 20) == 0) return formatByteSize(bytes);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2fGiB", double(bytes) / double(kGiB));
-  return buf;
 }
 
 void printLink(std::ostream &os, const char *what, const LinkSpec &l) {
@@ -361,8 +315,9 @@ void ClusterSpec::print(std::ostream &os) const {
   os << "cluster  " << num_nodes << (num_nodes == 1 ? " node" : " nodes") << " x " << devices_per_node
      << (devices_per_node == 1 ? " device" : " devices") << " = " << worldSize()
      << (worldSize() == 1 ? " rank\n" : " ranks\n");
-  os << "device   " << device.name << " (" << device.type << "), memory " << humanBytes(device.memory_bytes)
-     << ", memory bandwidth " << formatBandwidth(device.memory_bandwidth) << "\n";
+  os << "device   " << device.name << " (" << device.type << "), memory "
+     << formatBytes(double(device.memory_bytes), ByteStyle::Compact) << ", memory bandwidth "
+     << formatBandwidth(device.memory_bandwidth) << "\n";
   os << "peak     FLOP/s fp32 ";
   printPeak(os, device.peak_flops);
   os << ", tf32 ";
@@ -439,28 +394,20 @@ Expected<double> parseDuration(const std::string &text) {
   return v;
 }
 
-std::string formatByteSize(int64_t bytes) {
-  if (bytes > 0) {
-    static const Suffix binary[] = {{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}};
-    for (const auto &b : binary)
-      if (bytes % (int64_t{1} << b.exp10) == 0) return std::to_string(bytes >> b.exp10) + b.name;
-  }
-  static const Suffix decimal[] = {{0, "B"}, {3, "KB"}, {6, "MB"}, {9, "GB"}, {12, "TB"}};
-  return formatDecimal(double(bytes), decimal, std::size(decimal));
-}
+std::string formatByteSize(int64_t bytes) { return formatBytes(double(bytes), ByteStyle::Exact); }
 
 std::string formatFlops(double flops) {
-  static const Suffix s[] = {{0, ""}, {3, "k"}, {6, "M"}, {9, "G"}, {12, "T"}, {15, "P"}};
+  static const DecimalSuffix s[] = {{0, ""}, {3, "k"}, {6, "M"}, {9, "G"}, {12, "T"}, {15, "P"}};
   return formatDecimal(flops, s, std::size(s));
 }
 
 std::string formatBandwidth(double bytes_per_s) {
-  static const Suffix s[] = {{0, "B/s"}, {3, "KB/s"}, {6, "MB/s"}, {9, "GB/s"}, {12, "TB/s"}};
+  static const DecimalSuffix s[] = {{0, "B/s"}, {3, "KB/s"}, {6, "MB/s"}, {9, "GB/s"}, {12, "TB/s"}};
   return formatDecimal(bytes_per_s, s, std::size(s));
 }
 
 std::string formatDuration(double seconds) {
-  static const Suffix s[] = {{-9, "ns"}, {-6, "us"}, {-3, "ms"}, {0, "s"}};
+  static const DecimalSuffix s[] = {{-9, "ns"}, {-6, "us"}, {-3, "ms"}, {0, "s"}};
   return formatDecimal(seconds, s, std::size(s));
 }
 

@@ -4,6 +4,8 @@
 #include <set>
 #include <string>
 
+#include "planner/support/words.h"
+
 namespace rannc::cost {
 
 /// Note [autocast dtypes]
@@ -74,14 +76,22 @@ bool in(const std::set<std::string> &set, const std::string &name) { return !nam
 
 } // namespace
 
-Status checkPrecision(std::string_view precision) {
-  if (precision == "fp32" || precision == "bf16" || precision == "fp16") return {};
-  return Error{"precision must be fp32, bf16 or fp16 (got '" + std::string(precision) + "')"};
+const char *const kPrecisionWords[] = {"fp32", "bf16", "fp16"}; // in Precision's order
+
+Expected<Precision> parsePrecision(std::string_view text) {
+  if (auto p = enumFromWord<Precision>(text, kPrecisionWords)) return *p;
+  return Error{"precision must be fp32, bf16 or fp16 (got '" + std::string(text) + "')"};
 }
 
-ir::DType lowPrecisionDType(std::string_view precision) {
-  if (precision == "bf16") return ir::DType::BF16;
-  if (precision == "fp16") return ir::DType::F16;
+std::string precisionName(Precision p) { return kPrecisionWords[size_t(p)]; }
+
+Expected<Precision> planPrecision(const proto::Plan &plan) {
+  return parsePrecision(plan.precision().empty() ? "fp32" : plan.precision());
+}
+
+ir::DType lowPrecisionDType(Precision precision) {
+  if (precision == Precision::BF16) return ir::DType::BF16;
+  if (precision == Precision::FP16) return ir::DType::F16;
   return ir::DType::Undefined;
 }
 
@@ -89,7 +99,7 @@ bool runsInLowPrecision(const ir::Node &n) {
   return (isOnnx(n) && kLowerOnnx.count(n.op_type)) || in(kLowerAten, atenName(n));
 }
 
-void assignComputeDTypes(ir::Graph &g, std::string_view precision, std::string_view device_type) {
+void assignComputeDTypes(ir::Graph &g, Precision precision, std::string_view device_type) {
   const ir::DType low = lowPrecisionDType(precision);
   const bool cuda = device_type == "cuda";
   for (ir::Value &v : g.values) v.compute_dtype = ir::DType::Undefined;

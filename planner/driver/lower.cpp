@@ -98,7 +98,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     blk.bwd = fit(costs.batch_sizes, bwd);
     blk.param_bytes = double(param_counts[u]) * 4; // float32 parameters
     blk.buffer_bytes = double(buffer_bytes[u]);
-    if (opts.precision != "fp32") // Note [autocast dtypes]
+    if (opts.precision != cost::Precision::FP32) // Note [autocast dtypes]
       blk.lowp_weight_bytes = double(cost::lowPrecisionWeightBytes(g, units[u].op_begin, units[u].op_end));
     const cost::UnitCost &at_largest = costs.costs.back()[u];
     blk.activation_bytes_per_sample = double(at_largest.kept_bytes) / double(largest);
@@ -166,10 +166,10 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.optimizer_bytes_per_param_byte = cost::optimizerStateFactor(opts.optimizer);
   // Activation recomputation (Note [recomputation] in executor/runtime/stage.h):
   // auto lets the DP choose it per stage where activations would not fit.
-  p.allow_recompute = opts.recompute != "off";
-  p.force_recompute = opts.recompute == "on";
-  p.allow_zero = opts.zero != "0";
-  p.force_zero = opts.zero == "1";
+  p.allow_recompute = opts.recompute != Recompute::Off;
+  p.force_recompute = opts.recompute == Recompute::On;
+  p.allow_zero = opts.zero != Zero::Off;
+  p.force_zero = opts.zero == Zero::On;
   p.constraints.stages = opts.stages;
   p.constraints.replicas = opts.replicas;
   p.constraints.microbatches = opts.microbatches;

@@ -41,7 +41,7 @@ Expected<cost::CostTable> loadCosts(const ir::Graph &g, const std::vector<cost::
                    "--profile analytic"};
     return table;
   }
-  auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads, opts.precision});
+  auto table = cost::readProfile(source, {sha, cluster.device.name, opts.threads, cost::precisionName(opts.precision)});
   if (!table) return table.error();
   bool same_units = table->units.size() == units.size();
   for (size_t i = 0; same_units && i < units.size(); ++i)
@@ -135,7 +135,8 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.set_microbatches(plan_units.microbatches);
   plan.set_schedule(plan::scheduleToProto(plan_units.schedule));
   plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs)");
-  if (opts.precision != "fp32") plan.set_precision(opts.precision); // fp32 plans stay as before
+  if (opts.precision != cost::Precision::FP32) // fp32 plans stay as before
+    plan.set_precision(cost::precisionName(opts.precision));
   *plan.mutable_cluster() = plan::clusterToProto(cluster);
   double optimizer = 0;
   for (int s = 0; s < plan_units.numStages(); ++s) {
@@ -252,7 +253,6 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto &sha = imported->sha;
   log << "rannc-plan: " << opts.model << ": " << graph.nodes.size() << " ops in " << units.size() << " units, "
       << graph.parameters.size() << " parameters, opset " << graph.opset << "\n";
-  if (Status st = cost::checkPrecision(opts.precision); !st) return Error{"--precision: " + st.message()};
   cost::assignComputeDTypes(graph, opts.precision, cluster->device.type); // Note [autocast dtypes]
   auto costs = loadCosts(graph, units, *cluster, opts, sha, log);
   if (!costs) return costs.error();
@@ -305,8 +305,8 @@ Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, s
   log << "rannc-plan: profiling " << units.size() << " units of " << opts.model << "\n";
   auto table = measure(graph, units, opts.batch_sizes, opts.device);
   if (!table) return table.error();
-  if (Status st = cost::writeProfile(*table, {sha, device_type, opts.threads, opts.precision}, opts.output); !st)
-    return st;
+  const cost::ProfileKey key{sha, device_type, opts.threads, cost::precisionName(opts.precision)};
+  if (Status st = cost::writeProfile(*table, key, opts.output); !st) return st;
   log << "rannc-plan: wrote " << opts.output
       << (table->device_name.empty() ? "" : " (measured on " + table->device_name + ")") << "\n";
   return Status::success();

@@ -11,6 +11,8 @@
 #include "plan.pb.h"
 #include "planner/cluster/cluster.h"
 #include "planner/cost/cost.h"
+#include "planner/cost/precision.h"
+#include "planner/driver/options.h"
 #include "planner/partition/evaluate.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
@@ -55,9 +57,9 @@ struct PlanOptions {
   int stages = 0;
   std::vector<int> replicas;   ///< one count for every stage, or one per stage
   std::string schedule;        ///< "gpipe" | "1f1b" | "" (searched)
-  std::string recompute = "auto"; ///< "auto" (chosen per stage where memory needs it) | "on" | "off"
-  std::string zero = "auto";      ///< "auto" (sharded per stage where memory needs it) | "0" | "1"
-  std::string precision = "fp32"; ///< "fp32" | "bf16" | "fp16": compute under autocast (Note [autocast dtypes])
+  Recompute recompute = Recompute::Auto; ///< Auto: chosen per stage where memory needs it
+  Zero zero = Zero::Auto;                ///< Auto: sharded per stage where memory needs it
+  cost::Precision precision = cost::Precision::FP32; ///< compute under autocast (Note [autocast dtypes])
   bool power_of_two_replicas = false;
   std::string strategy = "auto"; ///< auto (the DP) | uniform | parameters | time
   double memory_margin = 0.1;  ///< fraction of device memory kept free
@@ -77,7 +79,7 @@ struct ProfileCommandOptions {
   std::string output;
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
-  std::string precision = "fp32"; ///< measure under autocast at bf16/fp16 (as PlanOptions::precision)
+  cost::Precision precision = cost::Precision::FP32; ///< measure under autocast (as PlanOptions::precision)
   std::string device = "cpu";      ///< where to measure: "cpu" or "cuda" (this machine's GPU)
   /// The device name plans made from the profile target (a preset or a
   /// cluster file's device.name); with --device cuda it must be given.

@@ -156,7 +156,9 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   lower.batch_size = plan.global_batch_size();
   lower.memory_margin = m.memory_margin;
   lower.optimizer = m.costs.optimizer;
-  lower.precision = plan.precision().empty() ? "fp32" : plan.precision();
+  // check refuses another precision; until then it counts weight copies, as any non-fp32 one did.
+  const auto precision = cost::planPrecision(plan);
+  lower.precision = precision ? *precision : cost::Precision::BF16;
   auto problem = lowerToProblem(m.graph, m.costs, m.cluster, lower);
   if (!problem) return Error{"cluster: " + problem.error().message};
   m.problem = std::move(*problem);

@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "planner/support/format.h"
+
 namespace rannc::partition {
 namespace {
 
@@ -197,17 +199,6 @@ std::vector<int> replicaCandidates(const Problem &p, int microbatches) {
   return out;
 }
 
-std::string formatBytes(double bytes) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while (std::fabs(v) >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
-}
+std::string formatBytes(double bytes) { return rannc::formatBytes(bytes, ByteStyle::Long); }
 
 } // namespace rannc::partition

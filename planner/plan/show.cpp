@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "planner/plan/plan.h"
+#include "planner/support/format.h"
 
 namespace rannc::plan {
 std::string formatFixed(double v, int decimals) {
@@ -66,16 +67,7 @@ int64_t microbatchSize(const proto::Plan &plan) {
 
 } // namespace
 
-std::string bytesText(double bytes) {
-  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while ((v >= 1024 || v <= -1024) && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? formatFixed(v, 0) + " B" : formatFixed(v, 1) + " " + units[u];
-}
+std::string bytesText(double bytes) { return formatBytes(bytes, ByteStyle::Short); }
 
 std::string timeText(double seconds) {
   const double a = seconds < 0 ? -seconds : seconds;

@@ -76,13 +76,13 @@ TEST(Optimizers, SgdNesterovWithWeightDecayStepsAsPyTorch) {
 
 TEST(Optimizers, PyTorchDefaultsAndTheScheduledLr) {
   TrainOptions o;
-  o.optimizer = "adamw";
+  o.optimizer = OptimizerKind::AdamW;
   torch::Tensor p = torch::ones({1}, torch::requires_grad());
   auto adamw = makeOptimizer(o, {p});
   auto &opts = static_cast<torch::optim::AdamWOptions &>(adamw->param_groups()[0].options());
   EXPECT_DOUBLE_EQ(opts.weight_decay(), 0.01); // AdamW's own default, unlike Adam's 0
   EXPECT_DOUBLE_EQ(std::get<1>(opts.betas()), 0.999);
-  o.optimizer = "adam";
+  o.optimizer = OptimizerKind::Adam;
   o.betas = std::make_pair(0.8, 0.95);
   o.eps = 1e-6;
   auto adam = makeOptimizer(o, {p});
@@ -105,7 +105,7 @@ TEST(Options, FlagsThatDoNotApplyAreErrors) {
   o.betas = std::make_pair(0.9, 0.99);
   EXPECT_EQ(message(o), "--betas does not apply to --optimizer sgd (adam and adamw only)");
   o = TrainOptions();
-  o.optimizer = "adamw";
+  o.optimizer = OptimizerKind::AdamW;
   o.momentum = 0.9;
   EXPECT_EQ(message(o), "--momentum does not apply to --optimizer adamw (sgd only; Adam's are --betas)");
   o = TrainOptions();

@@ -49,7 +49,7 @@ TEST(Precision, OnnxLinearLayerAndLoss) {
   const ir::ValueId div = b.op("Div", {mm2, scale}, {Dim::batch(), F(16)});
   const ir::ValueId relu = b.op("Relu", {div}, {Dim::batch(), F(16)});
   const ir::ValueId loss = b.op("SoftmaxCrossEntropyLoss", {relu, labels}, {});
-  assignComputeDTypes(b.g, "bf16", "cpu");
+  assignComputeDTypes(b.g, Precision::BF16, "cpu");
   EXPECT_EQ(b.at(mm), DType::BF16);   // matmul is on the lower-precision list
   EXPECT_EQ(b.at(add), DType::F32);   // bf16 [B,16] + fp32 [16] promotes to fp32
   EXPECT_EQ(b.at(mm2), DType::BF16);
@@ -59,9 +59,9 @@ TEST(Precision, OnnxLinearLayerAndLoss) {
   EXPECT_EQ(b.g.values[loss].compute_dtype, DType::Undefined); // as declared: nothing to record
   EXPECT_EQ(b.at(labels), DType::I64);
   // fp16 the same way; fp32 clears everything.
-  assignComputeDTypes(b.g, "fp16", "cpu");
+  assignComputeDTypes(b.g, Precision::FP16, "cpu");
   EXPECT_EQ(b.at(mm), DType::F16);
-  assignComputeDTypes(b.g, "fp32", "cpu");
+  assignComputeDTypes(b.g, Precision::FP32, "cpu");
   for (const ir::Value &v : b.g.values) EXPECT_EQ(v.compute_dtype, DType::Undefined) << v.name;
 }
 
@@ -75,13 +75,13 @@ TEST(Precision, AtenOpsAndTheCudaPolicy) {
   const ir::ValueId gelu = b.op("aten::gelu", {ln}, {Dim::batch(), F(8)});
   const ir::ValueId res = b.op("aten::add", {gelu, x}, {Dim::batch(), F(8)});
   const ir::ValueId sm = b.op("aten::softmax", {lin}, {Dim::batch(), F(8)});
-  assignComputeDTypes(b.g, "bf16", "cpu");
+  assignComputeDTypes(b.g, Precision::BF16, "cpu");
   EXPECT_EQ(b.at(lin), DType::BF16);
   EXPECT_EQ(b.at(ln), DType::BF16);   // CPU: layer_norm(bf16 x, fp32 weight) is bf16
   EXPECT_EQ(b.at(gelu), DType::BF16);
   EXPECT_EQ(b.at(res), DType::F32);   // the fp32 residual promotes
   EXPECT_EQ(b.at(sm), DType::BF16);   // CPU: softmax is on no list
-  assignComputeDTypes(b.g, "bf16", "cuda");
+  assignComputeDTypes(b.g, Precision::BF16, "cuda");
   EXPECT_EQ(b.at(ln), DType::F32);    // CUDA: layer_norm and softmax are on the fp32 list
   EXPECT_EQ(b.at(sm), DType::F32);
   EXPECT_EQ(b.at(gelu), DType::F32);
@@ -104,7 +104,7 @@ TEST(Precision, ActivationBytesAndWeightCopies) {
   // linear writes 4*16*2 = 128 bytes instead of 256.
   const cluster::DeviceSpec cpu;
   EXPECT_EQ(estimateOpCosts(b.g, cpu, 4)[0].output_bytes, 256);
-  assignComputeDTypes(b.g, "bf16", "cpu");
+  assignComputeDTypes(b.g, Precision::BF16, "cpu");
   EXPECT_EQ(estimateOpCosts(b.g, cpu, 4)[0].output_bytes, 128);
 }
 
@@ -116,7 +116,7 @@ TEST(Precision, PlanRoundTripAndChecks) {
   b.g.parameters.push_back(w);
   const ir::ValueId lin = b.op("aten::linear", {x, w}, {Dim::batch(), F(8)});
   b.g.loss = b.op("aten::sum", {lin}, {});
-  assignComputeDTypes(b.g, "bf16", "cpu");
+  assignComputeDTypes(b.g, Precision::BF16, "cpu");
   proto::Graph p = plan::graphToProto(b.g);
   EXPECT_EQ(p.ops(0).outputs(0).compute_dtype(), "bf16");
   EXPECT_EQ(p.ops(1).outputs(0).compute_dtype(), "bf16"); // sum follows its input on the CPU
@@ -125,8 +125,24 @@ TEST(Precision, PlanRoundTripAndChecks) {
   EXPECT_EQ(back->values[back->findValue(b.g.values[lin].name)].runtimeDType(), DType::BF16);
   p.mutable_ops(0)->mutable_outputs(0)->set_compute_dtype("i64");
   EXPECT_FALSE(plan::graphFromProto(p).ok());
-  EXPECT_TRUE(checkPrecision("bf16").ok());
-  EXPECT_FALSE(checkPrecision("int8").ok());
+}
+
+TEST(Precision, ParsesOnceWithItsNames) {
+  for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
+    auto back = parsePrecision(precisionName(p));
+    ASSERT_TRUE(back.ok()) << precisionName(p);
+    EXPECT_EQ(*back, p);
+  }
+  EXPECT_EQ(precisionName(Precision::BF16), "bf16");
+  auto bad = parsePrecision("int8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "precision must be fp32, bf16 or fp16 (got 'int8')");
+  proto::Plan plan; // before the field existed: fp32
+  EXPECT_EQ(*planPrecision(plan), Precision::FP32);
+  plan.set_precision("fp16");
+  EXPECT_EQ(*planPrecision(plan), Precision::FP16);
+  plan.set_precision("FP16");
+  EXPECT_FALSE(planPrecision(plan).ok());
 }
 
 TEST(Precision, ProfilesRecordTheirPrecision) {

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <string>
 
+#include "planner/support/format.h"
 #include "planner/support/sha256.h"
 
 namespace rannc {
@@ -23,6 +24,31 @@ TEST(Sha256, StreamEqualsWhole) {
   for (size_t i = 0; i < big.size(); ++i) big[i] = char(i * 131 % 251);
   std::istringstream in(big);
   EXPECT_EQ(sha256Hex(in), sha256Hex(std::string_view(big)));
+}
+
+// One byte formatter, four styles: each is the text its readers saw before
+// the formatters were merged (show's tables, the partitioner's messages,
+// cluster files, the cluster summary).
+TEST(Format, ByteStyles) {
+  const double gib = double(int64_t{1} << 30);
+  EXPECT_EQ(formatBytes(1.5 * gib, ByteStyle::Short), "1.5 GiB");
+  EXPECT_EQ(formatBytes(1.5 * gib, ByteStyle::Long), "1.50 GiB");
+  EXPECT_EQ(formatBytes(1023.6, ByteStyle::Short), "1024 B"); // rounded, still below one KiB
+  EXPECT_EQ(formatBytes(-2048, ByteStyle::Long), "-2.00 KiB");
+  EXPECT_EQ(formatBytes(5000 * gib * 1024, ByteStyle::Short), "5000.0 TiB"); // no unit above TiB
+  EXPECT_EQ(formatBytes(40 * gib, ByteStyle::Exact), "40GiB");
+  EXPECT_EQ(formatBytes(double(int64_t{3} << 29), ByteStyle::Exact), "1536MiB");
+  EXPECT_EQ(formatBytes(33752120768, ByteStyle::Exact), "33.752120768GB");
+  EXPECT_EQ(formatBytes(7, ByteStyle::Exact), "7B");
+  EXPECT_EQ(formatBytes(double(int64_t{1536} << 20), ByteStyle::Compact), "1536MiB");
+  EXPECT_EQ(formatBytes(33752120768, ByteStyle::Compact), "31.43GiB");
+}
+
+TEST(Format, DecimalsAreExact) {
+  static const DecimalSuffix flops[] = {{0, ""}, {3, "k"}, {6, "M"}, {9, "G"}, {12, "T"}};
+  EXPECT_EQ(formatDecimal(19.5e12, flops, std::size(flops)), "19.5T");
+  EXPECT_EQ(formatDecimal(0.25, flops, std::size(flops)), "0.25");
+  EXPECT_EQ(formatDecimal(-1500, flops, std::size(flops)), "-1.5k");
 }
 
 } // namespace

@@ -2,14 +2,13 @@
 // flags, then hands over to rannc::train::train.
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
 #include <iostream>
-#include <stdexcept>
+#include <optional>
 #include <string>
-#include <utility>
 
 #include "executor/checkpoint/onnx_export.h"
 #include "executor/comm/comm.h"
+#include "executor/train/options.h"
 #include "executor/train/trainer.h"
 #include "executor/train/version.h"
 
@@ -51,6 +50,7 @@ int main(int argc, char **argv) {
                "build uses",
                "rannc-exec"};
   rannc::train::TrainOptions o;
+  rannc::train::ExecFlags flags; // what finishTrainOptions turns into `o`
   app.add_option("plan", o.plan, "plan file from rannc-plan (.pb, .pbtxt or .json)")->required();
   app.add_option("--model", o.model, "model file, if it is no longer where the plan says");
   auto *data = app.add_option("--data", o.data_dir, "folder with one <input name>.npy per graph input");
@@ -62,30 +62,30 @@ int main(int argc, char **argv) {
       ->check(CLI::PositiveNumber)
       ->excludes(steps);
   // Optimization (docs/training.md); what is not given is PyTorch's default.
-  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw (torch.optim's)")
+  app.add_option("--optimizer", flags.optimizer, "sgd, adam or adamw (torch.optim's)")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   app.add_option("--lr", o.lr, "learning rate (the peak, with a schedule)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  double momentum = 0, dampening = 0, weight_decay = 0, eps = 0;
-  std::string betas;
-  auto *momentum_opt = app.add_option("--momentum", momentum, "sgd: momentum factor (default 0)");
-  auto *dampening_opt = app.add_option("--dampening", dampening, "sgd: dampening for momentum (default 0)");
+  auto set = [](std::optional<double> &field) { return [&field](const double &v) { field = v; }; };
+  app.add_option_function<double>("--momentum", set(o.momentum), "sgd: momentum factor (default 0)");
+  app.add_option_function<double>("--dampening", set(o.dampening), "sgd: dampening for momentum (default 0)");
   app.add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum > 0)");
-  auto *weight_decay_opt = app.add_option("--weight-decay", weight_decay,
-                                          "sgd, adam: L2 penalty in the gradient; adamw: decoupled decay "
-                                          "(defaults 0, 0, 0.01)");
-  auto *betas_opt = app.add_option("--betas", betas, "adam, adamw: B1,B2 (default 0.9,0.999)");
-  auto *eps_opt = app.add_option("--eps", eps, "adam, adamw: term added to the denominator (default 1e-8)");
+  app.add_option_function<double>("--weight-decay", set(o.weight_decay),
+                                  "sgd, adam: L2 penalty in the gradient; adamw: decoupled decay "
+                                  "(defaults 0, 0, 0.01)");
+  app.add_option_function<std::string>(
+      "--betas", [&flags](const std::string &v) { flags.betas = v; }, "adam, adamw: B1,B2 (default 0.9,0.999)");
+  app.add_option_function<double>("--eps", set(o.eps), "adam, adamw: term added to the denominator (default 1e-8)");
   app.add_option("--lr-schedule", o.lr_schedule, "constant, cosine or linear decay to --min-lr at the last step")
       ->check(CLI::IsMember({"constant", "cosine", "linear"}))
       ->capture_default_str();
   app.add_option("--warmup-steps", o.warmup_steps, "steps of linear warm-up from lr 0 (any schedule)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  double min_lr = 0;
-  auto *min_lr_opt = app.add_option("--min-lr", min_lr, "cosine, linear: the learning rate decay ends at (default 0)");
+  app.add_option_function<double>("--min-lr", set(o.min_lr),
+                                  "cosine, linear: the learning rate decay ends at (default 0)");
   app.add_option("--clip-grad-norm", o.clip_grad_norm,
                  "clip the gradient norm over all stages to MAX, as torch.nn.utils.clip_grad_norm_ (0: off)")
       ->capture_default_str()
@@ -94,12 +94,11 @@ int main(int argc, char **argv) {
                  "K: global batches whose gradients (mean) one optimizer step applies")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  double bucket_mib = 25;
-  app.add_option("--bucket-size", bucket_mib,
+  app.add_option("--bucket-size", flags.bucket_mib,
                  "MiB per gradient all-reduce bucket; buckets start while backward still runs (as PyTorch DDP's)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--shuffle", o.shuffle, "on: a seeded permutation per epoch; off: samples in file order")
+  app.add_option("--shuffle", flags.shuffle, "on: a seeded permutation per epoch; off: samples in file order")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "seed for shuffling and synthetic data")->capture_default_str();
@@ -117,16 +116,15 @@ int main(int argc, char **argv) {
                  "where each rank computes: cpu, or cuda (one GPU per rank, chosen from the launcher's local rank; "
                  "docs/gpu.md); default: the plan's device")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  std::string gpu_transport = "nccl";
-  app.add_option("--gpu-transport", gpu_transport,
+  app.add_option("--gpu-transport", flags.gpu_transport,
                  "on GPUs, how tensors move between ranks: nccl, or host (staged through host memory over MPI, "
                  "as when ranks share a GPU; to tell an NCCL problem from others)")
       ->check(CLI::IsMember({"nccl", "host"}))
       ->capture_default_str();
-  uint64_t init_seed = 0;
-  auto *init_opt = app.add_option("--init-weights", init_seed,
-                                  "SEED: give the parameters and buffers the model file has no contents for "
-                                  "(a weightless model) deterministic initial values (docs/front-ends.md)");
+  app.add_option_function<uint64_t>(
+      "--init-weights", [&o](const uint64_t &seed) { o.init_weights = seed; },
+      "SEED: give the parameters and buffers the model file has no contents for "
+      "(a weightless model) deterministic initial values (docs/front-ends.md)");
   // Checkpoints and export (docs/training.md "Checkpoints, resume and export").
   auto *ckpt_dir = app.add_option("--checkpoint-dir", o.checkpoint_dir,
                                   "D: write checkpoints to D/step-<N>/ after the last step (and every "
@@ -147,26 +145,7 @@ int main(int argc, char **argv) {
                  "reads (any model; TorchScript models' export)");
   try {
     app.parse(argc, argv);
-    if (init_opt->count()) o.init_weights = init_seed;
-    o.bucket_bytes = std::max<int64_t>(1, int64_t(bucket_mib * double(1 << 20)));
-    o.host_staged = gpu_transport == "host";
-    if (momentum_opt->count()) o.momentum = momentum;
-    if (dampening_opt->count()) o.dampening = dampening;
-    if (weight_decay_opt->count()) o.weight_decay = weight_decay;
-    if (eps_opt->count()) o.eps = eps;
-    if (min_lr_opt->count()) o.min_lr = min_lr;
-    if (betas_opt->count()) {
-      size_t comma = betas.find(',');
-      try {
-        size_t used1 = 0, used2 = 0;
-        if (comma == std::string::npos) throw std::invalid_argument("no comma");
-        double b1 = std::stod(betas.substr(0, comma), &used1), b2 = std::stod(betas.substr(comma + 1), &used2);
-        if (used1 != comma || used2 != betas.size() - comma - 1) throw std::invalid_argument("trailing text");
-        o.betas = std::make_pair(b1, b2);
-      } catch (const std::exception &) {
-        throw CLI::ValidationError("--betas", "'" + betas + "' is not two numbers B1,B2 (e.g. 0.9,0.999)");
-      }
-    }
+    if (rannc::Status st = rannc::train::finishTrainOptions(flags, o); !st) throw CLI::ValidationError(st.message());
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }

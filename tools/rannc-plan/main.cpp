@@ -1,11 +1,17 @@
-// rannc-plan: the offline partition-planning compiler. Parses flags into the
-// planner's option structs and calls one library function per verb.
+// rannc-plan: the offline partition-planning compiler. Declares each verb's
+// flags (CLI11 subcommands; no verb plans), fills the planner's option
+// structs, and calls one library function per verb.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <functional>
 #include <iostream>
+#include <memory>
+#include <vector>
 
 #include "executor/profile/profiler.h"
 #include "planner/cluster/cluster.h"
+#include "planner/driver/options.h"
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
 #include "executor/frontend/common.h"
@@ -16,8 +22,8 @@ namespace {
 
 /// The LibTorch profiler as the driver's measured cost source, with this
 /// tool's thread count, optimizer and repetitions.
-rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions = 3,
-                                   const std::string &precision = "fp32") {
+rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions,
+                                   rannc::cost::Precision precision) {
   return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units, const std::vector<int64_t> &sizes,
              const std::string &device) -> rannc::Expected<rannc::cost::CostTable> {
     rannc::profile::ProfileOptions po;
@@ -44,286 +50,262 @@ int fail(const std::string &message) {
   return 1;
 }
 
+int finish(const rannc::Status &st) { return st.ok() ? 0 : fail(st.message()); }
+
 constexpr const char *kDataHelp =
     "a TorchScript archive's inputs (dtype, per-sample shape) from DIR/<input>.npy, the training data; "
     "needed when the archive does not describe them";
 
-int finish(const rannc::Status &st) { return st.ok() ? 0 : fail(st.message()); }
+/// A verb: its subcommand, and what runs when it was given.
+struct Verb {
+  CLI::App *cmd;
+  std::function<int()> run;
+};
 
-int planCommand(int argc, char **argv) {
-  CLI::App app{"Plans pipeline-parallel training of MODEL (.onnx) for a cluster and writes the plan.\n"
-               "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help);\n"
-               "rannc-plan --version prints the versions this build uses",
-               "rannc-plan"};
-  rannc::planner::PlanOptions o;
-  std::string memory;
-  app.add_option("model", o.model, "model file (.onnx, TorchScript .pt, torch.export .pt2) whose output is the training loss")
-      ->required();
-  app.add_option("--data", o.data_dir, kDataHelp);
-  app.add_option("-o,--output", o.output, "plan file to write (.pb, .pbtxt or .json)")->required();
-  auto *gpus = app.add_option("--gpus", o.gpus, "number of devices")->capture_default_str();
-  auto *type = app.add_option("--device-type", o.device_type,
+/// rannc-plan MODEL ... (no verb): declared on the tool itself; MODEL and -o
+/// are required only when `planning` (CLI11 checks the tool's required flags
+/// under a verb too).
+Verb addPlan(CLI::App &app, bool planning) {
+  auto o = std::make_shared<rannc::planner::PlanOptions>();
+  auto flags = std::make_shared<rannc::planner::PlanFlags>();
+  app.add_option("model", o->model,
+                 "model file (.onnx, TorchScript .pt, torch.export .pt2) whose output is the training loss")
+      ->required(planning);
+  app.add_option("--data", o->data_dir, kDataHelp);
+  app.add_option("-o,--output", o->output, "plan file to write (.pb, .pbtxt or .json)")->required(planning);
+  auto *gpus = app.add_option("--gpus", o->gpus, "number of devices")->capture_default_str();
+  auto *type = app.add_option("--device-type", o->device_type,
                               "device preset: cpu, v100-16g, v100-32g, a100-40g, a100-80g, h100-80g")
                    ->capture_default_str();
-  auto *cluster = app.add_option("--cluster", o.cluster_file, "cluster description (YAML, docs/cluster.md)");
-  app.add_option("--device-memory", memory, "override the device memory of the preset or cluster file, e.g. 2GiB");
-  app.add_option("--batch-size", o.batch_size, "global batch size (samples per step)")->capture_default_str();
-  app.add_option("--microbatches", o.microbatches,
+  app.add_option("--cluster", o->cluster_file, "cluster description (YAML, docs/cluster.md)");
+  app.add_option("--device-memory", flags->device_memory,
+                 "override the device memory of the preset or cluster file, e.g. 2GiB");
+  app.add_option("--batch-size", o->batch_size, "global batch size (samples per step)")->capture_default_str();
+  app.add_option("--microbatches", o->microbatches,
                  "micro-batches per step, a divisor of the batch size (default: the partitioner chooses)");
-  app.add_option("--optimizer", o.optimizer, "optimizer the memory estimate assumes: sgd, momentum, adam, adamw")
+  app.add_option("--optimizer", o->optimizer, "optimizer the memory estimate assumes: sgd, momentum, adam, adamw")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw"}))
       ->capture_default_str();
-  app.add_option("--stages", o.stages, "number of pipeline stages (default: the partitioner chooses)");
-  app.add_option("--replicas", o.replicas,
+  app.add_option("--stages", o->stages, "number of pipeline stages (default: the partitioner chooses)");
+  app.add_option("--replicas", o->replicas,
                  "data-parallel replicas: one count for every stage, or one per stage, e.g. 2,1,1 "
                  "(default: the partitioner chooses)")
       ->delimiter(',');
-  app.add_flag("--power-of-two-replicas", o.power_of_two_replicas, "only search replica counts that are powers of two");
-  app.add_option("--recompute", o.recompute,
+  app.add_flag("--power-of-two-replicas", o->power_of_two_replicas,
+               "only search replica counts that are powers of two");
+  app.add_option("--recompute", flags->recompute,
                  "activation recomputation per stage: auto (where activations would not fit), on (every stage), off")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->check(CLI::IsMember(rannc::planner::recomputeNames()))
       ->capture_default_str();
-  app.add_option("--zero", o.zero,
+  app.add_option("--zero", flags->zero,
                  "optimizer state sharded over a stage's replicas (ZeRO-1): auto (where memory needs it), 1 (every "
                  "replicated stage), 0 (never)")
-      ->check(CLI::IsMember({"auto", "0", "1"}))
+      ->check(CLI::IsMember(rannc::planner::zeroNames()))
       ->capture_default_str();
-  app.add_option("--precision", o.precision,
+  app.add_option("--precision", flags->precision,
                  "compute precision: fp32, or bf16/fp16 under LibTorch's autocast with fp32 weights, gradients and "
                  "optimizer state")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->check(CLI::IsMember(rannc::planner::precisionNames()))
       ->capture_default_str();
-  app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
+  app.add_option("--schedule", o->schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
-  app.add_option("--strategy", o.strategy,
+  app.add_option("--strategy", o->strategy,
                  "auto: the memory-aware DP; uniform: equal op counts; parameters: balance parameter bytes "
                  "(DeepSpeed); time: balance time (torchgpipe)")
       ->check(CLI::IsMember({"auto", "uniform", "parameters", "time"}))
       ->capture_default_str();
-  app.add_option("--memory-margin", o.memory_margin, "fraction of each device's memory to keep free")
+  app.add_option("--memory-margin", o->memory_margin, "fraction of each device's memory to keep free")
       ->check(CLI::Range(0.0, 0.95))
       ->capture_default_str();
-  app.add_option("--profile", o.profile,
+  app.add_option("--profile", o->profile,
                  "op costs: measure (on this machine), analytic (roofline), or a file from rannc-plan profile; "
                  "default: measure for --device-type cpu, else analytic");
-  app.add_option("--threads", o.threads, "intra-op threads per rank that measured costs assume")
+  app.add_option("--threads", o->threads, "intra-op threads per rank that measured costs assume")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  if (cluster->count() && (gpus->count() || type->count()))
-    return fail("--cluster describes the devices; do not combine it with --gpus or --device-type");
-  o.measure = measurer(o.threads, o.optimizer, 3, o.precision);
-  o.front_ends = libtorchFrontEnds();
-  if (!memory.empty()) {
-    auto bytes = rannc::cluster::parseByteSize(memory);
-    if (!bytes) return fail("--device-memory: " + bytes.error().message);
-    o.device_memory = *bytes;
-  }
-  return finish(rannc::planner::runPlan(o, std::cout, std::cerr));
+  return {&app, [=] {
+            flags->devices_given = gpus->count() || type->count();
+            if (auto st = rannc::planner::finishPlanOptions(*flags, *o); !st) return fail(st.message());
+            o->measure = measurer(o->threads, o->optimizer, 3, o->precision);
+            o->front_ends = libtorchFrontEnds();
+            return finish(rannc::planner::runPlan(*o, std::cout, std::cerr));
+          }};
 }
 
-int showCommand(int argc, char **argv) {
-  CLI::App app{"Prints a plan: a per-stage table, or with --json the machine summary", "rannc-plan show"};
-  std::string plan;
-  bool json = false;
-  app.add_option("plan", plan, "plan file (.pb, .pbtxt or .json)")->required();
-  app.add_flag("--json", json, "print one JSON object instead of the table");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  return finish(rannc::planner::runShow(plan, json, std::cout));
+Verb addShow(CLI::App &app) {
+  auto *cmd = app.add_subcommand("show", "Prints a plan: a per-stage table, or with --json the machine summary");
+  auto plan = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  cmd->add_option("plan", *plan, "plan file (.pb, .pbtxt or .json)")->required();
+  cmd->add_flag("--json", *json, "print one JSON object instead of the table");
+  return {cmd, [=] { return finish(rannc::planner::runShow(*plan, *json, std::cout)); }};
 }
 
-int profileCommand(int argc, char **argv) {
-  CLI::App app{"Measures the forward/backward time and memory of every unit of MODEL on this machine and writes a "
-               "profile that `rannc-plan MODEL --profile PROFILE` reuses anywhere",
-               "rannc-plan profile"};
-  rannc::planner::ProfileCommandOptions o;
-  std::string optimizer = "adam";
-  app.add_option("model", o.model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
-  app.add_option("--data", o.data_dir, kDataHelp);
-  app.add_option("-o,--output", o.output, "profile file to write")->required();
-  app.add_option("--device", o.device,
-                 "where to measure: cpu, or cuda (this machine's first visible GPU, timed with CUDA events)")
+Verb addProfile(CLI::App &app) {
+  auto *cmd = app.add_subcommand("profile",
+                                 "Measures the forward/backward time and memory of every unit of MODEL on this machine "
+                                 "and writes a profile that `rannc-plan MODEL --profile PROFILE` reuses anywhere");
+  auto o = std::make_shared<rannc::planner::ProfileCommandOptions>();
+  auto optimizer = std::make_shared<std::string>("adam");
+  auto precision = std::make_shared<std::string>("fp32");
+  auto repetitions = std::make_shared<int>(3);
+  cmd->add_option("model", o->model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
+  cmd->add_option("--data", o->data_dir, kDataHelp);
+  cmd->add_option("-o,--output", o->output, "profile file to write")->required();
+  cmd->add_option("--device", o->device,
+                  "where to measure: cpu, or cuda (this machine's first visible GPU, timed with CUDA events)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
-  app.add_option("--device-type", o.device_type,
-                 "the device plans made from this profile are for: a preset (h100-80g) or a cluster file's "
-                 "device name; required with --device cuda, cpu otherwise");
-  app.add_option("--batch-sizes", o.batch_sizes, "micro-batch sizes to measure at")
+  cmd->add_option("--device-type", o->device_type,
+                  "the device plans made from this profile are for: a preset (h100-80g) or a cluster file's "
+                  "device name; required with --device cuda, cpu otherwise");
+  cmd->add_option("--batch-sizes", o->batch_sizes, "micro-batch sizes to measure at")
       ->delimiter(',')
       ->capture_default_str();
-  app.add_option("--threads", o.threads, "intra-op threads (as each rannc-exec rank will use)")
+  cmd->add_option("--threads", o->threads, "intra-op threads (as each rannc-exec rank will use)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--optimizer", optimizer, "optimizer whose step time to measure: sgd or adam")
+  cmd->add_option("--optimizer", *optimizer, "optimizer whose step time to measure: sgd or adam")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
-  app.add_option("--precision", o.precision, "measure under autocast at bf16/fp16, for plans of that --precision")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+  cmd->add_option("--precision", *precision, "measure under autocast at bf16/fp16, for plans of that --precision")
+      ->check(CLI::IsMember(rannc::planner::precisionNames()))
       ->capture_default_str();
-  int repetitions = 3;
-  app.add_option("--repetitions", repetitions, "timed runs per unit and size after one warm-up; the median is kept")
+  cmd->add_option("--repetitions", *repetitions, "timed runs per unit and size after one warm-up; the median is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  for (int64_t b : o.batch_sizes)
-    if (b < 1) return fail("--batch-sizes: sizes must be at least 1");
-  o.front_ends = libtorchFrontEnds();
-  return finish(rannc::planner::runProfile(o, measurer(o.threads, optimizer, repetitions, o.precision), std::cerr));
+  return {cmd, [=] {
+            if (auto st = rannc::planner::finishProfileOptions(*precision, *o); !st) return fail(st.message());
+            o->front_ends = libtorchFrontEnds();
+            auto measure = measurer(o->threads, *optimizer, *repetitions, o->precision);
+            return finish(rannc::planner::runProfile(*o, measure, std::cerr));
+          }};
 }
 
-int importCommand(int argc, char **argv) {
-  CLI::App app{"Imports a model and prints its graph IR as text", "rannc-plan import"};
-  std::string model, data_dir;
-  app.add_option("model", model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
-  app.add_option("--data", data_dir, kDataHelp);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  return finish(rannc::planner::runImport(model, data_dir, libtorchFrontEnds(), std::cout, std::cerr));
+Verb addImport(CLI::App &app) {
+  auto *cmd = app.add_subcommand("import", "Imports a model and prints its graph IR as text");
+  auto model = std::make_shared<std::string>(), data_dir = std::make_shared<std::string>();
+  cmd->add_option("model", *model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
+  cmd->add_option("--data", *data_dir, kDataHelp);
+  return {cmd, [=] {
+            return finish(
+                rannc::planner::runImport(*model, *data_dir, libtorchFrontEnds(), std::cout, std::cerr));
+          }};
 }
+
+/// The flags every re-estimating verb shares, as typed.
+struct ReestimateFlags {
+  std::string memory;
+  double margin = -1; ///< negative: the plan's own
+};
 
 /// Adds the options every re-estimating verb shares.
-void addReestimateOptions(CLI::App &app, rannc::planner::ReestimateOptions &o, std::string &memory, double &margin) {
-  app.add_option("--cluster", o.cluster_file,
+void addReestimateOptions(CLI::App &cmd, rannc::planner::ReestimateOptions &o, ReestimateFlags &flags) {
+  cmd.add_option("--cluster", o.cluster_file,
                  "re-estimate for this cluster (YAML, docs/cluster.md) instead of the plan's own");
-  app.add_option("--device-memory", memory, "override the device memory, e.g. 2GiB");
-  app.add_option("--memory-margin", margin,
+  cmd.add_option("--device-memory", flags.memory, "override the device memory, e.g. 2GiB");
+  cmd.add_option("--memory-margin", flags.margin,
                  "fraction of each device's memory to keep free (default: the plan's own margin)")
       ->check(CLI::Range(0.0, 0.95));
 }
 
-/// Turns the shared options' strings into the typed struct; "" when fine.
-std::string finishReestimateOptions(rannc::planner::ReestimateOptions &o, const std::string &memory, double margin) {
-  if (!memory.empty()) {
-    auto bytes = rannc::cluster::parseByteSize(memory);
-    if (!bytes) return "--device-memory: " + bytes.error().message;
-    o.device_memory = *bytes;
-  }
-  if (margin >= 0) o.memory_margin = margin;
-  return "";
+Verb addConvert(CLI::App &app) {
+  auto *cmd = app.add_subcommand("convert", "Converts a plan between encodings, chosen by extension: .pb (binary), "
+                                            ".pbtxt (protobuf text, for hand edits) and .json");
+  auto input = std::make_shared<std::string>(), output = std::make_shared<std::string>();
+  cmd->add_option("plan", *input, "plan to read (.pb, .pbtxt or .json)")->required();
+  cmd->add_option("-o,--output", *output, "plan to write (.pb, .pbtxt or .json)")->required();
+  return {cmd, [=] { return finish(rannc::planner::runConvert(*input, *output, std::cerr)); }};
 }
 
-int convertCommand(int argc, char **argv) {
-  CLI::App app{"Converts a plan between encodings, chosen by extension: .pb (binary), .pbtxt (protobuf text, "
-               "for hand edits) and .json",
-               "rannc-plan convert"};
-  std::string input, output;
-  app.add_option("plan", input, "plan to read (.pb, .pbtxt or .json)")->required();
-  app.add_option("-o,--output", output, "plan to write (.pb, .pbtxt or .json)")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  return finish(rannc::planner::runConvert(input, output, std::cerr));
-}
-
-int checkCommand(int argc, char **argv) {
-  CLI::App app{"Validates a (hand-edited) plan: every op in exactly one stage, stages in dependency order, ranks, "
+Verb addCheck(CLI::App &app) {
+  auto *cmd = app.add_subcommand(
+      "check", "Validates a (hand-edited) plan: every op in exactly one stage, stages in dependency order, ranks, "
                "micro-batches, memory re-estimated against capacity, format version and model hash. Lists every "
-               "problem and exits 1 if there is one; on a valid plan prints the re-estimated times and memory",
-               "rannc-plan check"};
-  rannc::planner::CheckOptions o;
-  std::string memory;
-  double margin = -1;
-  app.add_option("plan", o.plan, "plan file (.pb, .pbtxt or .json)")->required();
-  app.add_option("--model", o.model, "model file to check the plan's SHA-256 against (default: the path it names)");
-  addReestimateOptions(app, o.reestimate, memory, margin);
-  app.add_flag("--update", o.update, "write the plan with the re-estimated figures to -o");
-  app.add_option("-o,--output", o.output, "where --update writes the plan (.pb, .pbtxt or .json)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  if (auto why = finishReestimateOptions(o.reestimate, memory, margin); !why.empty()) return fail(why);
-  return finish(rannc::planner::runCheck(o, std::cout, std::cerr));
+               "problem and exits 1 if there is one; on a valid plan prints the re-estimated times and memory");
+  auto o = std::make_shared<rannc::planner::CheckOptions>();
+  auto flags = std::make_shared<ReestimateFlags>();
+  cmd->add_option("plan", o->plan, "plan file (.pb, .pbtxt or .json)")->required();
+  cmd->add_option("--model", o->model, "model file to check the plan's SHA-256 against (default: the path it names)");
+  addReestimateOptions(*cmd, o->reestimate, *flags);
+  cmd->add_flag("--update", o->update, "write the plan with the re-estimated figures to -o");
+  cmd->add_option("-o,--output", o->output, "where --update writes the plan (.pb, .pbtxt or .json)");
+  return {cmd, [=] {
+            auto st = rannc::planner::finishReestimateOptions(flags->memory, flags->margin, o->reestimate);
+            return st ? finish(rannc::planner::runCheck(*o, std::cout, std::cerr)) : fail(st.message());
+          }};
 }
 
-int simulateCommand(int argc, char **argv) {
-  CLI::App app{"Replays one training step of a plan event by event: predicted step time, a per-rank summary, "
-               "and optionally a Chrome-trace / Perfetto timeline",
-               "rannc-plan simulate"};
-  rannc::planner::SimulateCommandOptions o;
-  std::string memory;
-  double margin = -1;
-  app.add_option("plan", o.plan, "plan file (.pb, .pbtxt or .json)")->required();
-  app.add_option("--trace", o.trace, "write the timeline as Chrome-trace JSON (chrome://tracing, ui.perfetto.dev)");
-  app.add_flag("--overlap-allreduce", o.overlap_allreduce,
-               "start each stage's all-reduce after its own last backward instead of after the whole pipeline");
-  addReestimateOptions(app, o.reestimate, memory, margin);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  if (auto why = finishReestimateOptions(o.reestimate, memory, margin); !why.empty()) return fail(why);
-  return finish(rannc::planner::runSimulate(o, std::cout, std::cerr));
+Verb addSimulate(CLI::App &app) {
+  auto *cmd = app.add_subcommand("simulate",
+                                 "Replays one training step of a plan event by event: predicted step time, a per-rank "
+                                 "summary, and optionally a Chrome-trace / Perfetto timeline");
+  auto o = std::make_shared<rannc::planner::SimulateCommandOptions>();
+  auto flags = std::make_shared<ReestimateFlags>();
+  cmd->add_option("plan", o->plan, "plan file (.pb, .pbtxt or .json)")->required();
+  cmd->add_option("--trace", o->trace, "write the timeline as Chrome-trace JSON (chrome://tracing, ui.perfetto.dev)");
+  cmd->add_flag("--overlap-allreduce", o->overlap_allreduce,
+                "start each stage's all-reduce after its own last backward instead of after the whole pipeline");
+  addReestimateOptions(*cmd, o->reestimate, *flags);
+  return {cmd, [=] {
+            auto st = rannc::planner::finishReestimateOptions(flags->memory, flags->margin, o->reestimate);
+            return st ? finish(rannc::planner::runSimulate(*o, std::cout, std::cerr)) : fail(st.message());
+          }};
 }
 
-int dotCommand(int argc, char **argv) {
-  CLI::App app{"Writes a plan as a graphviz graph: ops grouped by stage, cut edges labelled with the bytes they "
-               "carry per micro-batch (render with dot -Tsvg)",
-               "rannc-plan dot"};
-  rannc::planner::DotCommandOptions o;
-  app.add_option("plan", o.plan, "plan file (.pb, .pbtxt or .json)")->required();
-  app.add_option("-o,--output", o.output, "DOT file to write (default: stdout)");
-  app.add_option("--max-ops", o.max_ops, "draw one node per unit instead of per op above this many ops")
+Verb addDot(CLI::App &app) {
+  auto *cmd = app.add_subcommand("dot", "Writes a plan as a graphviz graph: ops grouped by stage, cut edges labelled "
+                                        "with the bytes they carry per micro-batch (render with dot -Tsvg)");
+  auto o = std::make_shared<rannc::planner::DotCommandOptions>();
+  cmd->add_option("plan", o->plan, "plan file (.pb, .pbtxt or .json)")->required();
+  cmd->add_option("-o,--output", o->output, "DOT file to write (default: stdout)");
+  cmd->add_option("--max-ops", o->max_ops, "draw one node per unit instead of per op above this many ops")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  return finish(rannc::planner::runDot(o, std::cout, std::cerr));
+  return {cmd, [=] { return finish(rannc::planner::runDot(*o, std::cout, std::cerr)); }};
 }
 
-int diffCommand(int argc, char **argv) {
-  CLI::App app{"Shows what changed between two plans: op ranges, replicas, micro-batches, schedule and estimates "
-               "(exit 0 unless a plan cannot be read)",
-               "rannc-plan diff"};
-  std::string a, b;
-  app.add_option("a", a, "the old plan (.pb, .pbtxt or .json)")->required();
-  app.add_option("b", b, "the new plan")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  return finish(rannc::planner::runDiff(a, b, std::cout));
+Verb addDiff(CLI::App &app) {
+  auto *cmd = app.add_subcommand("diff", "Shows what changed between two plans: op ranges, replicas, micro-batches, "
+                                         "schedule and estimates (exit 0 unless a plan cannot be read)");
+  auto a = std::make_shared<std::string>(), b = std::make_shared<std::string>();
+  cmd->add_option("a", *a, "the old plan (.pb, .pbtxt or .json)")->required();
+  cmd->add_option("b", *b, "the new plan")->required();
+  return {cmd, [=] { return finish(rannc::planner::runDiff(*a, *b, std::cout)); }};
 }
 
 } // namespace
 
 int main(int argc, char **argv) {
-  // Verbs are reserved words; anything else in first place is a model to plan.
-  std::string first = argc > 1 ? argv[1] : "";
-  if (first == "--version") {
-    std::cout << rannc::train::versionReport();
-    return 0;
+  CLI::App app{"Plans pipeline-parallel training of MODEL (.onnx) for a cluster and writes the plan.\n"
+               "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help);\n"
+               "rannc-plan --version prints the versions this build uses",
+               "rannc-plan"};
+  app.add_flag_callback(
+      "--version",
+      [] {
+        std::cout << rannc::train::versionReport();
+        throw CLI::Success();
+      },
+      "print the versions this build uses");
+  std::vector<Verb> verbs = {addShow(app),     addCheck(app), addConvert(app), addSimulate(app),
+                             addDot(app),      addDiff(app),  addProfile(app), addImport(app)};
+  // Verbs are reserved words in first place only; anything else there is a
+  // model to plan, and then no word is a verb (a model may be named "show").
+  const std::string first = argc > 1 ? argv[1] : "";
+  const bool planning =
+      std::none_of(verbs.begin(), verbs.end(), [&](const Verb &v) { return v.cmd->get_name() == first; });
+  if (planning) {
+    for (const Verb &v : verbs) app.remove_subcommand(v.cmd);
+    verbs.clear();
   }
-  if (first == "show") return showCommand(argc - 1, argv + 1);
-  if (first == "import") return importCommand(argc - 1, argv + 1);
-  if (first == "profile") return profileCommand(argc - 1, argv + 1);
-  if (first == "convert") return convertCommand(argc - 1, argv + 1);
-  if (first == "check") return checkCommand(argc - 1, argv + 1);
-  if (first == "simulate") return simulateCommand(argc - 1, argv + 1);
-  if (first == "dot") return dotCommand(argc - 1, argv + 1);
-  if (first == "diff") return diffCommand(argc - 1, argv + 1);
-  return planCommand(argc, argv);
+  const Verb plan = addPlan(app, planning);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  for (const Verb &v : verbs)
+    if (v.cmd->parsed()) return v.run();
+  return plan.run();
 }

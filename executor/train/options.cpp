@@ -1,0 +1,65 @@
+#include "executor/train/options.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "executor/train/trainer.h"
+#include "planner/support/words.h"
+
+namespace rannc::train {
+
+namespace {
+const char *const kOptimizerWords[] = {"sgd", "adam", "adamw"}; // in OptimizerKind's order
+const char *const kShuffleWords[] = {"off", "on"};               // in Shuffle's order
+} // namespace
+
+Expected<OptimizerKind> parseOptimizer(std::string_view text) {
+  if (auto k = enumFromWord<OptimizerKind>(text, kOptimizerWords)) return *k;
+  return Error{"--optimizer " + std::string(text) + ": unknown (sgd, adam or adamw)"};
+}
+
+std::string optimizerName(OptimizerKind k) { return kOptimizerWords[size_t(k)]; }
+
+Expected<Shuffle> parseShuffle(std::string_view text) {
+  if (auto s = enumFromWord<Shuffle>(text, kShuffleWords)) return *s;
+  return Error{"--shuffle must be on or off (got '" + std::string(text) + "')"};
+}
+
+std::string shuffleName(Shuffle s) { return kShuffleWords[size_t(s)]; }
+
+Expected<std::pair<double, double>> parseBetas(std::string_view text) {
+  const std::string betas(text);
+  const size_t comma = betas.find(',');
+  try {
+    size_t used1 = 0, used2 = 0;
+    if (comma == std::string::npos) throw std::invalid_argument("no comma");
+    double b1 = std::stod(betas.substr(0, comma), &used1), b2 = std::stod(betas.substr(comma + 1), &used2);
+    if (used1 != comma || used2 != betas.size() - comma - 1) throw std::invalid_argument("trailing text");
+    return std::make_pair(b1, b2);
+  } catch (const std::exception &) {
+    return Error{"'" + betas + "' is not two numbers B1,B2 (e.g. 0.9,0.999)"};
+  }
+}
+
+int64_t bucketBytes(double mib) { return std::max<int64_t>(1, int64_t(mib * double(1 << 20))); }
+
+Status finishTrainOptions(const ExecFlags &flags, TrainOptions &opts) {
+  opts.bucket_bytes = bucketBytes(flags.bucket_mib);
+  if (flags.gpu_transport != "nccl" && flags.gpu_transport != "host")
+    return Error{"--gpu-transport must be nccl or host (got '" + flags.gpu_transport + "')"};
+  opts.host_staged = flags.gpu_transport == "host";
+  auto optimizer = parseOptimizer(flags.optimizer);
+  if (!optimizer) return optimizer.error();
+  opts.optimizer = *optimizer;
+  auto shuffle = parseShuffle(flags.shuffle);
+  if (!shuffle) return shuffle.error();
+  opts.shuffle = *shuffle;
+  if (flags.betas) {
+    auto betas = parseBetas(*flags.betas);
+    if (!betas) return Error{"--betas: " + betas.error().message};
+    opts.betas = *betas;
+  }
+  return {};
+}
+
+} // namespace rannc::train

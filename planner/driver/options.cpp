@@ -1,0 +1,76 @@
+#include "planner/driver/options.h"
+
+#include "planner/cluster/cluster.h"
+#include "planner/cost/precision.h"
+#include "planner/driver/planner.h"
+#include "planner/driver/tooling.h"
+#include "planner/support/words.h"
+
+namespace rannc::planner {
+namespace {
+
+const char *const kRecompute[] = {"auto", "on", "off"}; // in Recompute's order
+const char *const kZero[] = {"auto", "0", "1"};         // in Zero's order
+
+/// Sets `out` from a --device-memory text; empty leaves it unset.
+Status parseDeviceMemory(std::string_view text, std::optional<int64_t> &out) {
+  if (text.empty()) return {};
+  auto bytes = cluster::parseByteSize(std::string(text));
+  if (!bytes) return Error{"--device-memory: " + bytes.error().message};
+  out = *bytes;
+  return {};
+}
+
+} // namespace
+
+Expected<Recompute> parseRecompute(std::string_view text) {
+  if (auto r = enumFromWord<Recompute>(text, kRecompute)) return *r;
+  return Error{"--recompute must be auto, on or off (got '" + std::string(text) + "')"};
+}
+
+Expected<Zero> parseZero(std::string_view text) {
+  if (auto z = enumFromWord<Zero>(text, kZero)) return *z;
+  return Error{"--zero must be auto, 0 or 1 (got '" + std::string(text) + "')"};
+}
+
+std::vector<std::string> recomputeNames() { return {std::begin(kRecompute), std::end(kRecompute)}; }
+std::vector<std::string> zeroNames() { return {std::begin(kZero), std::end(kZero)}; }
+std::vector<std::string> precisionNames() {
+  std::vector<std::string> out;
+  for (cost::Precision p : {cost::Precision::FP32, cost::Precision::BF16, cost::Precision::FP16})
+    out.push_back(cost::precisionName(p));
+  return out;
+}
+
+Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
+  if (!opts.cluster_file.empty() && flags.devices_given)
+    return Error{"--cluster describes the devices; do not combine it with --gpus or --device-type"};
+  if (Status st = parseDeviceMemory(flags.device_memory, opts.device_memory); !st) return st;
+  auto precision = cost::parsePrecision(flags.precision);
+  if (!precision) return Error{"--precision: " + precision.error().message};
+  opts.precision = *precision;
+  auto recompute = parseRecompute(flags.recompute);
+  if (!recompute) return recompute.error();
+  opts.recompute = *recompute;
+  auto zero = parseZero(flags.zero);
+  if (!zero) return zero.error();
+  opts.zero = *zero;
+  return {};
+}
+
+Status finishProfileOptions(std::string_view precision, ProfileCommandOptions &opts) {
+  for (int64_t b : opts.batch_sizes)
+    if (b < 1) return Error{"--batch-sizes: sizes must be at least 1"};
+  auto p = cost::parsePrecision(precision);
+  if (!p) return Error{"--precision: " + p.error().message};
+  opts.precision = *p;
+  return {};
+}
+
+Status finishReestimateOptions(std::string_view device_memory, double margin, ReestimateOptions &opts) {
+  if (Status st = parseDeviceMemory(device_memory, opts.device_memory); !st) return st;
+  if (margin >= 0) opts.memory_margin = margin;
+  return {};
+}
+
+} // namespace rannc::planner
