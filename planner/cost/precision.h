@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
@@ -28,5 +29,9 @@ void assignComputeDTypes(ir::Graph &g, std::string_view precision, std::string_v
 /// Bytes of the low-precision copies autocast makes of the fp32 parameters
 /// that the low-precision ops among nodes [op_begin, op_end) read, each once.
 int64_t lowPrecisionWeightBytes(const ir::Graph &g, int op_begin, int op_end);
+
+/// The ONNX op types autocast's lists name, sorted (checked against the op
+/// set: Note [one op table] in planner/ir/op_set.h).
+std::vector<std::string> onnxOpsWithAutocastClass();
 
 } // namespace rannc::cost
