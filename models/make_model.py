@@ -245,8 +245,9 @@ def track_onnx_running_stats(model):
     """BatchNorm running statistics as ONNX (and rannc) update them, keyed by
     initializer name: the mean is PyTorch's own, but ONNX updates the variance
     with the biased batch variance where PyTorch uses the unbiased one (Note
-    [BatchNormalization in training] in executor/runtime/ops.cpp), so the
-    variance is followed here by a hook on every BatchNorm's input."""
+    [BatchNormalization in training] in
+    executor/runtime/kernels/normalization.cpp), so the variance is followed
+    here by a hook on every BatchNorm's input."""
     stats = {}
 
     def hook(prefix, bn):

@@ -1,5 +1,8 @@
-// ONNX operators executed with LibTorch. Every kernel is built from ATen ops
-// that autograd differentiates, so a stage's backward pass needs no code here.
+// Running one IR node with LibTorch. ONNX ops run the kernels of kernels/, one
+// file per op family (kernels/registry.cpp holds the table); ATen nodes run
+// through LibTorch's operator registry (kernels/aten.cpp). Every kernel is
+// built from ATen ops that autograd differentiates, so a stage's backward
+// pass needs no code here.
 #pragma once
 
 #include <torch/torch.h>
@@ -7,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/runtime/tensor_convert.h"
 #include "planner/ir/ir.h"
 
 namespace rannc::runtime {
@@ -18,17 +22,11 @@ namespace rannc::runtime {
 std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs,
                                  int64_t opset);
 
-/// Runs a node of a TorchScript-imported graph (domain "aten": an ATen or prim
-/// operator, Note [torchscript lowering]); runOp hands such nodes here.
+/// Runs an ATen node (ir::isAten: an ATen or prim operator of a TorchScript or
+/// torch.export graph, Note [torchscript lowering]); runOp hands such nodes here.
 std::vector<torch::Tensor> runAtenOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs);
 
 /// The op types that have a kernel (sorted), to check against ir::supportedOps().
 std::vector<std::string> kernelOpTypes();
-
-/// Converts between the IR's raw tensors and LibTorch tensors (copies).
-torch::Tensor toTorch(const ir::Tensor &t);
-ir::Tensor fromTorch(const torch::Tensor &t);
-torch::ScalarType toScalarType(ir::DType t);
-ir::DType fromScalarType(torch::ScalarType t);
 
 } // namespace rannc::runtime

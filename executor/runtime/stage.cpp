@@ -8,6 +8,7 @@
 
 #include "executor/runtime/interpreter.h"
 #include "executor/runtime/ops.h"
+#include "planner/ir/op_set.h"
 
 namespace rannc::runtime {
 namespace {
@@ -62,7 +63,7 @@ StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
   for (const ir::BufferUpdate &u : ir::bufferUpdates(g)) updates_[u.node].push_back(u);
   for (ir::NodeId n : program_.nodes) {
     const std::string &op = g.nodes[n].op_type;
-    in_place_ |= g.nodes[n].domain == "aten" && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_';
+    in_place_ |= ir::isAten(g.nodes[n]) && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_';
   }
   // Note [last use]: where each value is read for the last time.
   std::unordered_map<ir::ValueId, size_t> last;

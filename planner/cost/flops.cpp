@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "planner/ir/op_set.h"
+
 namespace rannc::cost {
 namespace {
 
@@ -57,20 +59,19 @@ struct Entry {
 const std::map<std::string, Entry, std::less<>> &onnxRules() {
   static const std::map<std::string, Entry, std::less<>> rules = [] {
     std::map<std::string, Entry, std::less<>> r{
-        {"MatMul", {Rule::kMatMul}}, {"MatMulInteger", {Rule::kMatMul}}, {"Gemm", {Rule::kGemm}},
-        {"Conv", {Rule::kConv}}, {"ConvInteger", {Rule::kConv}}, {"ConvTranspose", {Rule::kConvT}},
-        {"Einsum", {Rule::kEinsum}}};
-    for (const char *op : {"BatchNormalization", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
-                           "RMSNormalization", "LpNormalization", "MeanVarianceNormalization"})
+        {"MatMul", {Rule::kMatMul}}, {"Gemm", {Rule::kGemm}}, {"Conv", {Rule::kConv}},
+        {"ConvTranspose", {Rule::kConvT}}, {"Einsum", {Rule::kEinsum}}};
+    for (const char *op : {"BatchNormalization", "LayerNormalization", "InstanceNormalization",
+                           "MeanVarianceNormalization"})
       r[op] = {Rule::kNorm};
     for (const char *op : {"Softmax", "LogSoftmax", "Hardmax", "SoftmaxCrossEntropyLoss"}) r[op] = {Rule::kSoftmax};
-    for (const char *op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool", "ReduceSum",
+    for (const char *op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum",
                            "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                            "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin", "CumSum",
                            "NegativeLogLikelihoodLoss"})
       r[op] = {Rule::kPerInput};
     for (const char *op : {"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather",
-                           "GatherElements", "GatherND", "Concat", "Split", "SplitToSequence", "Expand", "Identity",
+                           "GatherElements", "GatherND", "Concat", "Split", "Expand", "Identity",
                            "Cast", "CastLike", "Tile", "Pad", "ScatterElements", "ScatterND", "Where", "Dropout",
                            "Trilu", "OneHot", "DepthToSpace", "SpaceToDepth", "EyeLike", "ConstantOfShape", "Range",
                            "ReverseSequence", "Compress", "NonZero"})
@@ -140,8 +141,9 @@ const std::map<std::string, Entry, std::less<>> &atenRules() {
 /// The rule for `n`, or nullopt for plain element-wise arithmetic.
 std::optional<Entry> ruleFor(const ir::Node &n) {
   std::string_view op = n.op_type;
-  if (op.rfind("prim::", 0) == 0) return Entry{Rule::kHost};
-  if (op.rfind("aten::", 0) == 0) {
+  if (ir::isAten(n)) {
+    if (op.rfind("prim::", 0) == 0) return Entry{Rule::kHost};
+    if (op.rfind("aten::", 0) != 0) return std::nullopt;
     // aten::add.int and friends compute sizes on the host (torch.export's sym ints).
     if (auto it = n.attrs.find("overload"); it != n.attrs.end())
       if (const auto *s = std::get_if<std::string>(&it->second); s && *s == "int") return Entry{Rule::kHost};
@@ -226,6 +228,12 @@ std::string_view atenBaseName(std::string_view op) {
   op.remove_prefix(6);
   if (op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_') op.remove_suffix(1); // relu_ -> relu
   return op;
+}
+
+std::vector<std::string> onnxOpsWithFlopRules() {
+  std::vector<std::string> ops;
+  for (const auto &[op, entry] : onnxRules()) ops.push_back(op);
+  return ops;
 }
 
 OpFlops opFlops(const ir::Graph &g, const ir::Node &n, int64_t b) {

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "planner/ir/ir.h"
 
@@ -30,6 +32,11 @@ struct OpFlops {
 /// An ATen op's name without "aten::" and the in-place "_" (aten::relu_ ->
 /// relu); other names as they are.
 std::string_view atenBaseName(std::string_view op_type);
+
+/// The ONNX op types with a rule of their own (the others count as
+/// element-wise), sorted; checked against the op set (Note [one op table] in
+/// planner/ir/op_set.h).
+std::vector<std::string> onnxOpsWithFlopRules();
 
 /// The FLOPs of node `n` of `g` at micro-batch size `b` (Note [flop counts]).
 OpFlops opFlops(const ir::Graph &g, const ir::Node &n, int64_t b);

@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "planner/ir/op_set.h"
 #include "planner/support/words.h"
 
 namespace rannc::cost {
@@ -48,9 +49,9 @@ const std::set<std::string> kFp32Aten = {
     "cosine_embedding_loss", "hinge_embedding_loss", "poisson_nll_loss", "margin_ranking_loss", "soft_margin_loss",
     "triplet_margin_loss", "multi_margin_loss", "multilabel_margin_loss", "ctc_loss", "polar", "quantile"};
 // CUDA's fp32 list adds these (AT_FORALL_FP32, AT_FORALL_FP32_SET_OPT_DTYPE).
-const std::set<std::string> kFp32CudaOnnx = {"Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization",
-                                             "Exp", "Log", "Pow", "Reciprocal", "Softplus", "ReduceSum",
-                                             "CumSum", "Acos", "Asin", "Cosh", "Sinh", "Tan"};
+const std::set<std::string> kFp32CudaOnnx = {"Softmax", "LogSoftmax", "LayerNormalization", "Exp", "Log", "Pow",
+                                             "Reciprocal", "Softplus", "ReduceSum", "CumSum", "Acos", "Asin",
+                                             "Cosh", "Sinh", "Tan"};
 const std::set<std::string> kFp32CudaAten = {
     "softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm", "group_norm", "rms_norm",
     "exp", "expm1", "log", "log10", "log2", "log1p", "pow", "reciprocal", "rsqrt", "softplus", "acos", "asin", "cosh",
@@ -67,11 +68,11 @@ const std::set<std::string> kPromoteAten = {"add", "add_", "sub", "sub_", "mul",
 /// stays "add_"), empty for other ops.
 std::string atenName(const ir::Node &n) {
   std::string_view op = n.op_type;
-  if (op.rfind("aten::", 0) != 0) return {};
+  if (!ir::isAten(n) || op.rfind("aten::", 0) != 0) return {};
   op.remove_prefix(6);
   return std::string(op);
 }
-bool isOnnx(const ir::Node &n) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type.find("::") == std::string::npos; }
+bool isOnnx(const ir::Node &n) { return !ir::isAten(n) && (n.domain.empty() || n.domain == "ai.onnx"); }
 bool in(const std::set<std::string> &set, const std::string &name) { return !name.empty() && set.count(name) > 0; }
 
 } // namespace
@@ -146,6 +147,12 @@ int64_t lowPrecisionWeightBytes(const ir::Graph &g, int op_begin, int op_end) {
         bytes += ir::numelAt(g.values[in].shape, 1) * 2;
   }
   return bytes;
+}
+
+std::vector<std::string> onnxOpsWithAutocastClass() {
+  std::set<std::string> all;
+  for (const auto *set : {&kLowerOnnx, &kFp32Onnx, &kFp32CudaOnnx, &kPromoteOnnx}) all.insert(set->begin(), set->end());
+  return {all.begin(), all.end()};
 }
 
 } // namespace rannc::cost

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "plan.pb.h"
 #include "planner/ir/ir.h"
@@ -36,5 +37,9 @@ void assignComputeDTypes(ir::Graph &g, Precision precision, std::string_view dev
 /// Bytes of the low-precision copies autocast makes of the fp32 parameters
 /// that the low-precision ops among nodes [op_begin, op_end) read, each once.
 int64_t lowPrecisionWeightBytes(const ir::Graph &g, int op_begin, int op_end);
+
+/// The ONNX op types autocast's lists name, sorted (checked against the op
+/// set: Note [one op table] in planner/ir/op_set.h).
+std::vector<std::string> onnxOpsWithAutocastClass();
 
 } // namespace rannc::cost

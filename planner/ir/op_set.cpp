@@ -24,7 +24,7 @@ const std::vector<OpInfo> &supportedOps() {
       {"Atan", 7, 17},
       {"Atanh", 9, 17},
       {"AveragePool", 1, 17}, // 7: count_include_pad (default 0 before); 10: ceil_mode (19's dilations: no)
-      {"BatchNormalization", 6, 17}, // 6-8: spatial; 14: training_mode (see ops.cpp)
+      {"BatchNormalization", 6, 17}, // 6-8: spatial; 14: training_mode (kernels/normalization.cpp)
       {"Bernoulli", 15, 17},
       {"BitShift", 11, 17},
       {"BlackmanWindow", 17, 17},

@@ -1,14 +1,30 @@
 // The operator vocabulary rannc understands: ONNX default-domain ops, each
-// with the opset range whose semantics the executor implements. The importer
-// rejects anything outside it; the executor's kernel table must cover exactly
-// this set (a unit test checks both directions).
+// with the opset range whose semantics the executor implements, and ATen
+// nodes (isAten) from the TorchScript and torch.export front ends.
+//
+// Note [one op table]
+// This table is the one list of ONNX ops. The importer rejects anything
+// outside it; the executor's kernel registry, the FLOP rules
+// (planner/cost/flops.cpp) and the autocast classes
+// (planner/cost/precision.cpp) name ops from it only, and
+// tests/executor/runtime/op_table_test.cpp fails when one of them drifts
+// (a kernel, FLOP rule or autocast class for an op not here, or an op here
+// without a kernel).
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "planner/ir/ir.h"
+
 namespace rannc::ir {
+
+/// The domain the front ends give ATen and prim nodes (op types "aten::<name>", "prim::<name>").
+inline constexpr std::string_view kAtenDomain = "aten";
+/// True for an ATen or prim node (TorchScript, torch.export); false for ONNX nodes.
+inline bool isAten(const Node &n) { return n.domain == kAtenDomain; }
 
 struct OpInfo {
   std::string_view type;

@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "executor/runtime/conformance.h"
-#include "planner/ir/op_set.h"
 
 namespace rannc::runtime {
 namespace {
@@ -62,17 +61,6 @@ template <typename F> std::string errorOf(F f) {
     return e.what();
   }
   return "";
-}
-
-TEST(OpsTest, KernelTableMatchesOpSet) {
-  std::vector<std::string> names;
-  for (const auto &op : ir::supportedOps()) names.emplace_back(op.type);
-  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
-  EXPECT_EQ(kernelOpTypes(), names);
-  ASSERT_NE(ir::findOp("LayerNormalization"), nullptr);
-  EXPECT_EQ(ir::findOp("LayerNormalization")->min_opset, 17);
-  EXPECT_NE(ir::findOp("Conv"), nullptr);
-  EXPECT_EQ(ir::findOp("Frobnicate"), nullptr);
 }
 
 TEST(OpsTest, ReshapeZeroAndMinusOne) {

@@ -8,6 +8,7 @@
 
 #include "planner/cost/cost.h"
 #include "planner/cost/flops.h"
+#include "planner/ir/op_set.h"
 
 namespace rannc::cost {
 namespace {
@@ -29,7 +30,7 @@ struct OneOp {
   }
   OpFlops run(const std::string &op, std::vector<Dim> out, ir::AttrMap attrs = {}, int64_t b = 1) {
     ir::ValueId o = value(std::move(out), ir::ValueKind::Intermediate);
-    g.addNode({"n", op, op.rfind("aten::", 0) == 0 ? "aten" : "", ins, {o}, std::move(attrs)});
+    g.addNode({"n", op, op.find("::") != std::string::npos ? std::string(ir::kAtenDomain) : "", ins, {o}, std::move(attrs)});
     return opFlops(g, g.nodes.back(), b);
   }
 };

@@ -10,6 +10,7 @@
 #include "planner/cost/cost.h"
 #include "planner/cost/precision.h"
 #include "planner/cost/profile_file.h"
+#include "planner/ir/op_set.h"
 #include "planner/plan/plan.h"
 
 namespace rannc::cost {
@@ -27,7 +28,9 @@ struct Builder {
   ir::ValueId op(const std::string &type, std::vector<ir::ValueId> ins, std::vector<Dim> out,
                  DType t = DType::F32) {
     ir::ValueId o = value(std::move(out), ValueKind::Intermediate, t);
-    g.addNode({"n" + std::to_string(g.nodes.size()), type, "", std::move(ins), {o}, {}});
+    // As the front ends: ATen names in the ATen domain (ir::isAten).
+    const std::string domain = type.find("::") != std::string::npos ? std::string(ir::kAtenDomain) : "";
+    g.addNode({"n" + std::to_string(g.nodes.size()), type, domain, std::move(ins), {o}, {}});
     g.values[o].producer = ir::NodeId(g.nodes.size() - 1);
     return o;
   }

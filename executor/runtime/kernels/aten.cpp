@@ -1,4 +1,5 @@
-// ATen and prim operators of TorchScript-imported graphs, called through the
+// ATen and prim operators of TorchScript and torch.export graphs (ir::isAten
+// nodes), called through the
 // JIT's operator registry with a stack rebuilt from the node's argument
 // description (Note [torchscript lowering] in executor/frontend/torchscript_import.cpp).
 #include <torch/csrc/jit/runtime/operator.h>
