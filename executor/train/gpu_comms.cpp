@@ -26,19 +26,19 @@ GpuComms::GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged) :
   stream_ = runtime::currentGpuStream(gpu);
   shared_ = gpuShared(comm, gpu);
   nccl_ = !shared_ && !host_staged;
-  if (nccl_)
-    for (int k = 0; k < 2; ++k) channels_.push_back(comm::createNcclCommunicator(comm, gpu)); // activations, gradients
+  if (nccl_) // two channels over all ranks: activations, gradients (Note [NCCL transport])
+    for (int k = 0; k < 2; ++k)
+      channels_.push_back(comm::createDeviceCommunicator(comm.split(0, comm.rank()), gpu, stream_, true));
 }
 
 std::unique_ptr<comm::Communicator> GpuComms::onDevice(std::unique_ptr<comm::Communicator> c) const {
   if (s_.gpu() < 0) return c;
-  std::unique_ptr<comm::DeviceCommunicator> nccl;
-  if (nccl_ && c->size() > 1) nccl = comm::createNcclCommunicator(*c, s_.gpu());
-  return comm::deviceCollectives(std::move(c), std::move(nccl), stream_);
+  const bool nccl = nccl_ && c->size() > 1; // one rank sums nothing: no NCCL communicator for it
+  return comm::createDeviceCommunicator(std::move(c), s_.gpu(), stream_, nccl);
 }
 
 std::unique_ptr<Transport> GpuComms::transport() {
-  if (nccl_) return ncclTransport(comm_, s_.device, std::move(channels_), stream_);
+  if (nccl_) return ncclTransport(comm_, s_.device, std::move(channels_));
   return hostTransport(comm_, s_.device);
 }
 

@@ -45,7 +45,7 @@ private:
   void *stream_ = nullptr;
   bool shared_ = false; ///< two ranks drive one GPU
   bool nccl_ = false;
-  std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels_;
+  std::vector<std::unique_ptr<comm::Communicator>> channels_; ///< NCCL: activations, gradients
 };
 
 } // namespace rannc::train

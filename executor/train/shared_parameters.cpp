@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "executor/schedule/schedule.h"
+#include "executor/train/transport.h"
 
 namespace rannc::train {
 namespace {
@@ -20,7 +21,7 @@ void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tens
   }
   if (flat.empty()) return;
   torch::Tensor buffer = torch::cat(flat);
-  group.allReduce(buffer.data_ptr<float>(), buffer.numel(), comm::ReduceOp::Sum);
+  group.allReduce(floatBuffer(buffer), comm::ReduceOp::Sum);
   int64_t offset = 0;
   for (const auto &p : params) {
     torch::Tensor g = buffer.narrow(0, offset, p.numel()).view(p.sizes());
