@@ -24,6 +24,7 @@
 #include "executor/train/step_report.h"
 #include "executor/train/transport.h"
 #include "executor/train/watchdog.h"
+#include "planner/plan/plan.h"
 
 // train() interprets the schedule's actions; each concept it drives has a
 // file of its own (docs/architecture.md): setup.h, sample_order.h,
@@ -93,7 +94,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   ParameterUpdate update(opts, comm, *group, s, runner, std::move(scaler),
                          [&gpu](std::unique_ptr<comm::Communicator> c) { return gpu.onDevice(std::move(c)); });
   const auto &prog = runner.program();
-  auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
+  const auto kind = *plan::scheduleFromProto(s.plan.schedule()); // prepare() refused a plan naming none
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
   // step, each batch's loss weighted 1/K (docs/training.md).
   const int64_t K = opts.accumulation_steps;
