@@ -1,7 +1,9 @@
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "executor/comm/comm.h"
@@ -25,6 +27,18 @@ void checkMessageSize(size_t bytes) {
 }
 
 MPI_Op toMpi(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
+MPI_Datatype toMpi(DType t) { return t == DType::Float64 ? MPI_DOUBLE : MPI_FLOAT; }
+
+/// MPI reaches host memory only: a device buffer here is a caller's mistake,
+/// refused before the pointer is read.
+void requireHost(Memory memory, const char *what) {
+  if (memory != Memory::Host)
+    throw std::logic_error(std::string("MPI communicator: ") + what +
+                           " of device memory (a communicator of createDeviceCommunicator takes it)");
+}
+
+/// The element `i` of `buf`.
+void *at(const Buffer &buf, int64_t i) { return static_cast<char *>(buf.data) + i * int64_t(buf.elementSize()); }
 
 // MPI counts are ints: reduce in chunks below 2^31 elements.
 constexpr int64_t kChunk = int64_t{1} << 30;
@@ -83,6 +97,7 @@ public:
   int size() const override { return size_; }
 
   void sendBytes(Payload payload, int dst, int tag) override {
+    requireHost(payload.memory, "a message");
     checkMessageSize(payload.size);
     reapSends();
     pending_.push_back({MPI_REQUEST_NULL, std::move(payload.owner)});
@@ -99,7 +114,8 @@ public:
     return buf;
   }
 
-  void recvInto(void *data, size_t size, int src, int tag) override {
+  void recvInto(void *data, size_t size, Memory memory, int src, int tag) override {
+    requireHost(memory, "a message");
     checkMessageSize(size);
     const int count = probe(src, tag);
     if (static_cast<size_t>(count) != size)
@@ -108,6 +124,11 @@ public:
     check(MPI_Recv(data, count, MPI_BYTE, src, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
     reapSends();
   }
+
+  // An MPI send returns at once and a receive waits only for its own
+  // message, so messages that depend on each other need no bracket.
+  void groupStart() override {}
+  void groupEnd() override {}
 
   void waitSends() override {
     for (auto &p : pending_) check(MPI_Wait(&p.request, MPI_STATUS_IGNORE), "MPI_Wait");
@@ -118,41 +139,41 @@ public:
     check(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_), "MPI_Bcast");
   }
 
-  void allReduce(double *data, int count, ReduceOp op) override {
-    check(MPI_Allreduce(MPI_IN_PLACE, data, count, MPI_DOUBLE, toMpi(op), comm_), "MPI_Allreduce");
-  }
-
-  void allReduce(float *data, int64_t count, ReduceOp op) override {
-    for (int64_t off = 0; off < count; off += kChunk)
-      check(MPI_Allreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
-                          toMpi(op), comm_),
+  void allReduce(Buffer buf, ReduceOp op) override {
+    requireHost(buf.memory, "an all-reduce");
+    for (int64_t off = 0; off < buf.count; off += kChunk)
+      check(MPI_Allreduce(MPI_IN_PLACE, at(buf, off), static_cast<int>(std::min(kChunk, buf.count - off)),
+                          toMpi(buf.dtype), toMpi(op), comm_),
             "MPI_Allreduce");
   }
 
-  std::unique_ptr<Request> startAllReduce(float *data, int64_t count, ReduceOp op) override {
+  std::unique_ptr<Request> startAllReduce(Buffer buf, ReduceOp op) override {
+    requireHost(buf.memory, "an all-reduce");
     auto req = std::make_unique<MpiRequest>();
-    for (int64_t off = 0; off < count; off += kChunk) {
+    for (int64_t off = 0; off < buf.count; off += kChunk) {
       req->requests.push_back(MPI_REQUEST_NULL);
-      check(MPI_Iallreduce(MPI_IN_PLACE, data + off, static_cast<int>(std::min(kChunk, count - off)), MPI_FLOAT,
-                           toMpi(op), comm_, &req->requests.back()),
+      check(MPI_Iallreduce(MPI_IN_PLACE, at(buf, off), static_cast<int>(std::min(kChunk, buf.count - off)),
+                           toMpi(buf.dtype), toMpi(op), comm_, &req->requests.back()),
             "MPI_Iallreduce");
     }
     return req;
   }
 
-  std::unique_ptr<Request> startReduceScatter(float *data, int64_t block) override {
+  std::unique_ptr<Request> startReduceScatter(Buffer buf) override {
+    requireHost(buf.memory, "a reduce-scatter");
     auto req = std::make_unique<MpiRequest>();
     req->requests.push_back(MPI_REQUEST_NULL);
-    check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, data, blockCount(block), MPI_FLOAT, MPI_SUM, comm_,
+    check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf.data, blockCount(buf), toMpi(buf.dtype), MPI_SUM, comm_,
                                     &req->requests.back()),
           "MPI_Ireduce_scatter_block");
     return req;
   }
 
-  std::unique_ptr<Request> startAllGather(float *data, int64_t block) override {
+  std::unique_ptr<Request> startAllGather(Buffer buf) override {
+    requireHost(buf.memory, "an all-gather");
     auto req = std::make_unique<MpiRequest>();
     req->requests.push_back(MPI_REQUEST_NULL);
-    check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, blockCount(block), MPI_FLOAT, comm_,
+    check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data, blockCount(buf), toMpi(buf.dtype), comm_,
                          &req->requests.back()),
           "MPI_Iallgather");
     return req;
@@ -166,7 +187,12 @@ public:
   }
 
 private:
-  static int blockCount(int64_t block) {
+  /// The elements per rank of `buf`, size() equal blocks.
+  int blockCount(const Buffer &buf) const {
+    if (buf.count % size_ != 0)
+      throw std::logic_error("a collective of " + std::to_string(buf.count) + " elements in " +
+                             std::to_string(size_) + " equal blocks");
+    const int64_t block = buf.count / size_;
     if (block >= kChunk * 2) throw std::runtime_error("a collective block of 2^31 floats or more");
     return static_cast<int>(block);
   }

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,8 +21,6 @@ void checkCuda(cudaError_t e, const char *what) {
 void checkNccl(ncclResult_t r, const char *what) {
   if (r != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(r));
 }
-
-cudaStream_t asStream(void *s) { return static_cast<cudaStream_t>(s); }
 
 /// A CUDA event without timing, recorded on `stream` at construction.
 class Event {
@@ -46,76 +45,7 @@ private:
   cudaEvent_t event_ = nullptr;
 };
 
-class EventMark final : public DeviceMark {
-public:
-  explicit EventMark(cudaStream_t stream) : event_(stream) {}
-  bool done() override { return event_.done(); }
-
-private:
-  Event event_;
-};
-
 ncclRedOp_t ncclOp(ReduceOp op) { return op == ReduceOp::Max ? ncclMax : ncclSum; }
-
-class NcclCommunicator final : public DeviceCommunicator {
-public:
-  NcclCommunicator(Communicator &host, int device) : rank_(host.rank()), size_(host.size()) {
-    checkCuda(cudaSetDevice(device), "cudaSetDevice");
-    // Rank 0 makes the unique id and broadcasts its bytes over MPI.
-    ncclUniqueId id;
-    std::memset(&id, 0, sizeof id);
-    if (rank_ == 0) checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    host.broadcast(&id, sizeof id, 0);
-    checkNccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
-    checkCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  }
-
-  ~NcclCommunicator() override {
-    cudaStreamSynchronize(stream_);
-    ncclCommDestroy(comm_);
-    cudaStreamDestroy(stream_);
-  }
-
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-
-  void send(const void *buf, size_t bytes, int dst) override {
-    checkNccl(ncclSend(buf, bytes, ncclUint8, dst, comm_, stream_), "ncclSend");
-  }
-
-  void recv(void *buf, size_t bytes, int src) override {
-    checkNccl(ncclRecv(buf, bytes, ncclUint8, src, comm_, stream_), "ncclRecv");
-  }
-
-  void groupStart() override { checkNccl(ncclGroupStart(), "ncclGroupStart"); }
-  void groupEnd() override { checkNccl(ncclGroupEnd(), "ncclGroupEnd"); }
-
-  void allReduce(float *buf, int64_t count, ReduceOp op) override {
-    checkNccl(ncclAllReduce(buf, buf, size_t(count), ncclFloat32, ncclOp(op), comm_, stream_), "ncclAllReduce");
-  }
-
-  void reduceScatterSum(float *buf, int64_t block) override {
-    // In place: NCCL's output is the rank's block of its own input.
-    checkNccl(ncclReduceScatter(buf, buf + int64_t(rank_) * block, size_t(block), ncclFloat32, ncclSum, comm_, stream_),
-              "ncclReduceScatter");
-  }
-
-  void allGather(float *buf, int64_t block) override {
-    checkNccl(ncclAllGather(buf + int64_t(rank_) * block, buf, size_t(block), ncclFloat32, comm_, stream_),
-              "ncclAllGather");
-  }
-
-  void waitFor(void *stream) override { Event(asStream(stream)).block(stream_); }
-  void makeWait(void *stream) override { Event(stream_).block(asStream(stream)); }
-  std::unique_ptr<DeviceMark> mark() override { return std::make_unique<EventMark>(stream_); }
-  void synchronize() override { checkCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-  cudaStream_t stream() const { return stream_; }
-
-private:
-  int rank_, size_;
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-};
 
 /// A collective on the NCCL stream: done when its event is; wait() orders the
 /// compute stream after it (Note [device streams]).
@@ -135,17 +65,15 @@ private:
 /// result back, finished when it returns.
 class StagedRequest final : public Request {
 public:
-  StagedRequest(std::vector<float> host, std::unique_ptr<Request> inner, float *device, size_t back_offset,
-                size_t back_count, cudaStream_t compute)
-      : host_(std::move(host)), inner_(std::move(inner)), device_(device), offset_(back_offset), count_(back_count),
-        compute_(compute) {}
+  StagedRequest(std::vector<float> host, std::unique_ptr<Request> inner, float *device, size_t back_count,
+                cudaStream_t compute)
+      : host_(std::move(host)), inner_(std::move(inner)), device_(device), count_(back_count), compute_(compute) {}
   bool test() override { return inner_->test(); }
   void wait() override {
     if (!inner_) return;
     inner_->wait();
     inner_.reset();
-    checkCuda(cudaMemcpyAsync(device_ + offset_, host_.data() + offset_, count_ * sizeof(float),
-                              cudaMemcpyHostToDevice, compute_),
+    checkCuda(cudaMemcpyAsync(device_, host_.data(), count_ * sizeof(float), cudaMemcpyHostToDevice, compute_),
               "cudaMemcpyAsync");
     checkCuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize"); // host_ may go now
   }
@@ -154,52 +82,129 @@ private:
   std::vector<float> host_;
   std::unique_ptr<Request> inner_;
   float *device_;
-  size_t offset_, count_;
+  size_t count_;
   cudaStream_t compute_;
 };
 
-class DeviceCollectives final : public Communicator {
+/// Host memory through `host`; device memory over NCCL on a stream of its
+/// own, or, without NCCL, collectives staged through host memory.
+class CudaCommunicator final : public Communicator {
 public:
-  DeviceCollectives(std::unique_ptr<Communicator> host, std::unique_ptr<DeviceCommunicator> nccl, void *stream)
-      : host_(std::move(host)), nccl_(std::move(nccl)), compute_(asStream(stream)) {}
+  CudaCommunicator(std::unique_ptr<Communicator> host, int device, void *stream, bool nccl)
+      : host_(std::move(host)), compute_(static_cast<cudaStream_t>(stream)) {
+    if (!nccl) return;
+    checkCuda(cudaSetDevice(device), "cudaSetDevice");
+    // Rank 0 makes the unique id and broadcasts its bytes over MPI.
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (rank() == 0) checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    host_->broadcast(&id, sizeof id, 0);
+    checkNccl(ncclCommInitRank(&nccl_, size(), id, rank()), "ncclCommInitRank");
+    checkCuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+
+  ~CudaCommunicator() override {
+    if (!nccl_) return;
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(nccl_);
+    cudaStreamDestroy(stream_);
+  }
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
-  void sendBytes(Payload payload, int dst, int tag) override { host_->sendBytes(std::move(payload), dst, tag); }
+
+  void sendBytes(Payload payload, int dst, int tag) override {
+    if (payload.memory == Memory::Host) return host_->sendBytes(std::move(payload), dst, tag);
+    requireNccl("a device message");
+    if (group_depth_ == 0) waitForCompute();
+    checkNccl(ncclSend(payload.data, payload.size, ncclUint8, dst, nccl_, stream_), "ncclSend");
+    group_owners_.push_back(std::move(payload.owner));
+    if (group_depth_ == 0) issued();
+  }
+
   std::string recv(int src, int tag) override { return host_->recv(src, tag); }
-  void recvInto(void *data, size_t size, int src, int tag) override { host_->recvInto(data, size, src, tag); }
-  void waitSends() override { host_->waitSends(); }
-  void allReduce(double *data, int count, ReduceOp op) override { host_->allReduce(data, count, op); }
-  void allReduce(float *data, int64_t count, ReduceOp op) override { startAllReduce(data, count, op)->wait(); }
 
-  std::unique_ptr<Request> startAllReduce(float *data, int64_t count, ReduceOp op) override {
-    if (nccl_) return onNccl([&] { nccl_->allReduce(data, count, op); });
-    auto host = toHost(data, size_t(count));
-    auto inner = host_->startAllReduce(host.data(), count, op);
-    return std::make_unique<StagedRequest>(std::move(host), std::move(inner), data, 0, size_t(count), compute_);
+  void recvInto(void *data, size_t size, Memory memory, int src, int tag) override {
+    if (memory == Memory::Host) return host_->recvInto(data, size, memory, src, tag);
+    requireNccl("a device message");
+    if (group_depth_ == 0) waitForCompute();
+    checkNccl(ncclRecv(data, size, ncclUint8, src, nccl_, stream_), "ncclRecv");
+    group_received_ = true;
+    if (group_depth_ == 0) issued();
   }
 
-  std::unique_ptr<Request> startReduceScatter(float *data, int64_t block) override {
-    if (nccl_)
-      return onNccl([&] {
-        nccl_->reduceScatterSum(data, block);
-        // Communicator's contract: this rank's sums at the front.
-        if (rank() > 0)
-          checkCuda(cudaMemcpyAsync(data, data + int64_t(rank()) * block, size_t(block) * sizeof(float),
-                                    cudaMemcpyDeviceToDevice, ncclStream()),
-                    "cudaMemcpyAsync");
-      });
-    auto host = toHost(data, size_t(block) * size_t(size()));
-    auto inner = host_->startReduceScatter(host.data(), block);
-    return std::make_unique<StagedRequest>(std::move(host), std::move(inner), data, 0, size_t(block), compute_);
+  void groupStart() override {
+    host_->groupStart();
+    if (!nccl_) return;
+    if (group_depth_++ > 0) return;
+    waitForCompute(); // the sent tensors are computed, the received ones' memory free
+    checkNccl(ncclGroupStart(), "ncclGroupStart");
   }
 
-  std::unique_ptr<Request> startAllGather(float *data, int64_t block) override {
-    if (nccl_) return onNccl([&] { nccl_->allGather(data, block); });
-    auto host = toHost(data, size_t(block) * size_t(size()));
-    auto inner = host_->startAllGather(host.data(), block);
-    return std::make_unique<StagedRequest>(std::move(host), std::move(inner), data, 0, size_t(block) * size_t(size()),
-                                           compute_);
+  void groupEnd() override {
+    host_->groupEnd();
+    if (!nccl_) return;
+    if (group_depth_ == 0) throw std::logic_error("groupEnd without groupStart");
+    if (--group_depth_ > 0) return;
+    checkNccl(ncclGroupEnd(), "ncclGroupEnd");
+    issued();
+  }
+
+  void waitSends() override {
+    host_->waitSends();
+    if (!nccl_) return;
+    checkCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    pending_.clear();
+  }
+
+  void allReduce(Buffer buf, ReduceOp op) override {
+    if (buf.memory == Memory::Host) return host_->allReduce(buf, op);
+    startAllReduce(buf, op)->wait();
+  }
+
+  std::unique_ptr<Request> startAllReduce(Buffer buf, ReduceOp op) override {
+    if (buf.memory == Memory::Host) return host_->startAllReduce(buf, op);
+    float *data = deviceFloats(buf, false);
+    if (nccl_) return onNccl([&] {
+      checkNccl(ncclAllReduce(data, data, size_t(buf.count), ncclFloat32, ncclOp(op), nccl_, stream_),
+                "ncclAllReduce");
+    });
+    auto host = toHost(data, size_t(buf.count));
+    auto inner = host_->startAllReduce(Buffer::host(host.data(), buf.count), op);
+    return std::make_unique<StagedRequest>(std::move(host), std::move(inner), data, size_t(buf.count), compute_);
+  }
+
+  std::unique_ptr<Request> startReduceScatter(Buffer buf) override {
+    if (buf.memory == Memory::Host) return host_->startReduceScatter(buf);
+    float *data = deviceFloats(buf, true);
+    const int64_t block = buf.count / size();
+    if (nccl_) return onNccl([&] {
+      // In place: NCCL's output is the rank's block of its own input.
+      const int64_t mine = int64_t(rank()) * block;
+      checkNccl(ncclReduceScatter(data, data + mine, size_t(block), ncclFloat32, ncclSum, nccl_, stream_),
+                "ncclReduceScatter");
+      // Communicator's contract: this rank's sums at the front.
+      if (rank() > 0)
+        checkCuda(cudaMemcpyAsync(data, data + mine, size_t(block) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  stream_),
+                  "cudaMemcpyAsync");
+    });
+    auto host = toHost(data, size_t(buf.count));
+    auto inner = host_->startReduceScatter(Buffer::host(host.data(), buf.count));
+    return std::make_unique<StagedRequest>(std::move(host), std::move(inner), data, size_t(block), compute_);
+  }
+
+  std::unique_ptr<Request> startAllGather(Buffer buf) override {
+    if (buf.memory == Memory::Host) return host_->startAllGather(buf);
+    float *data = deviceFloats(buf, true);
+    const int64_t block = buf.count / size();
+    if (nccl_) return onNccl([&] {
+      checkNccl(ncclAllGather(data + int64_t(rank()) * block, data, size_t(block), ncclFloat32, nccl_, stream_),
+                "ncclAllGather");
+    });
+    auto host = toHost(data, size_t(buf.count));
+    auto inner = host_->startAllGather(Buffer::host(host.data(), buf.count));
+    return std::make_unique<StagedRequest>(std::move(host), std::move(inner), data, size_t(buf.count), compute_);
   }
 
   void barrier() override { host_->barrier(); }
@@ -211,14 +216,39 @@ public:
   }
 
 private:
+  void requireNccl(const char *what) const {
+    if (!nccl_)
+      throw std::logic_error(std::string(what) + " needs NCCL (this device communicator stages through host memory)");
+  }
+  /// The float pointer of a device buffer; `blocks`: of size() equal blocks.
+  float *deviceFloats(const Buffer &buf, bool blocks) const {
+    if (buf.dtype != DType::Float32) throw std::logic_error("device collectives take float32 buffers only");
+    if (blocks && buf.count % size() != 0)
+      throw std::logic_error("a device collective of " + std::to_string(buf.count) + " floats over " +
+                             std::to_string(size()) + " ranks");
+    return static_cast<float *>(buf.data);
+  }
+  /// The NCCL stream's later work waits for what the compute stream has queued.
+  void waitForCompute() { Event(compute_).block(stream_); }
+
+  /// After device messages were issued (alone or as a group): the compute
+  /// stream waits for received ones; sent payloads are kept until done.
+  void issued() {
+    if (group_received_) Event(stream_).block(compute_);
+    group_received_ = false;
+    if (!group_owners_.empty()) {
+      pending_.push_back(Pending{std::move(group_owners_), std::make_unique<Event>(stream_)});
+      group_owners_.clear();
+      while (!pending_.empty() && pending_.front().done->done()) pending_.pop_front();
+    }
+  }
+
   /// Issues `op` on the NCCL stream after the compute stream's queued work.
   template <typename Op> std::unique_ptr<Request> onNccl(Op op) {
-    nccl_->waitFor(compute_);
+    waitForCompute();
     op();
-    return std::make_unique<NcclRequest>(ncclStream(), compute_);
+    return std::make_unique<NcclRequest>(stream_, compute_);
   }
-  /// The NCCL communicator's stream (a request's event is recorded there).
-  cudaStream_t ncclStream() const { return static_cast<NcclCommunicator &>(*nccl_).stream(); }
 
   std::vector<float> toHost(const float *device, size_t count) {
     std::vector<float> host(count);
@@ -228,9 +258,20 @@ private:
     return host;
   }
 
+  /// Sent payloads the NCCL stream may still read.
+  struct Pending {
+    std::vector<std::shared_ptr<const void>> owners;
+    std::unique_ptr<Event> done;
+  };
+
   std::unique_ptr<Communicator> host_;
-  std::unique_ptr<DeviceCommunicator> nccl_;
   cudaStream_t compute_;
+  ncclComm_t nccl_ = nullptr;   ///< null: device collectives staged through host memory
+  cudaStream_t stream_ = nullptr; ///< NCCL's stream
+  int group_depth_ = 0;
+  bool group_received_ = false; ///< device messages received since the last issued()
+  std::vector<std::shared_ptr<const void>> group_owners_; ///< payloads sent since the last issued()
+  std::deque<Pending> pending_;
 };
 
 } // namespace
@@ -249,21 +290,15 @@ int visibleCudaDevices() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-std::unique_ptr<DeviceCommunicator> createNcclCommunicator(Communicator &host, int device) {
-  int n = visibleCudaDevices();
-  if (device < 0 || device >= n)
-    throw std::runtime_error("CUDA device " + std::to_string(device) + " is not visible (" + std::to_string(n) +
-                             " device(s))");
-  return std::make_unique<NcclCommunicator>(host, device);
-}
-
-std::unique_ptr<Communicator> deviceCollectives(std::unique_ptr<Communicator> host,
-                                                std::unique_ptr<DeviceCommunicator> nccl, void *stream) {
-  if (nccl && (nccl->size() != host->size() || nccl->rank() != host->rank()))
-    throw std::logic_error("deviceCollectives: the NCCL communicator spans other ranks than the host one");
-  if (nccl && !dynamic_cast<NcclCommunicator *>(nccl.get()))
-    throw std::logic_error("deviceCollectives: needs the NCCL communicator of createNcclCommunicator");
-  return std::make_unique<DeviceCollectives>(std::move(host), std::move(nccl), stream);
+std::unique_ptr<Communicator> createDeviceCommunicator(std::unique_ptr<Communicator> host, int gpu, void *stream,
+                                                       bool nccl) {
+  if (nccl) {
+    const int n = visibleCudaDevices();
+    if (gpu < 0 || gpu >= n)
+      throw std::runtime_error("CUDA device " + std::to_string(gpu) + " is not visible (" + std::to_string(n) +
+                               " device(s))");
+  }
+  return std::make_unique<CudaCommunicator>(std::move(host), gpu, stream, nccl);
 }
 
 } // namespace rannc::comm

@@ -6,21 +6,12 @@
 
 namespace rannc::comm {
 
-namespace {
-[[noreturn]] void unavailable() {
-  throw std::runtime_error("this rannc was built without the CUDA toolkit, so it has no NCCL communicator");
-}
-} // namespace
-
 bool ncclCompiled() { return false; }
 std::string ncclVersion() { return "not compiled"; }
 int visibleCudaDevices() { return 0; }
 
-std::unique_ptr<DeviceCommunicator> createNcclCommunicator(Communicator &, int) { unavailable(); }
-
-std::unique_ptr<Communicator> deviceCollectives(std::unique_ptr<Communicator>, std::unique_ptr<DeviceCommunicator>,
-                                                void *) {
-  unavailable();
+std::unique_ptr<Communicator> createDeviceCommunicator(std::unique_ptr<Communicator>, int, void *, bool) {
+  throw std::runtime_error("this rannc was built without the CUDA toolkit, so it has no NCCL communicator");
 }
 
 } // namespace rannc::comm

@@ -94,7 +94,7 @@ struct StageProgram {
 /// reads it; each such stage holds its own copy and computes its own part of
 /// the gradient. `shared_parameters` names them with the stages involved: the
 /// trainer sums the parts across those stages (after the replica all-reduce,
-/// SharedParameters in executor/train/trainer.cpp) before the optimizer step,
+/// SharedParameters in executor/train/shared_parameters.h) before the optimizer step,
 /// so every copy takes the same update and stays identical; the gradient norm
 /// counts such a parameter once.
 StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage);

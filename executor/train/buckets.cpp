@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "executor/train/transport.h"
+
 namespace rannc::train {
 
 GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<torch::Tensor> &params,
@@ -65,7 +67,7 @@ std::vector<GradientBuckets::Shard> GradientBuckets::shards() const {
 
 void GradientBuckets::gatherParameters() {
   std::vector<std::unique_ptr<comm::Request>> requests;
-  for (Bucket &b : buckets_) requests.push_back(group_.startAllGather(b.param_flat.data_ptr<float>(), b.block));
+  for (Bucket &b : buckets_) requests.push_back(group_.startAllGather(floatBuffer(b.param_flat)));
   for (auto &req : requests) req->wait();
 }
 
@@ -112,9 +114,8 @@ void GradientBuckets::arrived(size_t bucket) {
 
 void GradientBuckets::start(Bucket &b) {
   adopt(b); // normally a no-op: the gradients already live in the bucket
-  b.request = mode_ == Mode::ReduceScatter ? group_.startReduceScatter(b.flat.data_ptr<float>(), b.block)
-                                           : group_.startAllReduce(b.flat.data_ptr<float>(), b.flat.numel(),
-                                                                   comm::ReduceOp::Sum);
+  b.request = mode_ == Mode::ReduceScatter ? group_.startReduceScatter(floatBuffer(b.flat))
+                                           : group_.startAllReduce(floatBuffer(b.flat), comm::ReduceOp::Sum);
 }
 
 void GradientBuckets::startReady() {

@@ -1,10 +1,14 @@
 #include "executor/train/transport.h"
 
-#include <deque>
-
 #include "executor/runtime/stage.h"
 
 namespace rannc::train {
+
+comm::Buffer floatBuffer(const torch::Tensor &t) {
+  return comm::Buffer{t.data_ptr<float>(), t.numel(), comm::DType::Float32,
+                      t.is_cuda() ? comm::Memory::Device : comm::Memory::Host};
+}
+
 namespace {
 
 class HostTransport final : public Transport {
@@ -36,7 +40,7 @@ public:
     std::vector<torch::Tensor> out;
     for (int src : srcs) {
       torch::Tensor t = runtime::emptyFromHeader(comm_.recv(src, tag), torch::kCPU);
-      if (t.nbytes() > 0) comm_.recvInto(t.data_ptr(), t.nbytes(), src, tag);
+      if (t.nbytes() > 0) comm_.recvInto(t.data_ptr(), t.nbytes(), comm::Memory::Host, src, tag);
       out.push_back(t.to(device_));
     }
     return out;
@@ -51,58 +55,52 @@ private:
 class NcclTransport final : public Transport {
 public:
   NcclTransport(comm::Communicator &comm, torch::Device device,
-                std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels, void *stream)
-      : comm_(comm), device_(device), channels_(std::move(channels)), stream_(stream) {}
+                std::vector<std::unique_ptr<comm::Communicator>> channels)
+      : comm_(comm), device_(device), channels_(std::move(channels)) {}
 
+  // A group waits for the computation queued before it (the sent tensors are
+  // computed, the received ones' memory is free), computation waits for the
+  // received tensors, and the channel keeps each sent tensor until its send
+  // is done (Note [device streams]).
   void send(const std::vector<std::pair<torch::Tensor, int>> &pieces, int tag) override {
-    comm::DeviceCommunicator &ch = channel(tag);
-    Pending p;
+    comm::Communicator &ch = channel(tag);
+    std::vector<torch::Tensor> tensors;
     for (const auto &[t, dst] : pieces) {
       torch::Tensor c = t.detach().to(device_).contiguous(); // a CPU scalar too: NCCL reads device memory
       comm_.send(std::make_shared<const std::string>(runtime::packTensorHeader(c)), dst, tag);
-      p.tensors.push_back(c);
+      tensors.push_back(c);
     }
-    ch.waitFor(stream_); // the tensors are computed
     ch.groupStart();
     for (size_t i = 0; i < pieces.size(); ++i)
-      if (p.tensors[i].nbytes() > 0) ch.send(p.tensors[i].data_ptr(), p.tensors[i].nbytes(), pieces[i].second);
+      if (tensors[i].nbytes() > 0)
+        ch.sendBytes(comm::Payload{tensors[i].data_ptr(), tensors[i].nbytes(),
+                                   std::make_shared<const torch::Tensor>(tensors[i]), comm::Memory::Device},
+                     pieces[i].second, tag);
     ch.groupEnd();
-    p.mark = ch.mark();
-    pending_.push_back(std::move(p));
-    while (!pending_.empty() && pending_.front().mark->done()) pending_.pop_front();
   }
 
   std::vector<torch::Tensor> recv(const std::vector<int> &srcs, int tag) override {
-    comm::DeviceCommunicator &ch = channel(tag);
+    comm::Communicator &ch = channel(tag);
     std::vector<torch::Tensor> out;
     for (int src : srcs) out.push_back(runtime::emptyFromHeader(comm_.recv(src, tag), device_));
-    ch.waitFor(stream_); // earlier computation is done with the memory
     ch.groupStart();
     for (size_t i = 0; i < srcs.size(); ++i)
-      if (out[i].nbytes() > 0) ch.recv(out[i].data_ptr(), out[i].nbytes(), srcs[i]);
+      if (out[i].nbytes() > 0) ch.recvInto(out[i].data_ptr(), out[i].nbytes(), comm::Memory::Device, srcs[i], tag);
     ch.groupEnd();
-    ch.makeWait(stream_); // computation reads them after they arrived
     return out;
   }
 
   void waitSends() override {
     comm_.waitSends();
-    for (auto &ch : channels_) ch->synchronize();
-    pending_.clear();
+    for (auto &ch : channels_) ch->waitSends();
   }
 
 private:
-  struct Pending {
-    std::vector<torch::Tensor> tensors;
-    std::unique_ptr<comm::DeviceMark> mark;
-  };
-  comm::DeviceCommunicator &channel(int tag) { return *channels_[size_t(tag) % channels_.size()]; }
+  comm::Communicator &channel(int tag) { return *channels_[size_t(tag) % channels_.size()]; }
 
   comm::Communicator &comm_;
   torch::Device device_;
-  std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels_;
-  void *stream_;
-  std::deque<Pending> pending_; ///< sends whose tensors the channels may still read
+  std::vector<std::unique_ptr<comm::Communicator>> channels_;
 };
 
 } // namespace
@@ -112,10 +110,9 @@ std::unique_ptr<Transport> hostTransport(comm::Communicator &comm, torch::Device
 }
 
 std::unique_ptr<Transport> ncclTransport(comm::Communicator &comm, torch::Device device,
-                                         std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels,
-                                         void *stream) {
+                                         std::vector<std::unique_ptr<comm::Communicator>> channels) {
   if (channels.empty()) throw std::logic_error("ncclTransport: no channels");
-  return std::make_unique<NcclTransport>(comm, device, std::move(channels), stream);
+  return std::make_unique<NcclTransport>(comm, device, std::move(channels));
 }
 
 } // namespace rannc::train

@@ -12,9 +12,12 @@
 #include <vector>
 
 #include "executor/comm/comm.h"
-#include "executor/comm/device_comm.h"
 
 namespace rannc::train {
+
+/// A float tensor's memory as a communicator buffer, host or device as the
+/// tensor lives.
+comm::Buffer floatBuffer(const torch::Tensor &t);
 
 class Transport {
 public:
@@ -34,8 +37,9 @@ std::unique_ptr<Transport> hostTransport(comm::Communicator &comm, torch::Device
 
 /// Note [NCCL transport]
 /// A tensor's dtype and shape go over `comm` (MPI), so the receiver can
-/// allocate it, and its bytes over NCCL. Each action's messages for one value
-/// form one NCCL group. Tag t uses channels[t % channels.size()]: the trainer's
+/// allocate it, and its bytes as device messages over a channel (NCCL:
+/// createDeviceCommunicator). Each action's messages for one value form one
+/// group. Tag t uses channels[t % channels.size()]: the trainer's
 /// tags alternate activations and gradients, so each direction has its own
 /// communicator and stream. A channel's operations run in issue order, so one
 /// shared by both directions could deadlock 1F1B: stage s's receive of a
@@ -45,7 +49,6 @@ std::unique_ptr<Transport> hostTransport(comm::Communicator &comm, torch::Device
 /// flow one way only, so no cycle forms. The sent tensors stay referenced
 /// until their channel's work is done (Note [device streams]).
 std::unique_ptr<Transport> ncclTransport(comm::Communicator &comm, torch::Device device,
-                                         std::vector<std::unique_ptr<comm::DeviceCommunicator>> channels,
-                                         void *stream);
+                                         std::vector<std::unique_ptr<comm::Communicator>> channels);
 
 } // namespace rannc::train

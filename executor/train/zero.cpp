@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "executor/train/transport.h"
+
 namespace rannc::train {
 namespace {
 
@@ -78,7 +80,7 @@ void ShardedOptimizer::gatherState(optim::Optimizer &dense) const {
       if (!mine.tensors[k].defined()) continue;
       whole[k] = torch::empty({block * r}, mine.tensors[k].options());
       whole[k].narrow(0, j * block, block).copy_(mine.tensors[k]);
-      group.startAllGather(whole[k].data_ptr<float>(), block)->wait();
+      group.startAllGather(floatBuffer(whole[k]))->wait();
     }
     int64_t offset = 0;
     for (const torch::Tensor &p : buckets_.bucketParams(i)) {

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "executor/comm/comm.h"
@@ -24,27 +26,41 @@ Communicator &world() {
   return *c;
 }
 
+// Host memory is all an MPI communicator reaches: a device buffer is refused
+// before its pointer is read (so this needs no GPU), host floats are summed.
+TEST(Comm, MpiTakesHostMemoryOnly) {
+  Communicator &host = world();
+  float x[2] = {1.5f, -2.0f};
+  host.allReduce(Buffer::host(x, 2), ReduceOp::Sum); // one rank: the sum is the value itself
+  EXPECT_EQ(x[0], 1.5f);
+  EXPECT_EQ(x[1], -2.0f);
+  float *nowhere = reinterpret_cast<float *>(uintptr_t{16});
+  EXPECT_THROW(host.allReduce(Buffer::device(nowhere, 2), ReduceOp::Sum), std::logic_error);
+  EXPECT_THROW(host.startAllGather(Buffer::device(nowhere, 2)), std::logic_error);
+  EXPECT_THROW(host.recvInto(nowhere, 8, Memory::Device, 0, 0), std::logic_error);
+  EXPECT_THROW(host.sendBytes(Payload{nowhere, 8, nullptr, Memory::Device}, 0, 0), std::logic_error);
+}
+
 TEST(Nccl, AllReduceAndSelfSendOnOneRank) {
   if (!ncclCompiled()) GTEST_SKIP() << "built without the CUDA toolkit";
   if (visibleCudaDevices() == 0) GTEST_SKIP() << "no GPU visible";
 #ifdef RANNC_TEST_WITH_CUDA
-  Communicator *host = &world();
-  auto dev = createNcclCommunicator(*host, 0);
+  // The legacy default stream is the compute stream: the copies below order after the device operations.
+  auto dev = createDeviceCommunicator(world().split(0, 0), 0, /*stream=*/nullptr, /*nccl=*/true);
   ASSERT_EQ(dev->size(), 1);
   std::vector<float> in{1, 2, 3, 4}, out(4, 0);
   float *a = nullptr, *b = nullptr;
   ASSERT_EQ(cudaMalloc(&a, 16), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&b, 16), cudaSuccess);
   cudaMemcpy(a, in.data(), 16, cudaMemcpyHostToDevice);
-  dev->allReduceSum(a, 4); // one rank: the sum is the value itself
-  dev->synchronize();
+  dev->allReduce(Buffer::device(a, 4), ReduceOp::Sum); // one rank: the sum is the value itself
   cudaMemcpy(out.data(), a, 16, cudaMemcpyDeviceToHost);
   EXPECT_EQ(out, in);
   dev->groupStart(); // a send to oneself completes only together with its receive
-  dev->send(a, 16, 0);
-  dev->recv(b, 16, 0);
-  dev->groupEnd();
-  dev->synchronize();
+  dev->sendBytes(Payload{a, 16, nullptr, Memory::Device}, 0, 0);
+  dev->recvInto(b, 16, Memory::Device, 0, 0);
+  dev->groupEnd(); // the compute stream waits for the received bytes
+  dev->waitSends();
   cudaMemcpy(out.data(), b, 16, cudaMemcpyDeviceToHost);
   EXPECT_EQ(out, in);
   cudaFree(a);
@@ -65,9 +81,7 @@ TEST(Nccl, DeviceCollectivesOnOneRank) {
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   for (bool over_nccl : {true, false}) {
     SCOPED_TRACE(over_nccl ? "NCCL" : "staged");
-    auto host = world().split(0, 0);
-    std::unique_ptr<DeviceCommunicator> nccl = over_nccl ? createNcclCommunicator(*host, 0) : nullptr;
-    auto dc = deviceCollectives(std::move(host), std::move(nccl), stream);
+    auto dc = createDeviceCommunicator(world().split(0, 0), 0, stream, over_nccl);
     std::vector<float> in{1, 2, 3, 4, 5, 6}, out(6, 0);
     float *d = nullptr;
     ASSERT_EQ(cudaMalloc(&d, 24), cudaSuccess);
@@ -78,10 +92,10 @@ TEST(Nccl, DeviceCollectivesOnOneRank) {
       cudaStreamSynchronize(stream);
       return out;
     };
-    EXPECT_EQ(roundTrip([&] { return dc->startAllReduce(d, 6, ReduceOp::Sum); }), in);
-    EXPECT_EQ(roundTrip([&] { return dc->startReduceScatter(d, 6); }), in);
-    EXPECT_EQ(roundTrip([&] { return dc->startAllGather(d, 6); }), in);
-    dc->allReduce(d, 6, ReduceOp::Max);
+    EXPECT_EQ(roundTrip([&] { return dc->startAllReduce(Buffer::device(d, 6), ReduceOp::Sum); }), in);
+    EXPECT_EQ(roundTrip([&] { return dc->startReduceScatter(Buffer::device(d, 6)); }), in);
+    EXPECT_EQ(roundTrip([&] { return dc->startAllGather(Buffer::device(d, 6)); }), in);
+    dc->allReduce(Buffer::device(d, 6), ReduceOp::Max);
     double x = 2.5;
     dc->allReduce(&x, 1, ReduceOp::Sum); // host values go to MPI
     EXPECT_EQ(x, 2.5);
@@ -93,9 +107,8 @@ TEST(Nccl, DeviceCollectivesOnOneRank) {
 
 TEST(Nccl, MissingDeviceIsAClearError) {
   if (visibleCudaDevices() > 0) GTEST_SKIP() << "a GPU is visible";
-  Communicator *host = &world();
   try {
-    createNcclCommunicator(*host, 0);
+    createDeviceCommunicator(world().split(0, 0), 0, nullptr, /*nccl=*/true);
     FAIL() << "expected an error";
   } catch (const std::runtime_error &e) {
     std::string msg = e.what();

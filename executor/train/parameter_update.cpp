@@ -1,0 +1,69 @@
+#include "executor/train/parameter_update.h"
+
+#include <cmath>
+#include <string>
+
+#include "executor/runtime/grads.h"
+
+namespace rannc::train {
+
+ParameterUpdate::ParameterUpdate(const TrainOptions &opts, comm::Communicator &comm, comm::Communicator &group,
+                                 const Setup &s, runtime::StageRunner &runner, std::optional<LossScaler> scaler,
+                                 const GroupMaker &on_device)
+    : opts_(opts), comm_(comm), stage_(s.stage), replica_(s.replica), runner_(runner), scaler_(std::move(scaler)),
+      make_([&opts](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); }),
+      optimizer_(make_(runner.parameters())), shared_(s.graph, s.ranges, s.stage, runner, comm, on_device) {
+  if (group.size() > 1) {
+    using Mode = GradientBuckets::Mode;
+    const bool shard = s.plan.stages(s.stage).zero() > 0;
+    const Mode mode = !shard ? Mode::AllReduce : shared_.groups.empty() ? Mode::ReduceScatter : Mode::ShardedUpdate;
+    buckets_ = std::make_unique<GradientBuckets>(group, runner.parameters(), opts.bucket_bytes, mode);
+    if (shard) sharded_ = std::make_unique<ShardedOptimizer>(*buckets_, make_);
+  }
+  // Reduce-scattered, a replica holds the sums of its own blocks only.
+  blocks_only_ = buckets_ && buckets_->mode() == GradientBuckets::Mode::ReduceScatter;
+  // The gradient norm counts a shared parameter once: in its first reader stage.
+  for (ir::ValueId v : runner.program().parameters)
+    if (!shared_.counted_elsewhere.count(v)) norm_params_.push_back(runner.parameter(v));
+}
+
+Status ParameterUpdate::step(StepRecord &rec, std::ostream &log) {
+  const int rank = comm_.rank();
+  // All ranks agree on finiteness first, so no stage steps alone. One pass
+  // over the gradients gives both the stage's squared norm and its
+  // finiteness (runtime::gradSquaredNorm).
+  if (scaler_) scaler_->unscale(blocks_only_ ? sharded_->parameters() : runner_.parameters());
+  const double squared = runtime::gradSquaredNorm(blocks_only_ ? sharded_->parameters() : norm_params_);
+  double bad = std::isfinite(squared) ? 0.0 : double(stage_ + 1);
+  comm_.allReduce(&bad, 1, comm::ReduceOp::Max);
+  if (scaler_) {
+    const double was = scaler_->scale();
+    scaler_->update(bad > 0);
+    if (bad > 0 && rank == 0)
+      log << "rannc-exec: step " << rec.step << ": fp16 gradients overflowed at loss scale " << was
+          << "; step skipped, scale now " << scaler_->scale() << "\n";
+  }
+  if (bad > 0 && opts_.on_nonfinite == "stop" && !scaler_)
+    return Error{rank == 0 ? "non-finite gradients at step " + std::to_string(rec.step) + " in stage " +
+                                 std::to_string(int(bad) - 1) + " (pass --on-nonfinite skip to skip such steps)"
+                           : ""};
+  rec.skipped = bad > 0;
+  // The global gradient norm: each stage's (replica-reduced, so equal on
+  // every replica) squared norm, counted once per stage via replica 0, and
+  // a shared parameter once, in its first reader stage; reduce-scattered,
+  // every replica's blocks.
+  rec.grad_norm = blocks_only_ || replica_ == 0 ? squared : 0.0;
+  comm_.allReduce(&rec.grad_norm, 1, comm::ReduceOp::Sum);
+  rec.grad_norm = std::sqrt(rec.grad_norm);
+  if (!rec.skipped && opts_.clip_grad_norm > 0)
+    scaleGradients(sharded_ ? sharded_->parameters() : runner_.parameters(),
+                   clipFactor(rec.grad_norm, opts_.clip_grad_norm));
+  setLearningRate(*optimizer_, rec.lr); // a checkpoint saves its options
+  if (sharded_) setLearningRate(sharded_->inner(), rec.lr);
+  if (!rec.skipped && sharded_) sharded_->step();
+  else if (!rec.skipped) optimizer_->step();
+  runtime::zeroGradients(runner_.parameters());
+  return Status::success();
+}
+
+} // namespace rannc::train

@@ -1,0 +1,36 @@
+#include "executor/train/sample_order.h"
+
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "executor/runtime/ops.h"
+
+namespace rannc::train {
+
+int64_t SampleOrder::at(int64_t position) {
+  int64_t epoch = position / n_, offset = position % n_;
+  if (!shuffle_) return offset;
+  if (epoch != epoch_) {
+    perm_.resize(n_);
+    std::iota(perm_.begin(), perm_.end(), 0);
+    std::mt19937_64 rng(seed_ + static_cast<uint64_t>(epoch));
+    for (int64_t i = n_ - 1; i > 0; --i) std::swap(perm_[i], perm_[std::uniform_int_distribution<int64_t>(0, i)(rng)]);
+    epoch_ = epoch;
+  }
+  return perm_[offset];
+}
+
+torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first, int64_t count,
+                            const torch::Device &device) {
+  std::vector<int64_t> dims = a.shape();
+  dims[0] = count;
+  auto opts = torch::TensorOptions().dtype(runtime::toScalarType(a.dtype())).pinned_memory(device.is_cuda());
+  torch::Tensor t = torch::empty(dims, opts);
+  char *dst = static_cast<char *>(t.data_ptr());
+  for (int64_t i = 0; i < count; ++i)
+    std::memcpy(dst + i * a.sampleBytes(), a.sample(order.at(first + i)), size_t(a.sampleBytes()));
+  return device.is_cuda() ? t.to(device, /*non_blocking=*/true) : t;
+}
+
+} // namespace rannc::train

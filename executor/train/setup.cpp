@@ -1,0 +1,114 @@
+#include "executor/train/setup.h"
+
+#include <fstream>
+
+#include "executor/runtime/device.h"
+#include "executor/runtime/ops.h"
+#include "executor/runtime/weights.h"
+#include "executor/schedule/schedule.h"
+#include "executor/train/optim.h"
+#include "planner/plan/model_ref.h"
+#include "planner/plan/plan.h"
+
+namespace rannc::train {
+
+Status checkDataShape(const ir::Graph &g, ir::ValueId id, const NpyArray &a, const std::string &path) {
+  const ir::Value &v = g.values[id];
+  if (a.dtype() != v.dtype)
+    return Error{path + ": dtype " + std::string(ir::dtypeName(a.dtype())) + " does not match graph input '" + v.name +
+                 "' (" + std::string(ir::dtypeName(v.dtype)) + ")"};
+  if (!v.shape_known) return Status::success();
+  if (a.shape().size() != v.shape.size())
+    return Error{path + ": shape has " + std::to_string(a.shape().size()) + " dimensions, graph input '" + v.name +
+                 "' " + ir::shapeString(v.shape) + " has " + std::to_string(v.shape.size())};
+  for (size_t i = 1; i < v.shape.size(); ++i)
+    if (v.shape[i].isFixed() && v.shape[i].offset != a.shape()[i])
+      return Error{path + ": dimension " + std::to_string(i) + " is " + std::to_string(a.shape()[i]) +
+                   ", graph input '" + v.name + "' " + ir::shapeString(v.shape) + " needs " +
+                   std::to_string(v.shape[i].offset)};
+  return Status::success();
+}
+
+Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm) {
+  Setup s;
+  if (Status st = checkOptimizationOptions(opts); !st) return Error{st.message()};
+  auto plan = plan::readPlan(opts.plan);
+  if (!plan) return plan.error();
+  s.plan = std::move(*plan);
+  auto problems = plan::structuralProblems(s.plan);
+  if (!problems.empty()) {
+    std::string msg = opts.plan + ": invalid plan:";
+    for (const auto &p : problems) msg += "\n  " + p;
+    return Error{msg};
+  }
+  const std::string device = opts.device.empty() ? s.plan.cluster().device().type() : opts.device;
+  if (device == "cuda") {
+    const std::string what = opts.device.empty() ? "the plan is for CUDA devices (" + s.plan.cluster().device().name() + ")"
+                                                 : "--device cuda";
+    if (const std::string why = runtime::gpuUnavailableReason(0); !why.empty())
+      return Error{opts.plan + ": " + what + ", but " + why + "; pass --device cpu to run it on CPU"};
+    const runtime::GpuChoice gpu =
+        runtime::chooseGpu(comm.rank(), s.plan.cluster().devices_per_node(), runtime::visibleGpus());
+    s.gpu_why = gpu.why;
+    s.device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu.device));
+    runtime::useGpu(gpu.device); // before anything is allocated there
+  }
+  if (opts.loss_scale && s.plan.precision() != "fp16")
+    return Error{"--loss-scale: only fp16 plans scale the loss (" + opts.plan + " is " +
+                 (s.plan.precision().empty() ? "fp32" : s.plan.precision()) + ")"};
+  const int world = plan::worldSize(s.plan);
+  if (world != comm.size())
+    return Error{opts.plan + ": the plan is for " + std::to_string(world) + " ranks, but this job has " +
+                 std::to_string(comm.size()) + " (run mpirun -np " + std::to_string(world) + ")"};
+  std::string model = opts.model.empty() ? s.plan.model().path() : opts.model;
+  // One rank reads the whole model to check its identity (Note [model
+  // identity]); the others only need the file to be there.
+  if (comm.rank() == 0) {
+    if (Status st = plan::verifyModelFiles(model, s.plan.model()); !st) return Error{st.message()};
+  } else if (std::ifstream in(model, std::ios::binary); !in) {
+    return Error{model + ": cannot open the model the plan names (pass --model PATH if it moved)"};
+  }
+  auto graph = plan::graphFromProto(s.plan.graph());
+  if (!graph) return Error{opts.plan + ": " + graph.error().message};
+  s.graph = std::move(*graph);
+  for (const auto &st : s.plan.stages()) {
+    s.ranges.emplace_back(st.op_begin(), st.op_end());
+    s.stage_ranks.emplace_back(st.ranks().begin(), st.ranks().end());
+    for (int j = 0; j < st.ranks_size(); ++j)
+      if (st.ranks(j) == comm.rank()) {
+        s.stage = st.id();
+        s.replica = j;
+      }
+  }
+
+  if (!opts.synthetic) {
+    if (opts.data_dir.empty()) return Error{"no training data: pass --data DIR or --synthetic"};
+    for (ir::ValueId in : s.graph.inputs) {
+      std::string path = opts.data_dir + "/" + s.graph.values[in].name + ".npy";
+      auto a = NpyArray::open(path);
+      if (!a) return Error{a.error().message + " (graph input '" + s.graph.values[in].name + "')"};
+      if (Status st = checkDataShape(s.graph, in, *a, path); !st) return Error{st.message()};
+      if (s.samples != 0 && a->samples() != s.samples)
+        return Error{path + ": has " + std::to_string(a->samples()) + " samples, other inputs have " +
+                     std::to_string(s.samples)};
+      s.samples = a->samples();
+      s.data.emplace(in, std::move(*a));
+    }
+  }
+
+  auto program = schedule::buildStageProgram(s.graph, s.ranges, s.stage);
+  // Parameters and buffers; a weightless model's made up with --init-weights.
+  auto weights = runtime::loadStageWeights(s.graph, program, model, opts.init_weights);
+  if (!weights) return weights.error();
+  s.params = std::move(weights->params);
+  s.buffers = std::move(weights->buffers);
+  for (ir::ValueId c : program.constants) s.constants[c] = runtime::toTorch(s.graph.constant_data.at(c));
+  if (s.device.is_cuda()) {
+    for (auto &[id, p] : s.params) p = p.detach().to(s.device).set_requires_grad(true);
+    for (auto *m : {&s.buffers, &s.constants})
+      for (auto &[id, t] : *m) t = t.to(s.device);
+  }
+  return s;
+}
+
+} // namespace rannc::train

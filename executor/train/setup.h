@@ -1,0 +1,44 @@
+// Start-up of a rank: the plan, its stage, its device, its data and weights,
+// everything checked before the first step (executor/train/trainer.h).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "executor/comm/comm.h"
+#include "executor/train/npy.h"
+#include "executor/train/trainer.h"
+#include "plan.pb.h"
+#include "planner/ir/ir.h"
+#include "planner/support/status.h"
+
+namespace rannc::train {
+
+/// Everything a rank needs before the first step.
+struct Setup {
+  proto::Plan plan;
+  ir::Graph graph;
+  int stage = -1;
+  std::vector<std::pair<int, int>> ranges;
+  std::vector<std::vector<int>> stage_ranks; ///< the ranks (replicas) of each stage, in replica order
+  int replica = 0;                           ///< this rank's index among its stage's ranks
+  std::map<ir::ValueId, NpyArray> data; ///< every data input (validated on every rank)
+  int64_t samples = 0;
+  std::map<ir::ValueId, torch::Tensor> params, constants, buffers;
+  torch::Device device = torch::kCPU; ///< where the stage's tensors live
+  std::string gpu_why;                ///< why that GPU (Note [choosing a GPU])
+  /// The CUDA device index of `device` (-1: CPU).
+  int gpu() const { return device.is_cuda() ? int(device.index()) : -1; }
+};
+
+/// Whether `a` fits graph input `id` (dtype, rank, fixed dimensions); `path` names it in the error.
+Status checkDataShape(const ir::Graph &g, ir::ValueId id, const NpyArray &a, const std::string &path);
+
+/// Reads and checks the plan, the model, the data and this rank's weights.
+Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm);
+
+} // namespace rannc::train

@@ -1,0 +1,49 @@
+// The schedule's four transfer actions (RecvActivations, SendActivations,
+// RecvGradients, SendGradients) for one rank, over a Transport.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "executor/runtime/stage.h"
+#include "executor/schedule/schedule.h"
+#include "executor/train/links.h"
+#include "executor/train/setup.h"
+#include "executor/train/transport.h"
+
+namespace rannc::train {
+
+/// The schedule's four transfer actions for one rank: its stage's received
+/// values and sent values, each split, sent and joined by samples along its
+/// own batch axis between the replicas of the two stages (Note [batch-free
+/// values]), and their gradients the other way.
+class StageTransfers {
+public:
+  StageTransfers(Transport &transport, const Setup &s, const schedule::StageProgram &prog,
+                 std::vector<std::vector<schedule::SampleRange>> shards)
+      : transport_(transport), s_(s), prog_(prog), shards_(std::move(shards)) {}
+
+  /// RecvActivations: the values the stage receives for micro-batch `mb`.
+  std::unordered_map<ir::ValueId, torch::Tensor> recvActivations(int mb);
+  /// SendActivations: the values the stage computed for later stages.
+  void sendActivations(const runtime::StageRunner &runner, int mb);
+  /// RecvGradients: the gradients of the sent values, in prog.sends order
+  /// (undefined where a value has none: an empty message).
+  std::vector<torch::Tensor> recvGradients(int mb);
+  /// SendGradients: the gradients of the received values, back to their producers.
+  void sendGradients(const runtime::StageRunner &runner, int mb);
+
+private:
+  Link link(int peer_stage, bool producer) const;
+  torch::Tensor recv(ir::ValueId v, int peer_stage, bool producer, int tag);
+  void send(const torch::Tensor &t, ir::ValueId v, int peer_stage, bool producer, int tag);
+
+  Transport &transport_;
+  const Setup &s_;
+  const schedule::StageProgram &prog_;
+  std::vector<std::vector<schedule::SampleRange>> shards_; ///< every stage's replicas' samples of a micro-batch
+};
+
+} // namespace rannc::train
