@@ -16,7 +16,7 @@
 #include "executor/frontend/common.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
-#include "executor/train/npy.h"
+#include "executor/data/npy.h"
 
 namespace rannc::import {
 namespace {
@@ -408,7 +408,7 @@ Expected<nlohmann::json> describeFromData(const jit::Module &module, const std::
   for (size_t i = 1; i < graph->inputs().size(); ++i) {
     const std::string name = stripSuffix(graph->inputs()[i]->debugName());
     const std::string file = dir + "/" + name + ".npy";
-    auto a = train::NpyArray::open(file);
+    auto a = data::NpyArray::open(file);
     if (!a) return Error{"--data " + dir + ": forward's input '" + name + "': " + a.error().message};
     auto np = numpyName(a->dtype());
     if (!np) return Error{file + ": element type " + std::string(ir::dtypeName(a->dtype())) + " is not a model input type"};

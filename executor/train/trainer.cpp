@@ -36,7 +36,7 @@
 #include "executor/train/buckets.h"
 #include "executor/train/checkpoint.h"
 #include "executor/train/loss_scale.h"
-#include "executor/train/npy.h"
+#include "executor/data/npy.h"
 #include "executor/train/optim.h"
 #include "executor/train/transport.h"
 #include "executor/train/zero.h"
@@ -46,6 +46,8 @@
 
 namespace rannc::train {
 namespace {
+
+using data::NpyArray; // the training data (executor/data)
 
 /// Everything a rank needs before the first step.
 struct Setup {
