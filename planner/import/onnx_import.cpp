@@ -700,22 +700,6 @@ Expected<InferenceModel> importOnnxInference(const std::string &bytes, const std
   return m;
 }
 
-bool isTorchScriptPath(const std::string &path) {
-  const std::string ext = extensionOf(path);
-  return ext == ".pt" || ext == ".pth" || ext == ".torchscript";
-}
-
-bool isTorchExportPath(const std::string &path) { return extensionOf(path) == ".pt2"; }
-
-Expected<ir::Graph> importModel(const std::string &path) {
-  if (isTorchScriptPath(path) || isTorchExportPath(path))
-    return Error{path + ": a LibTorch archive, which the ONNX importer does not read "
-                        "(rannc-plan imports it through executor/frontend)"};
-  auto bytes = readFile(path);
-  if (!bytes) return bytes.error();
-  return importOnnxBytes(*bytes, path);
-}
-
 namespace {
 
 /// Note [weightless models]
