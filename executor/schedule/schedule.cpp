@@ -48,32 +48,13 @@ void finish(std::vector<Action> &a) {
 
 } // namespace
 
-std::vector<Action> gpipe(int stage, int num_stages, int microbatches) {
+std::vector<Action> build(pipeline::Schedule schedule, int stage, int num_stages, int microbatches) {
   std::vector<Action> a;
   const bool first = stage == 0, last = stage == num_stages - 1;
-  for (int m = 0; m < microbatches; ++m) forward(a, m, first, last);
-  for (int m = microbatches - 1; m >= 0; --m) backward(a, m, first, last);
+  for (const pipeline::Pass &p : pipeline::stageOrder(schedule, stage, num_stages, microbatches))
+    (p.forward ? forward : backward)(a, p.microbatch, first, last);
   finish(a);
   return a;
-}
-
-std::vector<Action> oneFOneB(int stage, int num_stages, int microbatches) {
-  std::vector<Action> a;
-  const bool first = stage == 0, last = stage == num_stages - 1;
-  const int warmup = std::min(num_stages - stage - 1, microbatches);
-  int next_fwd = 0, next_bwd = 0;
-  for (; next_fwd < warmup; ++next_fwd) forward(a, next_fwd, first, last);
-  while (next_fwd < microbatches) {
-    forward(a, next_fwd++, first, last);
-    backward(a, next_bwd++, first, last);
-  }
-  while (next_bwd < microbatches) backward(a, next_bwd++, first, last);
-  finish(a);
-  return a;
-}
-
-std::vector<Action> build(Kind kind, int stage, int num_stages, int microbatches) {
-  return kind == Kind::GPipe ? gpipe(stage, num_stages, microbatches) : oneFOneB(stage, num_stages, microbatches);
 }
 
 std::vector<Action> accumulate(const std::vector<Action> &one_batch, int batches, int microbatches) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "planner/ir/ir.h"
+#include "planner/pipeline/schedule.h"
 
 namespace rannc::schedule {
 
@@ -32,19 +33,13 @@ struct Action {
 std::string toString(const Action &a);
 void print(const std::vector<Action> &actions, std::ostream &os);
 
-enum class Kind { GPipe, OneFOneB };
-
-/// GPipe fill-drain for `stage` of `num_stages`: all forwards, then all
-/// backwards in reverse micro-batch order, then the all-reduce and optimizer
-/// step. The first stage receives nothing and the last sends nothing forward.
-std::vector<Action> gpipe(int stage, int num_stages, int microbatches);
-
-/// 1F1B (PipeDream-flush): `num_stages - stage - 1` warm-up forwards, then
-/// alternating one forward and one backward, then the remaining backwards.
-/// At most `num_stages - stage` micro-batches are alive on a stage at once.
-std::vector<Action> oneFOneB(int stage, int num_stages, int microbatches);
-
-std::vector<Action> build(Kind kind, int stage, int num_stages, int microbatches);
+/// The actions of `stage` of `num_stages` for one step of `microbatches`
+/// micro-batches under `schedule`: the pipeline model's order of passes
+/// (pipeline::stageOrder), each forward wrapped in its receive and send of
+/// activations, each backward in those of gradients (the first stage receives
+/// nothing and the last sends nothing forward), then the all-reduce and the
+/// optimizer step. A schedule is never written here (Note [adding a schedule]).
+std::vector<Action> build(pipeline::Schedule schedule, int stage, int num_stages, int microbatches);
 
 /// Gradient accumulation: `one_batch` (a schedule of `microbatches`
 /// micro-batches) run `batches` times back to back with a single all-reduce

@@ -934,7 +934,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   ParameterUpdate update(opts, comm, *group, s, runner, std::move(scaler),
                          [&gpu](std::unique_ptr<comm::Communicator> c) { return gpu.onDevice(std::move(c)); });
   const auto &prog = runner.program();
-  auto kind = s.plan.schedule() == proto::ONE_F_ONE_B ? schedule::Kind::OneFOneB : schedule::Kind::GPipe;
+  const auto kind = *plan::scheduleFromProto(s.plan.schedule()); // prepare() refused a plan naming none
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
   // step, each batch's loss weighted 1/K (docs/training.md).
   const int64_t K = opts.accumulation_steps;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "planner/cost/precision.h"
+#include "planner/pipeline/schedule.h"
 
 namespace rannc::planner {
 namespace {
@@ -173,9 +174,11 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.constraints.replicas = opts.replicas;
   p.constraints.microbatches = opts.microbatches;
   p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
-  if (opts.schedule == "gpipe") p.constraints.schedule = partition::Schedule::GPipe;
-  else if (opts.schedule == "1f1b") p.constraints.schedule = partition::Schedule::OneFOneB;
-  else if (!opts.schedule.empty()) return Error{"--schedule must be gpipe or 1f1b (got '" + opts.schedule + "')"};
+  if (!opts.schedule.empty()) {
+    auto schedule = pipeline::parseSchedule(opts.schedule);
+    if (!schedule) return Error{"--schedule " + schedule.error().message};
+    p.constraints.schedule = *schedule;
+  }
   if (Status st = partition::validate(p); !st) return Error{st.message()};
   return p;
 }

@@ -133,7 +133,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.mutable_model()->set_format(plan::modelFormat(opts.model));
   plan.set_global_batch_size(opts.batch_size);
   plan.set_microbatches(plan_units.microbatches);
-  plan.set_schedule(plan_units.schedule == partition::Schedule::OneFOneB ? proto::ONE_F_ONE_B : proto::GPIPE);
+  plan.set_schedule(plan::scheduleToProto(plan_units.schedule));
   plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs)");
   if (opts.precision != "fp32") plan.set_precision(opts.precision); // fp32 plans stay as before
   *plan.mutable_cluster() = plan::clusterToProto(cluster);

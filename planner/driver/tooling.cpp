@@ -165,7 +165,9 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   for (int u = 0; u < int(units.size()); ++u) unit_at[units[u].op_begin] = u;
   unit_at[int(m.graph.nodes.size())] = int(units.size());
   m.solution.microbatches = plan.microbatches();
-  m.solution.schedule = plan.schedule() == proto::GPIPE ? partition::Schedule::GPipe : partition::Schedule::OneFOneB;
+  // A plan naming no schedule (check lists that) is re-estimated as 1F1B.
+  auto schedule = plan::scheduleFromProto(plan.schedule());
+  m.solution.schedule = schedule ? *schedule : pipeline::Schedule::OneFOneB;
   for (const auto &s : plan.stages())
     m.solution.stages.push_back(
         {unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), s.recompute(),

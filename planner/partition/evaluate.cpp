@@ -23,7 +23,8 @@ namespace rannc::partition {
 //   several receivers is assumed not to be the bottleneck).
 //   Forward slot F_s = recv_act + fwd; backward slot G_s = recv_grad + recompute + bwd.
 //
-// Step time (M micro-batches):
+// Step time (M micro-batches), in closed form by pipeline::pipelineTime
+// (planner/pipeline/schedule.cpp), which `rannc-plan show` uses too:
 //   GPipe: every device runs all forwards, then all backwards. Each phase is a
 //     flow shop of identical jobs, whose makespan is exactly
 //     sum(slot) + (M-1) * max(slot):
@@ -48,7 +49,8 @@ namespace rannc::partition {
 //   shards it over its r replicas (Note [sharded optimizer state] in
 //   executor/train/zero.h; the executor pads each bucket to a multiple of r,
 //   at most r-1 elements a bucket, which the model leaves out);
-//   in flight k = M (GPipe) or min(M, S - s) (1F1B);
+//   in flight k = M (GPipe) or min(M, S - s) (1F1B): pipeline::
+//     microbatchesInFlight, the peak of the order the stage runs;
 //   activations = k b (cut[a] + sum act)   without recomputation: every
 //                                          micro-batch in flight keeps its
 //                                          inputs and its blocks' values;
@@ -206,7 +208,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     c.allreduce_s = 2 * (r - 1) / r * c.param_bytes / l.bandwidth + 2 * (r - 1) * l.latency_s;
   }
 
-  c.inflight = schedule == Schedule::GPipe ? microbatches : std::min(microbatches, num_stages - index);
+  c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches);
   mem.param_bytes = c.param_bytes;
   mem.optimizer_bytes = p.optimizer_bytes_per_param_byte * c.param_bytes;
   mem.cut_in = cut_in;
@@ -258,7 +260,7 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
   }
 
   const int64_t per_microbatch = (p.batch_size + sol.microbatches - 1) / sol.microbatches;
-  double sum_f = 0, sum_g = 0, max_f = 0, max_g = 0, max_fg = -1;
+  std::vector<pipeline::StageSlots> slots;
   for (int s = 0; s < S; ++s) {
     const Stage &st = sol.stages[s];
     StageCost c = evaluateStage(p, st, s, S, sol.firstRank(s), sol.microbatches, sol.schedule);
@@ -278,27 +280,15 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
       ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (" + describe(c.memory) +
                               ") but a device holds " + formatBytes(ev.capacity_bytes));
     ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
-    const double f = c.forwardSlot(), g = c.backwardSlot();
-    sum_f += f;
-    sum_g += g;
-    max_f = std::max(max_f, f);
-    max_g = std::max(max_g, g);
-    if (f + g > max_fg) {
-      max_fg = f + g;
-      ev.bottleneck_stage = s;
-    }
+    slots.push_back({c.forwardSlot(), c.backwardSlot()});
     ev.allreduce_s = std::max(ev.allreduce_s, c.allreduce_s);
     ev.stages.push_back(c);
   }
-  const double rest = sol.microbatches - 1;
-  if (sol.schedule == Schedule::GPipe) {
-    ev.fill_drain_s = sum_f + sum_g;
-    ev.steady_s = rest * (max_f + max_g);
-  } else {
-    ev.fill_drain_s = sum_f + sum_g;
-    ev.steady_s = rest * max_fg;
-  }
-  ev.step_time_s = ev.fill_drain_s + ev.steady_s + ev.allreduce_s;
+  const pipeline::PipelineTime pipe = pipeline::pipelineTime(sol.schedule, slots, sol.microbatches);
+  ev.fill_drain_s = pipe.fill_drain_s;
+  ev.steady_s = pipe.steady_s;
+  ev.bottleneck_stage = pipe.bottleneck_stage;
+  ev.step_time_s = pipe.total() + ev.allreduce_s;
   return ev;
 }
 

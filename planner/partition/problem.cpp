@@ -15,8 +15,6 @@ bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 } // namespace
 
-const char *scheduleName(Schedule s) { return s == Schedule::GPipe ? "gpipe" : "1f1b"; }
-
 void Problem::print(std::ostream &os) const {
   os << "problem: " << blocks.size() << " blocks, batch " << batch_size << ", " << devices.count << " devices ("
      << devices.per_node << "/node, " << formatBytes(devices.memory_bytes) << ", margin " << devices.memory_margin;

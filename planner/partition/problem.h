@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/pipeline/schedule.h"
 #include "planner/support/status.h"
 
 namespace rannc::partition {
@@ -64,11 +65,9 @@ struct Devices {
   double capacity() const { return memory_bytes * (1 - memory_margin) - reserve_bytes; }
 };
 
-/// Pipeline schedule: GPipe fill-drain or PipeDream-flush 1F1B.
-enum class Schedule { GPipe, OneFOneB };
-
-/// "gpipe" / "1f1b".
-const char *scheduleName(Schedule s);
+// The pipeline schedule is the one of the pipeline model (planner/pipeline).
+using pipeline::Schedule;
+using pipeline::scheduleName;
 
 /// Parts of the search the user pinned; a default-constructed value pins nothing.
 struct Constraints {

@@ -32,26 +32,6 @@ void Simulation::print(std::ostream &os) const {
   os << buf;
 }
 
-std::vector<int> scheduleOrder(Schedule schedule, int stage, int num_stages, int microbatches) {
-  std::vector<int> order;
-  if (schedule == Schedule::GPipe) {
-    for (int m = 0; m < microbatches; ++m) order.push_back(m + 1);
-    for (int m = microbatches - 1; m >= 0; --m) order.push_back(-(m + 1));
-    return order;
-  }
-  // PipeDream-flush: warm up with enough forwards to fill the stages after
-  // this one, then alternate one forward and one backward, then drain.
-  const int warmup = std::min(num_stages - stage - 1, microbatches);
-  int next_f = 0, next_b = 0;
-  for (; next_f < warmup; ++next_f) order.push_back(next_f + 1);
-  while (next_f < microbatches) {
-    order.push_back(++next_f);
-    order.push_back(-(++next_b));
-  }
-  while (next_b < microbatches) order.push_back(-(++next_b));
-  return order;
-}
-
 Expected<Simulation> simulate(const Problem &p, const Solution &sol, const SimulateOptions &opts) {
   const Evaluation ev = evaluate(p, sol);
   if (!ev.well_formed) return Error{"cannot simulate a malformed plan: " + ev.violations.front()};
@@ -59,11 +39,11 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
 
   // Per stage: its action list, a cursor into it, when its device is free, and
   // when each micro-batch's forward / backward finished (-1: not yet).
-  std::vector<std::vector<int>> actions(S);
+  std::vector<std::vector<pipeline::Pass>> actions(S);
   std::vector<size_t> cursor(S, 0);
   std::vector<bool> busy(S, false);
   std::vector<std::vector<double>> fwd_done(S, std::vector<double>(M, -1)), bwd_done = fwd_done;
-  for (int s = 0; s < S; ++s) actions[s] = scheduleOrder(sol.schedule, s, S, M);
+  for (int s = 0; s < S; ++s) actions[s] = pipeline::stageOrder(sol.schedule, s, S, M);
 
   Simulation sim;
   auto record = [&](int s, EventKind kind, int mb, double start, double end) {
@@ -80,10 +60,9 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
   // Starts the next action of stage s at `now` if its input is there.
   auto tryStart = [&](int s, double now) {
     if (busy[s] || cursor[s] == actions[s].size()) return;
-    const int act = actions[s][cursor[s]];
-    const int mb = act > 0 ? act - 1 : -act - 1;
+    const auto [forward, mb] = actions[s][cursor[s]];
     const StageCost &c = ev.stages[s];
-    if (act > 0) {
+    if (forward) {
       if (s > 0 && fwd_done[s - 1][mb] < 0) return;
       const double t1 = now + c.recv_activations_s, t2 = t1 + c.fwd_s;
       record(s, EventKind::RecvActivations, mb, now, t1);
@@ -108,9 +87,8 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
   while (!queue.empty()) {
     const auto [t, unused_seq, s] = queue.top();
     queue.pop();
-    const int act = actions[s][cursor[s]];
-    const int mb = act > 0 ? act - 1 : -act - 1;
-    (act > 0 ? fwd_done : bwd_done)[s][mb] = t;
+    const auto [forward, mb] = actions[s][cursor[s]];
+    (forward ? fwd_done : bwd_done)[s][mb] = t;
     busy[s] = false;
     ++cursor[s];
     stage_end[s] = t;
@@ -118,8 +96,8 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
     // Whoever may have waited for this: the stage itself, and the neighbour
     // that consumes the result (next stage's forward, previous one's backward).
     tryStart(s, t);
-    if (act > 0 && s + 1 < S) tryStart(s + 1, t);
-    if (act < 0 && s > 0) tryStart(s - 1, t);
+    if (forward && s + 1 < S) tryStart(s + 1, t);
+    if (!forward && s > 0) tryStart(s - 1, t);
   }
   for (int s = 0; s < S; ++s)
     if (cursor[s] != actions[s].size()) return Error{"simulation deadlocked at stage " + std::to_string(s)};

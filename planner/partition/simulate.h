@@ -1,5 +1,5 @@
 // A discrete-event simulation of one training step of a Solution: every stage
-// runs its actions in schedule order (GPipe fill-drain or 1F1B), each as soon
+// runs its passes in the schedule's order (pipeline::stageOrder), each as soon
 // as its device is free and its input has arrived, with the durations
 // evaluate() computes; then the replica groups all-reduce. It checks the
 // closed form in evaluate.cpp against an event-by-event replay and yields the
@@ -50,9 +50,5 @@ struct Simulation {
 /// Replays one step of `s`. Errors only when the solution is malformed
 /// (memory overflows do not stop a simulation).
 Expected<Simulation> simulate(const Problem &p, const Solution &s, const SimulateOptions &opts = {});
-
-/// The per-stage action order of the schedule: +m+1 is the forward of
-/// micro-batch m, -(m+1) its backward (GPipe backwards run in reverse order).
-std::vector<int> scheduleOrder(Schedule schedule, int stage, int num_stages, int microbatches);
 
 } // namespace rannc::partition

@@ -11,7 +11,7 @@ namespace rannc::partition::detail {
 
 std::vector<Schedule> schedulesToSearch(const Problem &p) {
   if (p.constraints.schedule) return {*p.constraints.schedule};
-  return {Schedule::GPipe, Schedule::OneFOneB};
+  return {pipeline::kSchedules.begin(), pipeline::kSchedules.end()};
 }
 
 std::vector<int> stageCountsToSearch(const Problem &p) {

@@ -194,8 +194,7 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
   else if (plan.global_batch_size() % plan.microbatches() != 0)
     problems.push_back("microbatches: " + std::to_string(plan.microbatches()) + " does not divide global_batch_size " +
                        std::to_string(plan.global_batch_size()));
-  if (plan.schedule() != proto::GPIPE && plan.schedule() != proto::ONE_F_ONE_B)
-    problems.push_back("schedule: must be GPIPE or ONE_F_ONE_B");
+  if (auto schedule = scheduleFromProto(plan.schedule()); !schedule) problems.push_back(schedule.error().message);
   if (plan.microbatches() >= 1 && plan.global_batch_size() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)
     for (int i = 0; i < plan.stages_size(); ++i)
       if (plan.stages(i).ranks_size() > plan.global_batch_size() / plan.microbatches())

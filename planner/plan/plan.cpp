@@ -292,6 +292,21 @@ cluster::ClusterSpec clusterFromProto(const proto::Cluster &p) {
   return c;
 }
 
+proto::Schedule scheduleToProto(pipeline::Schedule s) {
+  switch (s) {
+  case pipeline::Schedule::GPipe: return proto::GPIPE;
+  case pipeline::Schedule::OneFOneB: return proto::ONE_F_ONE_B;
+  }
+  return proto::SCHEDULE_UNSPECIFIED;
+}
+
+Expected<pipeline::Schedule> scheduleFromProto(proto::Schedule s) {
+  for (pipeline::Schedule known : pipeline::kSchedules)
+    if (scheduleToProto(known) == s) return known;
+  auto protoName = [](pipeline::Schedule k) { return proto::Schedule_Name(scheduleToProto(k)).c_str(); };
+  return Error{"schedule: must be " + pipeline::scheduleChoices(protoName)};
+}
+
 Expected<std::string> encodePlan(const proto::Plan &plan, const std::string &ext) {
   std::string out;
   if (ext == ".pb") {

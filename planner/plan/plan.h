@@ -9,6 +9,7 @@
 #include "plan.pb.h"
 #include "planner/cluster/cluster.h"
 #include "planner/ir/ir.h"
+#include "planner/pipeline/schedule.h"
 #include "planner/support/status.h"
 
 namespace rannc::plan {
@@ -48,6 +49,12 @@ Expected<ir::Graph> graphFromProto(const proto::Graph &p);
 
 proto::Cluster clusterToProto(const cluster::ClusterSpec &c);
 cluster::ClusterSpec clusterFromProto(const proto::Cluster &p);
+
+/// The plan message's value for `s` (Note [adding a schedule] in planner/pipeline/schedule.h).
+proto::Schedule scheduleToProto(pipeline::Schedule s);
+/// The schedule a plan's `schedule` field names; the error names the field
+/// and its values: "schedule: must be GPIPE or ONE_F_ONE_B".
+Expected<pipeline::Schedule> scheduleFromProto(proto::Schedule s);
 
 /// Parses "[B,16,2*B+1,?]" (shapeString's output); "[*]" means unknown rank.
 Expected<ir::Shape> parseShape(const std::string &text, bool &rank_known);

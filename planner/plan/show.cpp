@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
+#include <vector>
 
 #include "planner/plan/plan.h"
 
@@ -93,11 +94,8 @@ TimeUnit timeUnitFor(double step_seconds) {
 std::string timeIn(double seconds, TimeUnit unit) { return formatFixed(seconds * unit.per_second, 3); }
 
 const char *scheduleName(proto::Schedule s) {
-  switch (s) {
-  case proto::GPIPE: return "gpipe";
-  case proto::ONE_F_ONE_B: return "1f1b";
-  default: return "unspecified";
-  }
+  auto schedule = scheduleFromProto(s);
+  return schedule ? pipeline::scheduleName(*schedule) : "unspecified";
 }
 
 double stageBusyTime(const proto::Plan &plan, int s) {
@@ -107,28 +105,27 @@ double stageBusyTime(const proto::Plan &plan, int s) {
 
 // Note [pipeline bubble]
 // The pipeline phase of a step (before the all-reduce and optimizer) lasts, in
-// the partitioner's closed form (docs/partitioner.md) with forward slots F_s,
-// backward slots G_s and M micro-batches,
+// the partitioner's closed form (pipeline::pipelineTime, docs/partitioner.md)
+// with forward slots F_s, backward slots G_s and M micro-batches,
 //   GPipe: ΣF + (M-1)·max F + ΣG + (M-1)·max G,   1F1B: Σ(F+G) + (M-1)·max(F+G).
 // Stage s computes for M·(F_s+G_s) of it; the rest is bubble. The fraction
 // shown is the idle share averaged over the stages, which for S equal stages
-// is the textbook (S-1)/(M+S-1).
+// is the textbook (S-1)/(M+S-1). A plan whose schedule field names none
+// (which `check` reports) is costed as 1F1B.
 double pipelineBubbleFraction(const proto::Plan &plan) {
   const int S = plan.stages_size();
-  const double M = std::max(1, plan.microbatches());
+  const int M = std::max(1, plan.microbatches());
   if (S == 0) return 0;
-  double sum_f = 0, sum_g = 0, max_f = 0, max_g = 0, max_fg = 0, busy = 0;
+  std::vector<pipeline::StageSlots> slots;
+  double busy = 0;
   for (const auto &st : plan.stages()) {
     const double f = st.estimates().fwd_time_s(), g = st.estimates().bwd_time_s();
-    sum_f += f;
-    sum_g += g;
-    max_f = std::max(max_f, f);
-    max_g = std::max(max_g, g);
-    max_fg = std::max(max_fg, f + g);
-    busy += M * (f + g);
+    slots.push_back({f, g});
+    busy += double(M) * (f + g);
   }
+  auto schedule = scheduleFromProto(plan.schedule());
   const double pipe =
-      plan.schedule() == proto::GPIPE ? sum_f + sum_g + (M - 1) * (max_f + max_g) : sum_f + sum_g + (M - 1) * max_fg;
+      pipeline::pipelineTime(schedule ? *schedule : pipeline::Schedule::OneFOneB, slots, M).total();
   if (pipe <= 0) return 0;
   return std::clamp(1 - busy / (S * pipe), 0.0, 1.0);
 }

@@ -15,7 +15,7 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os);
 void printPlanJson(const proto::Plan &plan, std::ostream &os);
 /// `v` with `decimals` digits after the point.
 std::string formatFixed(double v, int decimals);
-/// "GPIPE" -> "gpipe", "ONE_F_ONE_B" -> "1f1b".
+/// The plan's schedule by pipeline::scheduleName ("gpipe", "1f1b"); "unspecified" when it names none.
 const char *scheduleName(proto::Schedule s);
 
 /// Device time stage `s` spends computing and receiving in one step:

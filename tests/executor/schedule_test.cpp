@@ -12,51 +12,74 @@
 namespace rannc::schedule {
 namespace {
 
+using pipeline::Schedule;
+
 std::string str(const std::vector<Action> &a) {
   std::ostringstream os;
   print(a, os);
   return os.str();
 }
 
+/// One action list and what it must print.
+struct Case {
+  Schedule schedule;
+  int stage, stages, microbatches;
+  const char *actions;
+};
+
+void expectActions(const std::vector<Case> &cases) {
+  for (const Case &e : cases)
+    EXPECT_EQ(str(build(e.schedule, e.stage, e.stages, e.microbatches)), std::string(e.actions) + "\n")
+        << pipeline::scheduleName(e.schedule) << " stage " << e.stage << " of " << e.stages;
+}
+
 TEST(GPipe, FirstMiddleAndLastStage) {
-  EXPECT_EQ(str(gpipe(0, 3, 2)), "forward(0) send-act(0) forward(1) send-act(1) recv-grad(1) backward(1) "
-                                 "recv-grad(0) backward(0) all-reduce optimizer-step\n");
-  EXPECT_EQ(str(gpipe(1, 3, 2)), "recv-act(0) forward(0) send-act(0) recv-act(1) forward(1) send-act(1) "
-                                 "recv-grad(1) backward(1) send-grad(1) recv-grad(0) backward(0) send-grad(0) "
-                                 "all-reduce optimizer-step\n");
-  EXPECT_EQ(str(gpipe(2, 3, 2)), "recv-act(0) forward(0) recv-act(1) forward(1) backward(1) send-grad(1) "
-                                 "backward(0) send-grad(0) all-reduce optimizer-step\n");
-  EXPECT_EQ(str(gpipe(0, 1, 1)), "forward(0) backward(0) all-reduce optimizer-step\n");
+  expectActions({
+      {Schedule::GPipe, 0, 3, 2,
+       "forward(0) send-act(0) forward(1) send-act(1) recv-grad(1) backward(1) recv-grad(0) backward(0) "
+       "all-reduce optimizer-step"},
+      {Schedule::GPipe, 1, 3, 2,
+       "recv-act(0) forward(0) send-act(0) recv-act(1) forward(1) send-act(1) recv-grad(1) backward(1) "
+       "send-grad(1) recv-grad(0) backward(0) send-grad(0) all-reduce optimizer-step"},
+      {Schedule::GPipe, 2, 3, 2,
+       "recv-act(0) forward(0) recv-act(1) forward(1) backward(1) send-grad(1) backward(0) send-grad(0) "
+       "all-reduce optimizer-step"},
+      {Schedule::GPipe, 0, 1, 1, "forward(0) backward(0) all-reduce optimizer-step"},
+  });
 }
 
 TEST(OneFOneB, WarmUpSteadyStateCoolDown) {
-  // Stage 0 of 3 with 4 micro-batches: 2 warm-up forwards, then F/B pairs.
-  EXPECT_EQ(str(oneFOneB(0, 3, 4)),
-            "forward(0) send-act(0) forward(1) send-act(1) forward(2) send-act(2) recv-grad(0) backward(0) "
-            "forward(3) send-act(3) recv-grad(1) backward(1) recv-grad(2) backward(2) recv-grad(3) backward(3) "
-            "all-reduce optimizer-step\n");
-  // The last stage alternates from the start.
-  EXPECT_EQ(str(oneFOneB(2, 3, 2)), "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) "
-                                    "backward(1) send-grad(1) all-reduce optimizer-step\n");
+  expectActions({
+      // Stage 0 of 3 with 4 micro-batches: 2 warm-up forwards, then F/B pairs.
+      {Schedule::OneFOneB, 0, 3, 4,
+       "forward(0) send-act(0) forward(1) send-act(1) forward(2) send-act(2) recv-grad(0) backward(0) "
+       "forward(3) send-act(3) recv-grad(1) backward(1) recv-grad(2) backward(2) recv-grad(3) backward(3) "
+       "all-reduce optimizer-step"},
+      // The last stage alternates from the start.
+      {Schedule::OneFOneB, 2, 3, 2,
+       "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) backward(1) send-grad(1) "
+       "all-reduce optimizer-step"},
+  });
 }
 
 TEST(OneFOneB, KeepsAtMostTheRemainingDepthInFlight) {
   for (int stages = 1; stages <= 6; ++stages)
     for (int mb = 1; mb <= 9; ++mb)
       for (int s = 0; s < stages; ++s) {
-        EXPECT_EQ(peakMicrobatchesInFlight(oneFOneB(s, stages, mb)), std::min(mb, stages - s));
-        EXPECT_EQ(peakMicrobatchesInFlight(gpipe(s, stages, mb)), mb);
+        EXPECT_EQ(peakMicrobatchesInFlight(build(Schedule::OneFOneB, s, stages, mb)), std::min(mb, stages - s));
+        EXPECT_EQ(peakMicrobatchesInFlight(build(Schedule::GPipe, s, stages, mb)), mb);
       }
 }
 
 /// Plays every stage's action list against the others with blocking receives
 /// (sends never block) and checks that all of them run to the end: no
 /// deadlock, and every micro-batch's forward precedes its backward.
-bool runsToCompletion(Kind kind, int stages, int mb, int batches = 1) {
+bool runsToCompletion(Schedule kind, int stages, int mb, int batches = 1) {
   std::vector<std::vector<Action>> lists;
   for (int s = 0; s < stages; ++s) lists.push_back(accumulate(build(kind, s, stages, mb), batches, mb));
   std::vector<size_t> pc(stages, 0);
   std::set<std::pair<int, int>> acts, grads; // (stage that may receive, micro-batch)
+  std::set<std::pair<int, int>> forwarded;   // (stage, micro-batch) whose forward ran
   bool progress = true;
   while (progress) {
     progress = false;
@@ -65,6 +88,8 @@ bool runsToCompletion(Kind kind, int stages, int mb, int batches = 1) {
         const Action &a = lists[s][pc[s]];
         if (a.kind == ActionKind::RecvActivations && !acts.count({s, a.microbatch})) break;
         if (a.kind == ActionKind::RecvGradients && !grads.count({s, a.microbatch})) break;
+        if (a.kind == ActionKind::Forward) forwarded.insert({s, a.microbatch});
+        if (a.kind == ActionKind::Backward && !forwarded.count({s, a.microbatch})) return false;
         if (a.kind == ActionKind::SendActivations) acts.insert({s + 1, a.microbatch});
         if (a.kind == ActionKind::SendGradients) grads.insert({s - 1, a.microbatch});
         ++pc[s];
@@ -78,7 +103,7 @@ bool runsToCompletion(Kind kind, int stages, int mb, int batches = 1) {
 }
 
 TEST(Schedules, NeverDeadlock) {
-  for (Kind kind : {Kind::GPipe, Kind::OneFOneB})
+  for (Schedule kind : pipeline::kSchedules)
     for (int stages = 1; stages <= 5; ++stages)
       for (int mb = 1; mb <= 6; ++mb) EXPECT_TRUE(runsToCompletion(kind, stages, mb)) << stages << " " << mb;
 }
@@ -86,12 +111,12 @@ TEST(Schedules, NeverDeadlock) {
 TEST(Accumulate, RunsTheBatchesBackToBackWithOneOptimizerStep) {
   // Two batches of 2 micro-batches on the last of 2 stages: batch 1's
   // micro-batches become 2 and 3; one all-reduce and step at the very end.
-  EXPECT_EQ(str(accumulate(oneFOneB(1, 2, 2), 2, 2)),
+  EXPECT_EQ(str(accumulate(build(Schedule::OneFOneB, 1, 2, 2), 2, 2)),
             "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) backward(1) send-grad(1) "
             "recv-act(2) forward(2) backward(2) send-grad(2) recv-act(3) forward(3) backward(3) send-grad(3) "
             "all-reduce optimizer-step\n");
-  EXPECT_EQ(str(accumulate(gpipe(0, 1, 1), 1, 1)), str(gpipe(0, 1, 1)));
-  for (Kind kind : {Kind::GPipe, Kind::OneFOneB})
+  EXPECT_EQ(str(accumulate(build(Schedule::GPipe, 0, 1, 1), 1, 1)), str(build(Schedule::GPipe, 0, 1, 1)));
+  for (Schedule kind : pipeline::kSchedules)
     for (int stages = 1; stages <= 4; ++stages)
       for (int mb = 1; mb <= 4; ++mb)
         for (int batches = 1; batches <= 3; ++batches) {

@@ -160,19 +160,6 @@ TEST(Evaluate, RuntimeReserveComesOffTheCapacity) {
   EXPECT_NE(st.message().find("leaves no device memory for tensors"), std::string::npos) << st.message();
 }
 
-TEST(Simulate, ScheduleOrders) {
-  auto str = [](const std::vector<int> &v) {
-    std::string s;
-    for (int a : v) s += (a > 0 ? "F" : "B") + std::to_string(std::abs(a) - 1) + " ";
-    return s;
-  };
-  EXPECT_EQ(str(scheduleOrder(Schedule::GPipe, 1, 3, 3)), "F0 F1 F2 B2 B1 B0 ");
-  // Stage 0 of 4 warms up with 3 forwards; the last stage alternates at once.
-  EXPECT_EQ(str(scheduleOrder(Schedule::OneFOneB, 0, 4, 6)), "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 ");
-  EXPECT_EQ(str(scheduleOrder(Schedule::OneFOneB, 3, 4, 3)), "F0 B0 F1 B1 F2 B2 ");
-  EXPECT_EQ(str(scheduleOrder(Schedule::OneFOneB, 0, 4, 2)), "F0 F1 B0 B1 ");
-}
-
 TEST(Simulate, HandExampleTimeline) {
   Problem p = handProblem();
   auto g = simulate(p, handSolution(Schedule::GPipe));

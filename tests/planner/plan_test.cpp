@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -96,6 +97,25 @@ TEST(Plan, StructuralProblemsNameTheField) {
   EXPECT_NE(all.find("ops in no stage"), std::string::npos) << all;
   EXPECT_NE(all.find("rank 0 is used by more than one stage"), std::string::npos) << all;
   EXPECT_NE(all.find("microbatches: 3 does not divide global_batch_size 8"), std::string::npos) << all;
+}
+
+TEST(Plan, ScheduleFieldConvertsBothWays) {
+  for (pipeline::Schedule s : pipeline::kSchedules) {
+    auto back = scheduleFromProto(scheduleToProto(s));
+    ASSERT_TRUE(back.ok()) << pipeline::scheduleName(s);
+    EXPECT_EQ(*back, s);
+    EXPECT_STREQ(scheduleName(scheduleToProto(s)), pipeline::scheduleName(s));
+  }
+  EXPECT_EQ(scheduleToProto(pipeline::Schedule::GPipe), proto::GPIPE);
+  EXPECT_EQ(scheduleToProto(pipeline::Schedule::OneFOneB), proto::ONE_F_ONE_B);
+  auto none = scheduleFromProto(proto::SCHEDULE_UNSPECIFIED);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().message, "schedule: must be GPIPE or ONE_F_ONE_B");
+  EXPECT_STREQ(scheduleName(proto::SCHEDULE_UNSPECIFIED), "unspecified");
+  proto::Plan p = gptPlan(2);
+  p.set_schedule(proto::SCHEDULE_UNSPECIFIED);
+  auto problems = structuralProblems(p);
+  EXPECT_NE(std::find(problems.begin(), problems.end(), none.error().message), problems.end());
 }
 
 TEST(Plan, ValuesWithMixedSamplesCrossOnlyBetweenEqualReplicaCounts) {

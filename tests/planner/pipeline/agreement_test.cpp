@@ -1,0 +1,139 @@
+// The four readers of the pipeline model agree, for every schedule, stage
+// count S <= 6 and micro-batch count M <= 8 (Note [adding a schedule]):
+// - the executor's action lists (executor/schedule) run each stage's forwards
+//   and backwards in the order the simulator's timeline shows them;
+// - the simulated step time equals evaluate()'s closed form wherever the
+//   closed form claims to be exact (Note [partition cost model]): GPipe with
+//   any per-stage costs, 1F1B with equal stages or one micro-batch;
+// - the micro-batches a stage holds at once in the action list and in the
+//   timeline are the count evaluate()'s memory model charges;
+// - `rannc-plan show`'s bubble fraction comes from the same pipeline time.
+// Changing any one of them alone breaks one of these.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "executor/schedule/schedule.h"
+#include "planner/partition/evaluate.h"
+#include "planner/partition/simulate.h"
+#include "planner/plan/show.h"
+#include "planner/plan/plan.h"
+
+namespace rannc {
+namespace {
+
+using pipeline::Schedule;
+
+constexpr int kMaxStages = 6;
+constexpr int kMaxMicrobatches = 8;
+
+/// S one-block stages on one device each. Equal stages move nothing between
+/// them (the slots are then equal too); varied ones differ in compute, cut
+/// sizes and links, and stage 1 has two replicas (an all-reduce).
+std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedule, int S, int M, bool equal) {
+  partition::Problem p;
+  for (int s = 0; s < S; ++s) {
+    partition::Block b;
+    b.fwd = equal ? partition::Affine{0.5, 0.01} : partition::Affine{0.1 * (s % 3 + 1), 0.01 * (s + 1)};
+    b.bwd = equal ? partition::Affine{1.0, 0.02} : partition::Affine{0.3 * ((s + 2) % 4 + 1), 0.015 * (S - s)};
+    b.param_bytes = 1000;
+    b.activation_bytes_per_sample = 10;
+    p.blocks.push_back(b);
+  }
+  for (int i = 0; i <= S; ++i) p.cut_bytes_per_sample.push_back(equal || i == 0 || i == S ? 0 : 40.0 * (i % 2 + 1));
+  p.batch_size = 840; // every M <= 8 divides it
+  p.devices.count = S + 1;
+  p.devices.per_node = 2;
+  p.devices.memory_bytes = 1e15;
+  p.devices.intra_node = {1000, equal ? 0 : 0.002};
+  p.devices.inter_node = {200, equal ? 0 : 0.01};
+  partition::Solution sol;
+  sol.microbatches = M;
+  sol.schedule = schedule;
+  for (int s = 0; s < S; ++s) sol.stages.push_back({s, s + 1, !equal && s == 1 ? 2 : 1});
+  return {p, sol};
+}
+
+/// "F0 F1 B1 B0 ": the forwards and backwards of one rank's timeline.
+std::string timelinePasses(const partition::Simulation &sim, int rank) {
+  std::string out;
+  for (const partition::TimelineEvent &e : sim.timeline)
+    if (e.rank == rank && (e.kind == partition::EventKind::Forward || e.kind == partition::EventKind::Backward))
+      out += (e.kind == partition::EventKind::Forward ? "F" : "B") + std::to_string(e.microbatch) + " ";
+  return out;
+}
+
+/// The same for an action list.
+std::string actionPasses(const std::vector<schedule::Action> &actions) {
+  std::string out;
+  for (const schedule::Action &a : actions)
+    if (a.kind == schedule::ActionKind::Forward || a.kind == schedule::ActionKind::Backward)
+      out += (a.kind == schedule::ActionKind::Forward ? "F" : "B") + std::to_string(a.microbatch) + " ";
+  return out;
+}
+
+/// The most micro-batches between their forward and backward at once on one rank's timeline.
+int timelineInFlight(const partition::Simulation &sim, int rank) {
+  int alive = 0, peak = 0;
+  for (const partition::TimelineEvent &e : sim.timeline) {
+    if (e.rank != rank) continue;
+    if (e.kind == partition::EventKind::Forward) peak = std::max(peak, ++alive);
+    if (e.kind == partition::EventKind::Backward) --alive;
+  }
+  return peak;
+}
+
+/// The plan `show` reads: the evaluation's slots, M and the schedule.
+proto::Plan planOf(const partition::Solution &sol, const partition::Evaluation &ev) {
+  proto::Plan plan;
+  plan.set_microbatches(sol.microbatches);
+  plan.set_schedule(plan::scheduleToProto(sol.schedule));
+  for (const partition::StageCost &c : ev.stages) {
+    auto *e = plan.add_stages()->mutable_estimates();
+    e->set_fwd_time_s(c.forwardSlot());
+    e->set_bwd_time_s(c.backwardSlot());
+  }
+  return plan;
+}
+
+TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
+  int exact_cases = 0;
+  for (Schedule schedule : pipeline::kSchedules)
+    for (int S = 1; S <= kMaxStages; ++S)
+      for (int M = 1; M <= kMaxMicrobatches; ++M)
+        for (bool equal : {true, false}) {
+          const std::string where = std::string(pipeline::scheduleName(schedule)) + " S=" + std::to_string(S) +
+                                    " M=" + std::to_string(M) + (equal ? " equal" : " varied") + " stages";
+          auto [p, sol] = pipelineCase(schedule, S, M, equal);
+          const partition::Evaluation ev = partition::evaluate(p, sol);
+          ASSERT_TRUE(ev.feasible()) << where << ": " << ev.violations.front();
+          auto sim = partition::simulate(p, sol);
+          ASSERT_TRUE(sim.ok()) << where << ": " << sim.error().message;
+
+          for (int s = 0; s < S; ++s) {
+            const int rank = sol.firstRank(s);
+            const std::vector<schedule::Action> actions = schedule::build(schedule, s, S, M);
+            EXPECT_EQ(actionPasses(actions), timelinePasses(*sim, rank)) << where << ", stage " << s;
+            EXPECT_EQ(schedule::peakMicrobatchesInFlight(actions), ev.stages[s].inflight) << where << ", stage " << s;
+            EXPECT_EQ(timelineInFlight(*sim, rank), ev.stages[s].inflight) << where << ", stage " << s;
+          }
+
+          if (schedule == Schedule::GPipe || equal || M == 1) {
+            EXPECT_NEAR(sim->step_time_s, ev.step_time_s, 1e-9 * ev.step_time_s) << where;
+            ++exact_cases;
+          }
+
+          // show: the idle share of the pipeline phase, from the same closed form.
+          double busy = 0;
+          for (const partition::StageCost &c : ev.stages) busy += M * (c.forwardSlot() + c.backwardSlot());
+          const double pipe = ev.fill_drain_s + ev.steady_s;
+          EXPECT_NEAR(plan::pipelineBubbleFraction(planOf(sol, ev)), 1 - busy / (S * pipe), 1e-12) << where;
+        }
+  // Both schedules x 6 x 8 equal cases, GPipe's 48 varied ones, 1F1B's 6 varied ones with M = 1.
+  EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6);
+}
+
+} // namespace
+} // namespace rannc
