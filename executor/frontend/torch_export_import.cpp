@@ -8,11 +8,13 @@
 #include "executor/frontend/common.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/pt2_archive.h"
+#include "planner/ir/aten_args.h"
 
 namespace rannc::import {
 namespace {
 
 using nlohmann::json;
+namespace args = ir::aten_args;
 
 // Note [torch.export lowering]
 // A `.pt2` archive holds the ExportedProgram as JSON (torch/_export/serde):
@@ -20,10 +22,10 @@ using nlohmann::json;
 // are the lifted parameters, buffers and constants, then the user inputs
 // (input_specs say which), with every argument serialized by name and kind
 // (as_tensor, as_int, as_sym_ints, ...). Each call becomes an IR node in the
-// TorchScript front end's encoding (Note [torchscript lowering]): op_type
-// "aten::linear", attribute "overload", and per schema argument "t<i>"/"v<i>",
-// the arguments the serializer left out filled from the operator's schema
-// defaults. So the runtime runs both formats through one path, LibTorch's
+// encoding the TorchScript front end uses (Note [aten argument encoding]):
+// op_type "aten::linear", attribute "overload", and per schema argument
+// "t<i>"/"v<i>", the arguments the serializer left out filled from the
+// operator's schema defaults. So the runtime runs both formats through one path, LibTorch's
 // operator registry, with autograd. Symbolic sizes (aten.sym_size.int, the
 // batch) are IR values like aten::size's; a list mixing them with constants
 // becomes a prim::ListConstruct node. Parameters stored once under two names
@@ -201,18 +203,18 @@ private:
 
   /// Encodes argument `i` of `node` from its serialized form (or the schema default).
   Status encodeArg(const c10::Argument &formal, const json *arg, size_t i, ir::Node &node, const std::string &here) {
-    const std::string ti = "t" + std::to_string(i), vi = "v" + std::to_string(i);
+    const std::string ti = args::kindKey(i), vi = args::valueKey(i);
     auto &attrs = node.attrs;
     if (!arg) {
       if (!formal.default_value()) return fail(here + ": argument '" + formal.name() + "' is missing");
       const c10::IValue &d = *formal.default_value();
-      if (d.isNone()) attrs[ti] = std::string("c:none");
-      else if (d.isBool()) attrs[ti] = std::string("c:bool"), attrs[vi] = int64_t(d.toBool());
-      else if (d.isInt()) attrs[ti] = std::string("c:int"), attrs[vi] = d.toInt();
-      else if (d.isDouble()) attrs[ti] = std::string("c:float"), attrs[vi] = d.toDouble();
-      else if (d.isString()) attrs[ti] = std::string("c:str"), attrs[vi] = d.toStringRef();
-      else if (d.isIntList()) attrs[ti] = std::string("c:ints"), attrs[vi] = d.toIntVector();
-      else if (d.isDoubleList()) attrs[ti] = std::string("c:floats"), attrs[vi] = d.toDoubleVector();
+      if (d.isNone()) attrs[ti] = args::kConstNone;
+      else if (d.isBool()) attrs[ti] = args::kConstBool, attrs[vi] = int64_t(d.toBool());
+      else if (d.isInt()) attrs[ti] = args::kConstInt, attrs[vi] = d.toInt();
+      else if (d.isDouble()) attrs[ti] = args::kConstFloat, attrs[vi] = d.toDouble();
+      else if (d.isString()) attrs[ti] = args::kConstStr, attrs[vi] = d.toStringRef();
+      else if (d.isIntList()) attrs[ti] = args::kConstInts, attrs[vi] = d.toIntVector();
+      else if (d.isDoubleList()) attrs[ti] = args::kConstFloats, attrs[vi] = d.toDoubleVector();
       else return fail(here + ": default of '" + formal.name() + "' is of an unsupported kind " + d.tagKind());
       return Status::success();
     }
@@ -225,18 +227,18 @@ private:
       return Status::success();
     };
     if (kind == "as_tensor") {
-      attrs[ti] = std::string("tensor");
+      attrs[ti] = args::kTensor;
       return tensorInput(v);
     }
     if (kind == "as_tensors") {
-      attrs[ti] = std::string("tensors");
+      attrs[ti] = args::kTensors;
       attrs[vi] = int64_t(v.size());
       for (const json &t : v)
         if (Status st = tensorInput(t); !st) return st;
       return Status::success();
     }
     if (kind == "as_optional_tensors") { // Tensor?[] (aten.index's indices): "m<i>" marks the tensors
-      attrs[ti] = std::string("opt_tensors");
+      attrs[ti] = args::kOptTensors;
       attrs[vi] = int64_t(v.size());
       std::vector<int64_t> mask;
       for (const json &e : v) {
@@ -245,55 +247,55 @@ private:
         if (present)
           if (Status st = tensorInput(e.at("as_tensor")); !st) return st;
       }
-      attrs["m" + std::to_string(i)] = mask;
+      attrs[args::maskKey(i)] = mask;
       return Status::success();
     }
-    if (kind == "as_none") return attrs[ti] = std::string("c:none"), Status::success();
+    if (kind == "as_none") return attrs[ti] = args::kConstNone, Status::success();
     // A Python number where the schema wants a Tensor (`x * -10000.0` is
     // aten.mul.Tensor): a wrapped-number tensor, promoted as PyTorch promotes it.
     const bool tensor_formal = formal.type()->kind() == c10::TypeKind::TensorType;
     if (kind == "as_int")
-      return attrs[ti] = std::string(tensor_formal ? "c:wrapped_int" : "c:int"), attrs[vi] = v.get<int64_t>(),
+      return attrs[ti] = (tensor_formal ? args::kConstWrappedInt : args::kConstInt), attrs[vi] = v.get<int64_t>(),
              Status::success();
     if (kind == "as_float")
-      return attrs[ti] = std::string(tensor_formal ? "c:wrapped_float" : "c:float"), attrs[vi] = v.get<double>(),
+      return attrs[ti] = (tensor_formal ? args::kConstWrappedFloat : args::kConstFloat), attrs[vi] = v.get<double>(),
              Status::success();
     if (kind == "as_bool")
-      return attrs[ti] = std::string("c:bool"), attrs[vi] = int64_t(v.get<bool>()), Status::success();
+      return attrs[ti] = args::kConstBool, attrs[vi] = int64_t(v.get<bool>()), Status::success();
     if (kind == "as_string")
-      return attrs[ti] = std::string("c:str"), attrs[vi] = v.get<std::string>(), Status::success();
+      return attrs[ti] = args::kConstStr, attrs[vi] = v.get<std::string>(), Status::success();
     if (kind == "as_ints")
-      return attrs[ti] = std::string("c:ints"), attrs[vi] = v.get<std::vector<int64_t>>(), Status::success();
+      return attrs[ti] = args::kConstInts, attrs[vi] = v.get<std::vector<int64_t>>(), Status::success();
     if (kind == "as_floats")
-      return attrs[ti] = std::string("c:floats"), attrs[vi] = v.get<std::vector<double>>(), Status::success();
+      return attrs[ti] = args::kConstFloats, attrs[vi] = v.get<std::vector<double>>(), Status::success();
     if (kind == "as_bools") {
       std::vector<int64_t> b;
       for (const json &x : v) b.push_back(x.get<bool>());
-      return attrs[ti] = std::string("c:bools"), attrs[vi] = b, Status::success();
+      return attrs[ti] = args::kConstBools, attrs[vi] = b, Status::success();
     }
     if (kind == "as_scalar_type") {
       auto st = runtime::scalarTypeFromExport(v.get<int64_t>());
       if (!st) return fail(here + ": " + st.error().message);
-      return attrs[ti] = std::string("c:int"), attrs[vi] = int64_t(*st), Status::success();
+      return attrs[ti] = args::kConstInt, attrs[vi] = int64_t(*st), Status::success();
     }
     if (kind == "as_layout") { // serialized Layout 7 is torch.strided, the only one rannc's tensors have
       if (v.get<int64_t>() != 7) return fail(here + ": a sparse or mkldnn layout, which rannc does not run");
-      return attrs[ti] = std::string("c:int"), attrs[vi] = int64_t(c10::kStrided), Status::success();
+      return attrs[ti] = args::kConstInt, attrs[vi] = int64_t(c10::kStrided), Status::success();
     }
     if (kind == "as_memory_format")
-      return attrs[ti] = std::string("c:int"), attrs[vi] = memoryFormatToC10(v.get<int64_t>()), Status::success();
+      return attrs[ti] = args::kConstInt, attrs[vi] = memoryFormatToC10(v.get<int64_t>()), Status::success();
     if (kind == "as_device") {
       std::string dev = v.at("type").get<std::string>();
       if (v.contains("index") && !v.at("index").is_null()) dev += ":" + std::to_string(v.at("index").get<int64_t>());
-      return attrs[ti] = std::string("c:device"), attrs[vi] = dev, Status::success();
+      return attrs[ti] = args::kConstDevice, attrs[vi] = dev, Status::success();
     }
     if (kind == "as_sym_int" || kind == "as_sym_float" || kind == "as_sym_bool") {
-      if (v.contains("as_int")) return attrs[ti] = std::string("c:int"), attrs[vi] = v.at("as_int").get<int64_t>(), Status::success();
-      if (v.contains("as_float")) return attrs[ti] = std::string("c:float"), attrs[vi] = v.at("as_float").get<double>(), Status::success();
-      if (v.contains("as_bool")) return attrs[ti] = std::string("c:bool"), attrs[vi] = int64_t(v.at("as_bool").get<bool>()), Status::success();
+      if (v.contains("as_int")) return attrs[ti] = args::kConstInt, attrs[vi] = v.at("as_int").get<int64_t>(), Status::success();
+      if (v.contains("as_float")) return attrs[ti] = args::kConstFloat, attrs[vi] = v.at("as_float").get<double>(), Status::success();
+      if (v.contains("as_bool")) return attrs[ti] = args::kConstBool, attrs[vi] = int64_t(v.at("as_bool").get<bool>()), Status::success();
       auto id = valueOf(v.at("as_name").get<std::string>());
       if (!id) return Status(id.error());
-      attrs[ti] = std::string(kind == "as_sym_int" ? "int" : kind == "as_sym_float" ? "float" : "bool");
+      attrs[ti] = (kind == "as_sym_int" ? args::kInt : kind == "as_sym_float" ? args::kFloat : args::kBool);
       node.inputs.push_back(*id);
       return Status::success();
     }
@@ -303,24 +305,24 @@ private:
       if (all_const) {
         std::vector<int64_t> ints;
         for (const json &e : v) ints.push_back(e.at("as_int").get<int64_t>());
-        return attrs[ti] = std::string("c:ints"), attrs[vi] = ints, Status::success();
+        return attrs[ti] = args::kConstInts, attrs[vi] = ints, Status::success();
       }
       // Sizes computed at run time: their own list node (aten_ops' prim::ListConstruct).
       ir::Node list;
       list.name = node.name + "_" + formal.name();
       list.op_type = "prim::ListConstruct";
       list.domain = "aten";
-      list.attrs["overload"] = std::string();
-      list.attrs["nargs"] = int64_t(v.size());
+      list.attrs[args::kOverload] = std::string();
+      list.attrs[args::kNargs] = int64_t(v.size());
       for (size_t k = 0; k < v.size(); ++k) {
-        const std::string tk = "t" + std::to_string(k), vk = "v" + std::to_string(k);
+        const std::string tk = args::kindKey(k), vk = args::valueKey(k);
         if (v[k].contains("as_int")) {
-          list.attrs[tk] = std::string("c:int");
+          list.attrs[tk] = args::kConstInt;
           list.attrs[vk] = v[k].at("as_int").get<int64_t>();
         } else {
           auto id = valueOf(v[k].at("as_name").get<std::string>());
           if (!id) return Status(id.error());
-          list.attrs[tk] = std::string("int");
+          list.attrs[tk] = args::kInt;
           list.inputs.push_back(*id);
         }
       }
@@ -329,7 +331,7 @@ private:
       const ir::ValueId lid = g_.addValue(std::move(lv));
       list.outputs.push_back(lid);
       g_.addNode(std::move(list));
-      attrs[ti] = std::string("ints");
+      attrs[ti] = args::kInts;
       node.inputs.push_back(lid);
       return Status::success();
     }
@@ -352,8 +354,8 @@ private:
     node.name = n.value("name", op->first.substr(6) + "_" + std::to_string(index));
     node.op_type = op->first;
     node.domain = "aten";
-    node.attrs["overload"] = op->second;
-    node.attrs["nargs"] = int64_t(schema.arguments().size());
+    node.attrs[args::kOverload] = op->second;
+    node.attrs[args::kNargs] = int64_t(schema.arguments().size());
     std::map<std::string, const json *> given;
     for (const json &in : n.at("inputs")) given[in.at("name").get<std::string>()] = &in.at("arg");
     for (size_t i = 0; i < schema.arguments().size(); ++i) {
@@ -374,7 +376,7 @@ private:
       if (kind == "as_tensor") {
         define(v.at("name").get<std::string>());
       } else if (kind == "as_tensors") {
-        node.attrs["list_out"] = int64_t(v.size());
+        node.attrs[args::kListOut] = int64_t(v.size());
         for (const json &t : v) define(t.at("name").get<std::string>());
       } else if (kind == "as_sym_int" || kind == "as_sym_float" || kind == "as_sym_bool") {
         define(v.at("as_name").get<std::string>());
@@ -413,22 +415,6 @@ Expected<ir::Graph> importTorchExport(const std::string &path) {
   if (!graph) return graph.error();
   if (Status st = findShapesByRunning(*graph, lowering.weights(), path); !st) return Error{st.message()};
   return graph;
-}
-
-} // namespace rannc::import
-
-#include "executor/frontend/torchscript_import.h"
-#include "planner/import/onnx_import.h"
-
-namespace rannc::import {
-
-Expected<ir::Graph> importTorchModel(const std::string &path, const std::string &data_dir) {
-  if (isTorchExportPath(path)) {
-    if (!data_dir.empty())
-      return Error{"--data " + data_dir + ": " + path + " is a torch.export program, which describes its own inputs"};
-    return importTorchExport(path);
-  }
-  return importTorchScript(path, data_dir);
 }
 
 } // namespace rannc::import

@@ -14,8 +14,4 @@ namespace rannc::import {
 /// the program's signature (the batch is its dynamic dimension 0).
 Expected<ir::Graph> importTorchExport(const std::string &path);
 
-/// A TorchScript archive or a torch.export program, by extension;
-/// `data_dir` as for importTorchScript (refused for `.pt2`, which describes its inputs).
-Expected<ir::Graph> importTorchModel(const std::string &path, const std::string &data_dir);
-
 } // namespace rannc::import

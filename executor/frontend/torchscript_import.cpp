@@ -16,12 +16,14 @@
 #include "executor/frontend/common.h"
 #include "executor/runtime/ops.h"
 #include "executor/runtime/stage.h"
-#include "executor/train/npy.h"
+#include "planner/ir/aten_args.h"
+#include "executor/data/npy.h"
 
 namespace rannc::import {
 namespace {
 
 namespace jit = torch::jit;
+namespace args = ir::aten_args;
 
 // Note [torchscript lowering]
 // The module's forward is inlined (method calls of submodules disappear) and
@@ -44,14 +46,8 @@ namespace jit = torch::jit;
 //     on the stage's tensors, as in PyTorch, autograd checking them;
 //   - every other node keeps its ATen (or prim) operator: op_type is the
 //     schema name, domain "aten", attribute "overload" the overload name.
-// Each operator argument i is described by attribute "t<i>": "tensor", "int",
-// "float", "bool", "scalar" or "ints" for a value read from the graph (the
-// next IR input; ints, floats and int lists produced at run time, such as
-// aten::size's, are 0-d or 1-d tensors), "tensors" for a folded list of
-// "v<i>" IR inputs ("opt_tensors" for Tensor?[], "m<i>" marking which of its
-// "v<i>" elements are tensors, the rest None), or "c:<kind>" for a constant in
-// "v<i>" (kinds int, float, bool, str, device, ints, floats, bools, none, and
-// wrapped_int/wrapped_float: a Python number passed as a Tensor). The runtime rebuilds the
+// Each operator argument is encoded in the node's attributes as Note [aten
+// argument encoding] (planner/ir/aten_args.h) says. The runtime rebuilds the
 // interpreter's stack from that and calls the operator (executor/runtime/
 // aten_ops.cpp), so autograd, the profiler and the executor run TorchScript
 // models on the same path as ONNX ones. Shapes are found by running the graph
@@ -294,18 +290,18 @@ private:
     node.name = std::string(kind.toUnqualString()) + "_" + std::to_string(index);
     node.op_type = kind.toQualString();
     node.domain = "aten";
-    node.attrs["overload"] = schema ? schema->overload_name() : std::string();
-    node.attrs["nargs"] = int64_t(n->inputs().size());
+    node.attrs[args::kOverload] = schema ? schema->overload_name() : std::string();
+    node.attrs[args::kNargs] = int64_t(n->inputs().size());
     for (size_t i = 0; i < n->inputs().size(); ++i) {
       const jit::Value *in = n->input(i);
-      const std::string ti = "t" + std::to_string(i), vi = "v" + std::to_string(i);
+      const std::string ti = args::kindKey(i), vi = args::valueKey(i);
       if (auto c = consts_.find(in); c != consts_.end()) {
         if (Status st = constantArg(n, c->second, ti, vi, node.attrs); !st) return st;
       } else if (auto l = tensor_lists_.find(in); l != tensor_lists_.end()) {
         // Tensor[]: "tensors"; Tensor?[]: "opt_tensors" with "m<i>" marking
         // which elements are tensors (the others None).
         const bool optional = l->second->output()->type()->cast<c10::ListType>()->getElementType()->cast<c10::OptionalType>() != nullptr;
-        node.attrs[ti] = std::string(optional ? "opt_tensors" : "tensors");
+        node.attrs[ti] = (optional ? args::kOptTensors : args::kTensors);
         node.attrs[vi] = int64_t(l->second->inputs().size());
         std::vector<int64_t> mask;
         for (const jit::Value *e : l->second->inputs()) {
@@ -318,19 +314,19 @@ private:
           node.inputs.push_back(id->second);
           mask.push_back(1);
         }
-        if (optional) node.attrs["m" + std::to_string(i)] = mask;
+        if (optional) node.attrs[args::maskKey(i)] = mask;
       } else {
         auto id = ids_.find(in);
         if (id == ids_.end()) return fail(n, "reads '" + in->debugName() + "', which was not lowered");
         const auto &t = in->type();
         std::string tag;
-        if (t->cast<c10::TensorType>()) tag = "tensor";
-        else if (t->kind() == c10::TypeKind::IntType) tag = "int";
-        else if (t->kind() == c10::TypeKind::FloatType) tag = "float";
-        else if (t->kind() == c10::TypeKind::BoolType) tag = "bool";
-        else if (t->kind() == c10::TypeKind::NumberType) tag = "scalar";
+        if (t->cast<c10::TensorType>()) tag = args::kTensor;
+        else if (t->kind() == c10::TypeKind::IntType) tag = args::kInt;
+        else if (t->kind() == c10::TypeKind::FloatType) tag = args::kFloat;
+        else if (t->kind() == c10::TypeKind::BoolType) tag = args::kBool;
+        else if (t->kind() == c10::TypeKind::NumberType) tag = args::kScalar;
         else if (auto lt = t->cast<c10::ListType>(); lt && lt->getElementType()->kind() == c10::TypeKind::IntType)
-          tag = "ints";
+          tag = args::kInts;
         else return fail(n, "argument " + std::to_string(i) + " has unsupported type " + t->str());
         node.attrs[ti] = tag;
         node.inputs.push_back(id->second);
@@ -346,7 +342,7 @@ private:
           return fail(n, "returns a tensor list that is not unpacked into tensors (rannc lowers `a, b = "
                          "x.split(...)`, not a list kept whole)");
         const jit::Node *unpack = uses[0].user;
-        node.attrs["list_out"] = int64_t(unpack->outputs().size());
+        node.attrs[args::kListOut] = int64_t(unpack->outputs().size());
         for (const jit::Value *o : unpack->outputs()) node.outputs.push_back(newValue(o));
         g_.addNode(std::move(node));
         return Status::success();
@@ -368,18 +364,18 @@ private:
 
   Status constantArg(const jit::Node *n, const c10::IValue &c, const std::string &ti, const std::string &vi,
                      ir::AttrMap &attrs) const {
-    if (c.isNone()) attrs[ti] = std::string("c:none");
-    else if (c.isBool()) attrs[ti] = std::string("c:bool"), attrs[vi] = int64_t(c.toBool());
-    else if (c.isInt()) attrs[ti] = std::string("c:int"), attrs[vi] = c.toInt();
-    else if (c.isDouble()) attrs[ti] = std::string("c:float"), attrs[vi] = c.toDouble();
-    else if (c.isString()) attrs[ti] = std::string("c:str"), attrs[vi] = c.toStringRef();
-    else if (c.isDevice()) attrs[ti] = std::string("c:device"), attrs[vi] = c.toDevice().str();
-    else if (c.isIntList()) attrs[ti] = std::string("c:ints"), attrs[vi] = c.toIntVector();
-    else if (c.isDoubleList()) attrs[ti] = std::string("c:floats"), attrs[vi] = c.toDoubleVector();
+    if (c.isNone()) attrs[ti] = args::kConstNone;
+    else if (c.isBool()) attrs[ti] = args::kConstBool, attrs[vi] = int64_t(c.toBool());
+    else if (c.isInt()) attrs[ti] = args::kConstInt, attrs[vi] = c.toInt();
+    else if (c.isDouble()) attrs[ti] = args::kConstFloat, attrs[vi] = c.toDouble();
+    else if (c.isString()) attrs[ti] = args::kConstStr, attrs[vi] = c.toStringRef();
+    else if (c.isDevice()) attrs[ti] = args::kConstDevice, attrs[vi] = c.toDevice().str();
+    else if (c.isIntList()) attrs[ti] = args::kConstInts, attrs[vi] = c.toIntVector();
+    else if (c.isDoubleList()) attrs[ti] = args::kConstFloats, attrs[vi] = c.toDoubleVector();
     else if (c.isBoolList()) {
       std::vector<int64_t> v;
       for (bool b : c.toBoolList()) v.push_back(b);
-      attrs[ti] = std::string("c:bools"), attrs[vi] = v;
+      attrs[ti] = args::kConstBools, attrs[vi] = v;
     } else {
       return fail(n, "constant argument of unsupported kind " + c.tagKind());
     }
@@ -408,7 +404,7 @@ Expected<nlohmann::json> describeFromData(const jit::Module &module, const std::
   for (size_t i = 1; i < graph->inputs().size(); ++i) {
     const std::string name = stripSuffix(graph->inputs()[i]->debugName());
     const std::string file = dir + "/" + name + ".npy";
-    auto a = train::NpyArray::open(file);
+    auto a = data::NpyArray::open(file);
     if (!a) return Error{"--data " + dir + ": forward's input '" + name + "': " + a.error().message};
     auto np = numpyName(a->dtype());
     if (!np) return Error{file + ": element type " + std::string(ir::dtypeName(a->dtype())) + " is not a model input type"};

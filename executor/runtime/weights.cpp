@@ -1,5 +1,6 @@
 #include "executor/runtime/weights.h"
 
+#include "planner/import/model_format.h"
 #include "planner/import/onnx_import.h"
 
 #include <torch/script.h>

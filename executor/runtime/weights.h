@@ -1,6 +1,6 @@
 // A stage's starting tensors: parameters and buffers loaded from the model
 // file, or deterministic initial values for the ones a weightless model lacks
-// (Note [weightless models] in planner/import/onnx_import.cpp).
+// (Note [weightless models] in planner/import/onnx_weights.cpp).
 #pragma once
 
 #include <torch/torch.h>

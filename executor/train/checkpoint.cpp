@@ -18,7 +18,7 @@
 #include "executor/checkpoint/onnx_export.h"
 #include "executor/checkpoint/tensor_file.h"
 #include "executor/runtime/ops.h"
-#include "planner/import/onnx_import.h"
+#include "planner/import/model_format.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
 

@@ -21,7 +21,7 @@ int64_t SampleOrder::at(int64_t position) {
   return perm_[offset];
 }
 
-torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first, int64_t count,
+torch::Tensor gatherSamples(const data::NpyArray &a, SampleOrder &order, int64_t first, int64_t count,
                             const torch::Device &device) {
   std::vector<int64_t> dims = a.shape();
   dims[0] = count;

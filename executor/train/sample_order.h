@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "executor/train/npy.h"
+#include "executor/data/npy.h"
 
 namespace rannc::train {
 
@@ -29,7 +29,7 @@ private:
 
 /// Samples [first, first + count) in `order`, on `device`: gathered in host
 /// memory (pinned for a GPU, so the copy to it does not block).
-torch::Tensor gatherSamples(const NpyArray &a, SampleOrder &order, int64_t first, int64_t count,
+torch::Tensor gatherSamples(const data::NpyArray &a, SampleOrder &order, int64_t first, int64_t count,
                             const torch::Device &device);
 
 } // namespace rannc::train

@@ -12,7 +12,7 @@
 
 namespace rannc::train {
 
-Status checkDataShape(const ir::Graph &g, ir::ValueId id, const NpyArray &a, const std::string &path) {
+Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &a, const std::string &path) {
   const ir::Value &v = g.values[id];
   if (a.dtype() != v.dtype)
     return Error{path + ": dtype " + std::string(ir::dtypeName(a.dtype())) + " does not match graph input '" + v.name +
@@ -85,7 +85,7 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     if (opts.data_dir.empty()) return Error{"no training data: pass --data DIR or --synthetic"};
     for (ir::ValueId in : s.graph.inputs) {
       std::string path = opts.data_dir + "/" + s.graph.values[in].name + ".npy";
-      auto a = NpyArray::open(path);
+      auto a = data::NpyArray::open(path);
       if (!a) return Error{a.error().message + " (graph input '" + s.graph.values[in].name + "')"};
       if (Status st = checkDataShape(s.graph, in, *a, path); !st) return Error{st.message()};
       if (s.samples != 0 && a->samples() != s.samples)

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "executor/comm/comm.h"
-#include "executor/train/npy.h"
+#include "executor/data/npy.h"
 #include "executor/train/trainer.h"
 #include "plan.pb.h"
 #include "planner/ir/ir.h"
@@ -26,7 +26,7 @@ struct Setup {
   std::vector<std::pair<int, int>> ranges;
   std::vector<std::vector<int>> stage_ranks; ///< the ranks (replicas) of each stage, in replica order
   int replica = 0;                           ///< this rank's index among its stage's ranks
-  std::map<ir::ValueId, NpyArray> data; ///< every data input (validated on every rank)
+  std::map<ir::ValueId, data::NpyArray> data; ///< every data input (validated on every rank)
   int64_t samples = 0;
   std::map<ir::ValueId, torch::Tensor> params, constants, buffers;
   torch::Device device = torch::kCPU; ///< where the stage's tensors live
@@ -36,7 +36,7 @@ struct Setup {
 };
 
 /// Whether `a` fits graph input `id` (dtype, rank, fixed dimensions); `path` names it in the error.
-Status checkDataShape(const ir::Graph &g, ir::ValueId id, const NpyArray &a, const std::string &path);
+Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &a, const std::string &path);
 
 /// Reads and checks the plan, the model, the data and this rank's weights.
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm);

@@ -7,7 +7,7 @@
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
 #include "planner/cost/profile_file.h"
-#include "planner/import/onnx_import.h"
+#include "planner/import/model_format.h"
 #include "planner/driver/lower.h"
 #include "planner/partition/coarsen.h"
 #include "planner/partition/evaluate.h"
@@ -186,15 +186,8 @@ struct Imported {
 /// and the executor's batch axes need them).
 Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir, const FrontEnds &front_ends,
                               std::ostream &log) {
-  if (import::isTorchScriptPath(model) || import::isTorchExportPath(model)) {
-    if (!front_ends.torch) return Error{model + ": TorchScript and torch.export import is not available in this tool"};
-    return front_ends.torch(model, data_dir);
-  }
-  if (!data_dir.empty())
-    return Error{"--data " + data_dir + ": describes the inputs of a TorchScript archive; " + model +
-                 " declares its own"};
-  auto graph = import::importModel(model);
-  if (!graph || !front_ends.onnx_shapes) return graph;
+  auto graph = import::importModel(model, data_dir, &front_ends.torch);
+  if (!graph || import::modelFormat(model) != import::ModelFormat::Onnx || !front_ends.onnx_shapes) return graph;
   auto completed = front_ends.onnx_shapes(*graph, model);
   if (!completed)
     log << "rannc-plan: warning: " << model << ": " << completed.error().message

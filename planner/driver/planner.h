@@ -13,8 +13,9 @@
 #include "planner/cost/cost.h"
 #include "planner/cost/precision.h"
 #include "planner/driver/options.h"
-#include "planner/partition/evaluate.h"
+#include "planner/import/model_format.h"
 #include "planner/ir/ir.h"
+#include "planner/partition/evaluate.h"
 #include "planner/support/status.h"
 
 namespace rannc::planner {
@@ -26,12 +27,6 @@ using MeasureFn = std::function<Expected<cost::CostTable>(const ir::Graph &, con
                                                           const std::vector<int64_t> &batch_sizes,
                                                           const std::string &device)>;
 
-/// Imports a TorchScript archive or a torch.export program (executor/frontend
-/// needs LibTorch, so the tool passes it in, as it does the profiler).
-/// `data_dir`, when not empty, describes the inputs by its .npy files (an
-/// archive without its own input description).
-using ImportFn = std::function<Expected<ir::Graph>(const std::string &path, const std::string &data_dir)>;
-
 /// Fills the shapes ONNX's own shape inference left unknown in a graph
 /// imported from `model` (by running it with LibTorch); how many it set.
 using ShapeFn = std::function<Expected<int>(ir::Graph &g, const std::string &model)>;
@@ -39,7 +34,7 @@ using ShapeFn = std::function<Expected<int>(ir::Graph &g, const std::string &mod
 /// The front ends that need LibTorch, which the tool passes in; an unset one
 /// refuses TorchScript and torch.export, or leaves unknown ONNX shapes unknown.
 struct FrontEnds {
-  ImportFn torch; ///< TorchScript (.pt) and torch.export (.pt2)
+  import::TorchImporters torch; ///< TorchScript (.pt) and torch.export (.pt2), Note [import layering]
   ShapeFn onnx_shapes;
 };
 

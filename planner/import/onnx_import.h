@@ -1,5 +1,6 @@
-// Front ends: a model file becomes an ir::Graph. Weights stay in the model
-// file; the executor loads the ones its stage needs with loadModelWeights.
+// The ONNX front end: a model file becomes an ir::Graph. Weights stay in the
+// model file; the executor loads the ones its stage needs with
+// loadModelWeights. model_format.h picks the front end for a file.
 #pragma once
 
 #include <cstdint>
@@ -16,15 +17,6 @@ class TensorProto;
 } // namespace onnx
 
 namespace rannc::import {
-
-/// Imports a model by extension (.onnx; TorchScript .pt is not supported yet).
-/// True for a TorchScript archive's name (.pt, .pth, .torchscript, any case).
-bool isTorchScriptPath(const std::string &path);
-/// True for a torch.export program archive's name (.pt2, any case).
-bool isTorchExportPath(const std::string &path);
-
-Expected<ir::Graph> importModel(const std::string &path);
-
 
 /// Imports a serialized ONNX ModelProto as a training graph; `where` names it
 /// in error messages. The graph must have exactly one output, the scalar loss.

@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "planner/import/onnx_import.h"
+#include "planner/import/model_format.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
 

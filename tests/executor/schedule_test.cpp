@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "executor/schedule/schedule.h"
-#include "planner/import/onnx_import.h"
+#include "planner/import/model_format.h"
 
 namespace rannc::schedule {
 namespace {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Weightless models (Note [weightless models] in planner/import/onnx_import.cpp).
+"""Weightless models (Note [weightless models] in planner/import/onnx_weights.cpp).
 
 --case plan-100b   models/make_large.py writes a ~100-billion-parameter BERT
                    (hidden 8192, 128 layers) without weights in seconds;

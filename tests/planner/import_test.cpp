@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "planner/import/model_format.h"
 #include "planner/import/onnx_import.h"
 #include "planner/support/files.h"
 
@@ -24,6 +25,54 @@ const ir::Value &value(const ir::Graph &g, const std::string &name) {
   ir::ValueId id = g.findValue(name);
   EXPECT_NE(id, ir::kNoValue) << name;
   return g.values.at(id);
+}
+
+TEST(ModelFormat, ByExtensionInAnyCase) {
+  EXPECT_EQ(modelFormat("m/model.onnx"), ModelFormat::Onnx);
+  EXPECT_EQ(modelFormat("m/model"), ModelFormat::Onnx);
+  EXPECT_EQ(modelFormat("m.pt/model.onnx"), ModelFormat::Onnx); // a folder's dot is not an extension
+  for (const char *p : {"a/model.pt", "a/MODEL.PT", "model.pth", "model.torchscript"})
+    EXPECT_EQ(modelFormat(p), ModelFormat::TorchScript) << p;
+  EXPECT_EQ(modelFormat("a/model.pt2"), ModelFormat::TorchExport);
+  EXPECT_EQ(modelFormat("a/model.PT2"), ModelFormat::TorchExport);
+  EXPECT_TRUE(isTorchScriptPath("x.pth"));
+  EXPECT_FALSE(isTorchScriptPath("x.pt2"));
+  EXPECT_TRUE(isTorchExportPath("x.pt2"));
+  EXPECT_FALSE(isTorchExportPath("x.onnx"));
+}
+
+TEST(ModelFormat, DispatchesToTheImporterOfTheFormat) {
+  std::vector<std::string> calls;
+  TorchImporters torch;
+  torch.torchscript = [&](const std::string &path, const std::string &data_dir) -> Expected<ir::Graph> {
+    calls.push_back("ts " + path + " " + data_dir);
+    return ir::Graph{};
+  };
+  torch.torch_export = [&](const std::string &path) -> Expected<ir::Graph> {
+    calls.push_back("export " + path);
+    return ir::Graph{};
+  };
+  EXPECT_TRUE(importModel("m.pt", "data", &torch).ok());
+  EXPECT_TRUE(importModel("m.pt2", "", &torch).ok());
+  EXPECT_EQ(calls, (std::vector<std::string>{"ts m.pt data", "export m.pt2"}));
+
+  // --data describes a TorchScript archive's inputs only; the others declare their own.
+  auto pt2 = importModel("m.pt2", "data", &torch);
+  ASSERT_FALSE(pt2.ok());
+  EXPECT_NE(pt2.error().message.find("describes its own inputs"), std::string::npos) << pt2.error().message;
+  auto onnx = importModel(modelPath("gpt"), "data", &torch);
+  ASSERT_FALSE(onnx.ok());
+  EXPECT_NE(onnx.error().message.find("declares its own"), std::string::npos) << onnx.error().message;
+  EXPECT_EQ(calls.size(), 2u);
+
+  // A tool without the LibTorch front ends refuses those formats, ONNX still imports.
+  const TorchImporters none;
+  for (const char *p : {"m.pt", "m.pt2"}) {
+    auto g = importModel(p, "", &none);
+    ASSERT_FALSE(g.ok()) << p;
+    EXPECT_NE(g.error().message.find("not available in this tool"), std::string::npos) << g.error().message;
+  }
+  EXPECT_TRUE(importModel(modelPath("gpt"), "", &none).ok());
 }
 
 TEST(OnnxImport, GptInputsParametersAndLoss) {

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "planner/driver/planner.h"
-#include "planner/import/onnx_import.h"
+#include "planner/import/model_format.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/show.h"
 

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "executor/train/npy.h"
+#include "executor/data/npy.h"
 #include "executor/runtime/ops.h"
 
 int main(int argc, char **argv) {
@@ -43,9 +43,9 @@ int main(int argc, char **argv) {
   if (optimizer == "adam") opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-3));
   else opt = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.01));
 
-  std::vector<rannc::train::NpyArray> arrays;
+  std::vector<rannc::data::NpyArray> arrays;
   for (const auto &name : inputs) {
-    auto a = rannc::train::NpyArray::open(data_dir + "/" + name + ".npy");
+    auto a = rannc::data::NpyArray::open(data_dir + "/" + name + ".npy");
     if (!a) {
       std::cerr << "torchscript_step: " << a.error().message << "\n";
       return 1;

@@ -15,7 +15,7 @@
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
 #include "executor/frontend/common.h"
-#include "executor/frontend/torch_export_import.h"
+#include "executor/frontend/torch_import.h"
 #include "executor/train/version.h"
 
 namespace {
@@ -40,7 +40,7 @@ rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, in
 /// TorchScript and torch.export import, and ONNX shapes completed by running
 /// the graph for models whose weights take at most 2 GiB (a few seconds).
 rannc::planner::FrontEnds libtorchFrontEnds() {
-  return {rannc::import::importTorchModel, [](rannc::ir::Graph &g, const std::string &model) {
+  return {rannc::import::torchImporters(), [](rannc::ir::Graph &g, const std::string &model) {
             return rannc::import::completeShapesByRunning(g, model, int64_t(2) << 30);
           }};
 }

@@ -1,7 +1,7 @@
 // ATen and prim operators of TorchScript and torch.export graphs (ir::isAten
 // nodes), called through the
 // JIT's operator registry with a stack rebuilt from the node's argument
-// description (Note [torchscript lowering] in executor/frontend/torchscript_import.cpp).
+// description (Note [aten argument encoding] in planner/ir/aten_args.h).
 #include <torch/csrc/jit/runtime/operator.h>
 
 #include <mutex>
@@ -9,9 +9,12 @@
 #include <unordered_map>
 
 #include "executor/runtime/ops.h"
+#include "planner/ir/aten_args.h"
 
 namespace rannc::runtime {
 namespace {
+
+namespace args = ir::aten_args;
 
 [[noreturn]] void fail(const ir::Node &n, const std::string &what) {
   throw std::runtime_error("node '" + n.name + "' (" + n.op_type + "): " + what);
@@ -29,7 +32,7 @@ const T &attr(const ir::Node &n, const std::string &key) {
 std::shared_ptr<torch::jit::Operator> findOperator(const ir::Node &n) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<torch::jit::Operator>> cache;
-  const std::string &overload = attr<std::string>(n, "overload");
+  const std::string &overload = attr<std::string>(n, args::kOverload);
   const std::string key = n.op_type + "." + overload;
   std::lock_guard<std::mutex> lock(mu);
   auto &op = cache[key];
@@ -39,26 +42,26 @@ std::shared_ptr<torch::jit::Operator> findOperator(const ir::Node &n) {
 }
 
 c10::IValue constant(const ir::Node &n, const std::string &kind, const std::string &vi) {
-  if (kind == "none") return c10::IValue();
-  if (kind == "bool") return c10::IValue(attr<int64_t>(n, vi) != 0);
-  if (kind == "int") return c10::IValue(attr<int64_t>(n, vi));
-  if (kind == "float") return c10::IValue(attr<double>(n, vi));
-  if (kind == "wrapped_int" || kind == "wrapped_float") { // a Python number passed as a Tensor
-    at::Tensor t = kind == "wrapped_int" ? at::scalar_tensor(attr<int64_t>(n, vi), at::kLong)
+  if (kind == args::kConstNone) return c10::IValue();
+  if (kind == args::kConstBool) return c10::IValue(attr<int64_t>(n, vi) != 0);
+  if (kind == args::kConstInt) return c10::IValue(attr<int64_t>(n, vi));
+  if (kind == args::kConstFloat) return c10::IValue(attr<double>(n, vi));
+  if (kind == args::kConstWrappedInt || kind == args::kConstWrappedFloat) { // a Python number passed as a Tensor
+    at::Tensor t = kind == args::kConstWrappedInt ? at::scalar_tensor(attr<int64_t>(n, vi), at::kLong)
                                          : at::scalar_tensor(attr<double>(n, vi), at::kDouble);
     t.unsafeGetTensorImpl()->set_wrapped_number(true);
     return c10::IValue(t);
   }
-  if (kind == "str") return c10::IValue(attr<std::string>(n, vi));
-  if (kind == "device") return c10::IValue(c10::Device(attr<std::string>(n, vi)));
-  if (kind == "ints") return c10::IValue(attr<std::vector<int64_t>>(n, vi));
-  if (kind == "floats") return c10::IValue(attr<std::vector<double>>(n, vi));
-  if (kind == "bools") {
+  if (kind == args::kConstStr) return c10::IValue(attr<std::string>(n, vi));
+  if (kind == args::kConstDevice) return c10::IValue(c10::Device(attr<std::string>(n, vi)));
+  if (kind == args::kConstInts) return c10::IValue(attr<std::vector<int64_t>>(n, vi));
+  if (kind == args::kConstFloats) return c10::IValue(attr<std::vector<double>>(n, vi));
+  if (kind == args::kConstBools) {
     c10::List<bool> v;
     for (int64_t b : attr<std::vector<int64_t>>(n, vi)) v.push_back(b != 0);
     return c10::IValue(v);
   }
-  fail(n, "unknown constant kind '" + kind + "'");
+  fail(n, "unknown constant kind '" + kind.substr(args::kConstPrefix.size()) + "'");
 }
 
 std::vector<int64_t> toInts(const torch::Tensor &t) {
@@ -83,7 +86,7 @@ void pushResult(const ir::Node &n, const c10::IValue &v, std::vector<torch::Tens
 } // namespace
 
 std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch::Tensor> &inputs) {
-  const int64_t nargs = attr<int64_t>(n, "nargs");
+  const int64_t nargs = attr<int64_t>(n, args::kNargs);
   torch::jit::Stack stack;
   size_t next = 0;
   auto take = [&]() -> const torch::Tensor & {
@@ -91,24 +94,24 @@ std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch:
     return inputs[next++];
   };
   for (int64_t i = 0; i < nargs; ++i) {
-    const std::string &kind = attr<std::string>(n, "t" + std::to_string(i));
-    const std::string vi = "v" + std::to_string(i);
-    if (kind.rfind("c:", 0) == 0) stack.push_back(constant(n, kind.substr(2), vi));
-    else if (kind == "tensor") stack.emplace_back(take());
-    else if (kind == "int") stack.emplace_back(take().item<int64_t>());
-    else if (kind == "float") stack.emplace_back(take().item<double>());
-    else if (kind == "bool") stack.emplace_back(take().item<bool>());
-    else if (kind == "ints") stack.emplace_back(toInts(take()));
-    else if (kind == "scalar") {
+    const std::string &kind = attr<std::string>(n, args::kindKey(i));
+    const std::string vi = args::valueKey(i);
+    if (kind.rfind(args::kConstPrefix, 0) == 0) stack.push_back(constant(n, kind, vi));
+    else if (kind == args::kTensor) stack.emplace_back(take());
+    else if (kind == args::kInt) stack.emplace_back(take().item<int64_t>());
+    else if (kind == args::kFloat) stack.emplace_back(take().item<double>());
+    else if (kind == args::kBool) stack.emplace_back(take().item<bool>());
+    else if (kind == args::kInts) stack.emplace_back(toInts(take()));
+    else if (kind == args::kScalar) {
       const torch::Tensor &t = take();
       stack.emplace_back(t.is_floating_point() ? c10::IValue(t.item<double>()) : c10::IValue(t.item<int64_t>()));
-    } else if (kind == "tensors") {
+    } else if (kind == args::kTensors) {
       c10::List<at::Tensor> list;
       for (int64_t k = 0; k < attr<int64_t>(n, vi); ++k) list.push_back(take());
       stack.emplace_back(list);
-    } else if (kind == "opt_tensors") { // Tensor?[]: "m<i>" marks the elements that are tensors
+    } else if (kind == args::kOptTensors) { // Tensor?[]: "m<i>" marks the elements that are tensors
       c10::List<std::optional<at::Tensor>> list;
-      for (int64_t present : attr<std::vector<int64_t>>(n, "m" + std::to_string(i)))
+      for (int64_t present : attr<std::vector<int64_t>>(n, args::maskKey(i)))
         list.push_back(present ? std::optional<at::Tensor>(take()) : std::nullopt);
       stack.emplace_back(list);
     } else {
@@ -128,7 +131,7 @@ std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch:
     fail(n, e.what_without_backtrace());
   }
   for (const auto &v : stack) pushResult(n, v, out);
-  if (auto it = n.attrs.find("list_out"); it != n.attrs.end() && int64_t(out.size()) != std::get<int64_t>(it->second))
+  if (auto it = n.attrs.find(args::kListOut); it != n.attrs.end() && int64_t(out.size()) != std::get<int64_t>(it->second))
     fail(n, "returned " + std::to_string(out.size()) + " tensors, the traced graph unpacked " +
                 std::to_string(std::get<int64_t>(it->second)));
   return out;

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "executor/train/npy.h"
+#include "executor/data/npy.h"
 
-namespace rannc::train {
+namespace rannc::data {
 namespace {
 
 TEST(Npy, ParsesHeader) {
@@ -52,4 +52,4 @@ TEST(Npy, RejectsTruncatedFile) {
 }
 
 } // namespace
-} // namespace rannc::train
+} // namespace rannc::data

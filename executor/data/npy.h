@@ -11,7 +11,7 @@
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
-namespace rannc::train {
+namespace rannc::data {
 
 class NpyArray {
 public:
@@ -39,4 +39,4 @@ private:
 /// False, 'shape': (64, 16), }"; exposed for tests.
 Status parseNpyHeader(const std::string &header, ir::DType &dtype, std::vector<int64_t> &shape);
 
-} // namespace rannc::train
+} // namespace rannc::data

@@ -1,4 +1,4 @@
-#include "executor/train/npy.h"
+#include "executor/data/npy.h"
 
 #include <cerrno>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace rannc::train {
+namespace rannc::data {
 
 struct NpyArray::Mapping {
   void *addr = MAP_FAILED;
@@ -112,4 +112,4 @@ Expected<NpyArray> NpyArray::open(const std::string &path) {
   return a;
 }
 
-} // namespace rannc::train
+} // namespace rannc::data
