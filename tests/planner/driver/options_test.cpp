@@ -63,6 +63,22 @@ TEST(PlanOptions, EnumWordsParseOnce) {
   EXPECT_EQ(precisionNames(), (std::vector<std::string>{"fp32", "bf16", "fp16"}));
 }
 
+TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
+  PlanOptions o;
+  PlanFlags flags;
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_FALSE(o.schedule.has_value()); // not given: the partitioner chooses
+  flags.schedule = "gpipe";
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_EQ(o.schedule, pipeline::Schedule::GPipe);
+  flags.schedule = "1f1b";
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_EQ(o.schedule, pipeline::Schedule::OneFOneB);
+  flags.schedule = "zb";
+  EXPECT_EQ(finishPlanOptions(flags, o).message(), "--schedule must be gpipe or 1f1b (got 'zb')");
+  EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b"}));
+}
+
 TEST(PlanOptions, ProfileBatchSizesAndPrecision) {
   ProfileCommandOptions o;
   ASSERT_TRUE(finishProfileOptions("fp16", o).ok());

@@ -1,6 +1,6 @@
 // The plan as an artifact: show, convert, check, simulate, dot and diff
 // (planner/driver/tooling.h, planner/plan/*). Golden files live in
-// tests/planner/golden/; regenerate them with RANNC_UPDATE_GOLDEN=1 after an
+// tests/golden/tools/; regenerate them with RANNC_UPDATE_GOLDEN=1 after an
 // intended change and review the diff.
 #include <gtest/gtest.h>
 
@@ -29,7 +29,7 @@ using ir::Dim;
 using ir::DType;
 using ir::ValueKind;
 
-const std::string kGolden = std::string(RANNC_SOURCE_DIR) + "/tests/planner/golden/";
+const std::string kGolden = std::string(RANNC_SOURCE_DIR) + "/tests/golden/tools/";
 
 std::string gptPath() {
   const char *dir = std::getenv("RANNC_TEST_MODELS");
@@ -119,7 +119,7 @@ proto::Plan tinyPlan() {
   o.microbatches = 2;
   o.stages = 2;
   o.replicas = {1};
-  o.schedule = "gpipe";
+  o.schedule = pipeline::Schedule::GPipe;
   o.profile = "analytic";
   const cluster::ClusterSpec cluster = testCluster();
   auto costs = cost::analyticCosts(g, cost::formUnits(g), cluster.device, costBatchSizes(o));
@@ -188,6 +188,26 @@ TEST(Show, JsonKeepsTheSpecKeysAndAddsTheDerivedOnes) {
   }
   EXPECT_EQ(j["stages"][0]["first_op"], "mm1");
   EXPECT_EQ(j["stages"][1]["last_op"], "mean");
+}
+
+TEST(Show, JsonOfARealPlanHasTheKeysScriptsUse) {
+  proto::Plan p = gptPlan(2, 2);
+  std::ostringstream os;
+  plan::printPlanJson(p, os);
+  auto j = nlohmann::json::parse(os.str());
+  for (const char *k : {"world_size", "num_stages", "global_batch_size", "microbatches", "schedule",
+                        "predicted_step_time_s", "stages"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["schedule"], "1f1b"); // the partitioner's choice: never slower than GPipe
+  for (const auto &s : j["stages"])
+    for (const char *k : {"id", "ranks", "num_ops", "param_bytes", "peak_memory_bytes", "memory_capacity_bytes",
+                          "fwd_time_s", "bwd_time_s"})
+      EXPECT_TRUE(s.contains(k)) << k;
+  // Every parameter is counted in exactly one stage here (no sharing).
+  int64_t params = 0;
+  for (const auto &s : j["stages"]) params += s["num_params"].get<int64_t>();
+  EXPECT_EQ(params, 114020);
 }
 
 TEST(Show, BubbleIsTheTextbookFractionForEqualStages) {
