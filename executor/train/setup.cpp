@@ -7,6 +7,7 @@
 #include "executor/runtime/weights.h"
 #include "executor/schedule/schedule.h"
 #include "executor/train/optim.h"
+#include "planner/cost/precision.h"
 #include "planner/plan/model_ref.h"
 #include "planner/plan/plan.h"
 
@@ -53,9 +54,10 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     s.device = torch::Device(torch::kCUDA, c10::DeviceIndex(gpu.device));
     runtime::useGpu(gpu.device); // before anything is allocated there
   }
-  if (opts.loss_scale && s.plan.precision() != "fp16")
-    return Error{"--loss-scale: only fp16 plans scale the loss (" + opts.plan + " is " +
-                 (s.plan.precision().empty() ? "fp32" : s.plan.precision()) + ")"};
+  const cost::Precision precision = cost::planPrecision(s.plan).value(); // structuralProblems refused others
+  if (opts.loss_scale && precision != cost::Precision::FP16)
+    return Error{"--loss-scale: only fp16 plans scale the loss (" + opts.plan + " is " + cost::precisionName(precision) +
+                 ")"};
   const int world = plan::worldSize(s.plan);
   if (world != comm.size())
     return Error{opts.plan + ": the plan is for " + std::to_string(world) + " ranks, but this job has " +

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "planner/cost/precision.h"
-#include "planner/pipeline/schedule.h"
 
 namespace rannc::planner {
 namespace {
@@ -174,11 +173,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.constraints.replicas = opts.replicas;
   p.constraints.microbatches = opts.microbatches;
   p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
-  if (!opts.schedule.empty()) {
-    auto schedule = pipeline::parseSchedule(opts.schedule);
-    if (!schedule) return Error{"--schedule " + schedule.error().message};
-    p.constraints.schedule = *schedule;
-  }
+  p.constraints.schedule = opts.schedule;
   if (Status st = partition::validate(p); !st) return Error{st.message()};
   return p;
 }

@@ -4,6 +4,7 @@
 #include "planner/cost/precision.h"
 #include "planner/driver/planner.h"
 #include "planner/driver/tooling.h"
+#include "planner/pipeline/schedule.h"
 #include "planner/support/words.h"
 
 namespace rannc::planner {
@@ -42,6 +43,12 @@ std::vector<std::string> precisionNames() {
   return out;
 }
 
+std::vector<std::string> scheduleNames() {
+  std::vector<std::string> out;
+  for (pipeline::Schedule s : pipeline::kSchedules) out.push_back(pipeline::scheduleName(s));
+  return out;
+}
+
 Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   if (!opts.cluster_file.empty() && flags.devices_given)
     return Error{"--cluster describes the devices; do not combine it with --gpus or --device-type"};
@@ -55,6 +62,12 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   auto zero = parseZero(flags.zero);
   if (!zero) return zero.error();
   opts.zero = *zero;
+  opts.schedule.reset();
+  if (!flags.schedule.empty()) {
+    auto schedule = pipeline::parseSchedule(flags.schedule);
+    if (!schedule) return Error{"--schedule " + schedule.error().message};
+    opts.schedule = *schedule;
+  }
   return {};
 }
 

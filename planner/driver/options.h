@@ -29,6 +29,7 @@ Expected<Zero> parseZero(std::string_view text);
 std::vector<std::string> recomputeNames();
 std::vector<std::string> zeroNames();
 std::vector<std::string> precisionNames();
+std::vector<std::string> scheduleNames();
 
 /// The rannc-plan flags that are text, or that matter by being given at all.
 struct PlanFlags {
@@ -37,6 +38,7 @@ struct PlanFlags {
   std::string precision = "fp32"; ///< fp32 | bf16 | fp16
   std::string recompute = "auto"; ///< auto | on | off
   std::string zero = "auto";      ///< auto | 0 | 1
+  std::string schedule;           ///< a pipeline::scheduleName; empty: the partitioner chooses
 };
 /// Checks `flags` against `opts` and sets its typed fields; the error names the flag.
 Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts);

@@ -16,6 +16,7 @@
 #include "planner/import/model_format.h"
 #include "planner/ir/ir.h"
 #include "planner/partition/evaluate.h"
+#include "planner/pipeline/schedule.h"
 #include "planner/support/status.h"
 
 namespace rannc::planner {
@@ -51,7 +52,7 @@ struct PlanOptions {
   int microbatches = 0;
   int stages = 0;
   std::vector<int> replicas;   ///< one count for every stage, or one per stage
-  std::string schedule;        ///< "gpipe" | "1f1b" | "" (searched)
+  std::optional<pipeline::Schedule> schedule; ///< unset: searched
   Recompute recompute = Recompute::Auto; ///< Auto: chosen per stage where memory needs it
   Zero zero = Zero::Auto;                ///< Auto: sharded per stage where memory needs it
   cost::Precision precision = cost::Precision::FP32; ///< compute under autocast (Note [autocast dtypes])
@@ -85,8 +86,9 @@ struct ProfileCommandOptions {
 /// The cluster the options describe: a cluster file, or --gpus devices of a preset.
 Expected<cluster::ClusterSpec> clusterFor(const PlanOptions &opts);
 
-/// Imports the model, splits it into one pipeline stage per device, balanced
-/// by estimated op cost, and returns the plan (without writing it).
+/// Imports the model, lowers it with its costs and the cluster to a partition
+/// Problem, solves it (stages, replicas, micro-batches, schedule, recomputation,
+/// ZeRO) and returns the plan (without writing it).
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log);
 
 /// Builds a plan for an imported graph from a cost table over its units: the

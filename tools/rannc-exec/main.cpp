@@ -2,7 +2,9 @@
 // flags, then hands over to rannc::train::train.
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -15,42 +17,28 @@
 namespace {
 
 /// `rannc-exec export`: a checkpoint's weights into the model; no mpirun.
-int exportCommand(int argc, char **argv) {
-  CLI::App app{"Writes the ONNX model with the trained weights of a checkpoint", "rannc-exec export"};
-  rannc::checkpoint::ExportOptions o;
-  app.add_option("checkpoint", o.checkpoint,
-                 "a checkpoint (D/step-<N>), or a --checkpoint-dir D (its newest complete checkpoint)")
+std::function<int()> addExport(CLI::App &app) {
+  auto *cmd = app.add_subcommand("export", "Writes the ONNX model with the trained weights of a checkpoint");
+  auto o = std::make_shared<rannc::checkpoint::ExportOptions>();
+  cmd->add_option("checkpoint", o->checkpoint,
+                  "a checkpoint (D/step-<N>), or a --checkpoint-dir D (its newest complete checkpoint)")
       ->required();
-  app.add_option("--model", o.model, "the ONNX model it was trained from (default: the path the checkpoint records)");
-  app.add_option("-o,--output", o.output, "the ONNX file to write (atomically)")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError &e) {
-    return app.exit(e);
-  }
-  rannc::Status st = rannc::checkpoint::exportCheckpoint(o, std::cerr);
-  if (!st.ok()) {
+  cmd->add_option("--model", o->model, "the ONNX model it was trained from (default: the path the checkpoint records)");
+  cmd->add_option("-o,--output", o->output, "the ONNX file to write (atomically)")->required();
+  return [o] {
+    rannc::Status st = rannc::checkpoint::exportCheckpoint(*o, std::cerr);
+    if (st.ok()) return 0;
     std::cerr << "rannc-exec export: error: " << st.message() << "\n";
     return 1;
-  }
-  return 0;
+  };
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  // Verbs are reserved words; anything else in first place is a plan.
-  if (argc > 1 && std::string(argv[1]) == "export") return exportCommand(argc - 1, argv + 1);
-  if (argc > 1 && std::string(argv[1]) == "--version") {
-    std::cout << rannc::train::versionReport();
-    return 0;
-  }
-  CLI::App app{"Trains a model with a rannc plan: mpirun -np N rannc-exec PLAN --data DIR\n"
-               "Other verbs: export (rannc-exec export --help); rannc-exec --version prints the versions this "
-               "build uses",
-               "rannc-exec"};
-  rannc::train::TrainOptions o;
-  rannc::train::ExecFlags flags; // what finishTrainOptions turns into `o`
+/// rannc-exec PLAN ... (no verb): training, declared on the tool itself.
+std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
+  auto o_ptr = std::make_shared<rannc::train::TrainOptions>();
+  auto flags_ptr = std::make_shared<rannc::train::ExecFlags>(); // what finishTrainOptions turns into `o`
+  rannc::train::TrainOptions &o = *o_ptr;
+  rannc::train::ExecFlags &flags = *flags_ptr;
   app.add_option("plan", o.plan, "plan file from rannc-plan (.pb, .pbtxt or .json)")->required();
   app.add_option("--model", o.model, "model file, if it is no longer where the plan says");
   auto *data = app.add_option("--data", o.data_dir, "folder with one <input name>.npy per graph input");
@@ -143,25 +131,49 @@ int main(int argc, char **argv) {
   app.add_option("--export-state", o.export_state,
                  "OUT.pt: at the end, write the trained parameters and buffers as a state dict PyTorch's torch.load "
                  "reads (any model; TorchScript models' export)");
+  return [o_ptr, flags_ptr, &app, &argc, &argv] {
+    rannc::train::TrainOptions &o = *o_ptr;
+    // Reported as CLI11 reports a flag it refuses itself.
+    if (rannc::Status st = rannc::train::finishTrainOptions(*flags_ptr, o); !st)
+      return app.exit(CLI::ValidationError(st.message()));
+    auto comm = rannc::comm::createMpiCommunicator(&argc, &argv);
+    try {
+      rannc::Status st = rannc::train::train(o, *comm, std::cerr);
+      if (!st.ok()) {
+        if (!st.message().empty()) std::cerr << "rannc-exec: error: " << st.message() << "\n";
+        return 1; // every rank returns here: the failure was agreed on
+      }
+    } catch (const std::exception &e) {
+      // A failure on one rank only: stop the whole job now rather than let the
+      // others wait forever for this rank's messages.
+      std::cerr << "rannc-exec: rank " << comm->rank() << ": error: " << e.what() << std::endl;
+      comm->abort(1);
+    }
+    return 0;
+  };
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  CLI::App app{"Trains a model with a rannc plan: mpirun -np N rannc-exec PLAN --data DIR\n"
+               "Other verbs: export (rannc-exec export --help); rannc-exec --version prints the versions this "
+               "build uses",
+               "rannc-exec"};
+  app.add_flag_callback(
+      "--version",
+      [] {
+        std::cout << rannc::train::versionReport();
+        throw CLI::Success();
+      },
+      "print the versions this build uses");
+  // Verbs are reserved words in first place only; anything else there is a plan.
+  const bool exporting = argc > 1 && std::string(argv[1]) == "export";
+  const std::function<int()> run = exporting ? addExport(app) : addTrain(app, argc, argv);
   try {
     app.parse(argc, argv);
-    if (rannc::Status st = rannc::train::finishTrainOptions(flags, o); !st) throw CLI::ValidationError(st.message());
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
-
-  auto comm = rannc::comm::createMpiCommunicator(&argc, &argv);
-  try {
-    rannc::Status st = rannc::train::train(o, *comm, std::cerr);
-    if (!st.ok()) {
-      if (!st.message().empty()) std::cerr << "rannc-exec: error: " << st.message() << "\n";
-      return 1; // every rank returns here: the failure was agreed on
-    }
-  } catch (const std::exception &e) {
-    // A failure on one rank only: stop the whole job now rather than let the
-    // others wait forever for this rank's messages.
-    std::cerr << "rannc-exec: rank " << comm->rank() << ": error: " << e.what() << std::endl;
-    comm->abort(1);
-  }
-  return 0;
+  return run();
 }

@@ -107,8 +107,8 @@ Verb addPlan(CLI::App &app, bool planning) {
                  "optimizer state")
       ->check(CLI::IsMember(rannc::planner::precisionNames()))
       ->capture_default_str();
-  app.add_option("--schedule", o->schedule, "pipeline schedule: gpipe or 1f1b (default: the partitioner chooses)")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--schedule", flags->schedule, "pipeline schedule: " + rannc::pipeline::scheduleChoices() + " (default: the partitioner chooses)")
+      ->check(CLI::IsMember(rannc::planner::scheduleNames()));
   app.add_option("--strategy", o->strategy,
                  "auto: the memory-aware DP; uniform: equal op counts; parameters: balance parameter bytes "
                  "(DeepSpeed); time: balance time (torchgpipe)")
