@@ -307,7 +307,7 @@ private:
         for (const json &e : v) ints.push_back(e.at("as_int").get<int64_t>());
         return attrs[ti] = args::kConstInts, attrs[vi] = ints, Status::success();
       }
-      // Sizes computed at run time: their own list node (aten_ops' prim::ListConstruct).
+      // Sizes computed at run time: their own list node (runtime/kernels/aten.cpp's prim::ListConstruct).
       ir::Node list;
       list.name = node.name + "_" + formal.name();
       list.op_type = "prim::ListConstruct";

@@ -49,7 +49,7 @@ namespace args = ir::aten_args;
 // Each operator argument is encoded in the node's attributes as Note [aten
 // argument encoding] (planner/ir/aten_args.h) says. The runtime rebuilds the
 // interpreter's stack from that and calls the operator (executor/runtime/
-// aten_ops.cpp), so autograd, the profiler and the executor run TorchScript
+// kernels/aten.cpp), so autograd, the profiler and the executor run TorchScript
 // models on the same path as ONNX ones. Shapes are found by running the graph
 // at batch sizes 3 and 5 and solving every dimension for a*B+c, as for ONNX.
 

@@ -14,7 +14,7 @@
 //      a flat buffer computes what updating each parameter whole computes;
 //   4. the replicas all-gather the updated blocks.
 // A stage whose parameters are tied to another stage's (SharedParameters in
-// trainer.cpp) needs whole summed gradients to add the other stage's share:
+// shared_parameters.h) needs whole summed gradients to add the other stage's share:
 // it all-reduces instead of step 1 and shards only steps 3 and 4.
 // Checkpoints hold the state per parameter, as an unsharded run writes it:
 // gatherState() assembles it before a save (collective over the replicas)

@@ -1,6 +1,6 @@
 // How an ATen (or prim) operator call is written into an IR node's attributes
 // (Note [aten argument encoding]): the LibTorch front ends encode with these
-// names, the runtime (executor/runtime/aten_ops.cpp) decodes with them.
+// names, the runtime (executor/runtime/kernels/aten.cpp) decodes with them.
 // Torch-free, so both sides and the planner share the one definition.
 #pragma once
 
