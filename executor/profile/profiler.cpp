@@ -209,8 +209,7 @@ std::vector<ir::ValueId> unsavedValues(const ir::Graph &g, const std::vector<cos
 
 Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cost::Unit> &units,
                                        const ProfileOptions &opts, std::ostream &progress_os) {
-  const bool on_gpu = opts.device == "cuda";
-  if (!on_gpu && opts.device != "cpu") return Error{"cannot profile on '" + opts.device + "': use cpu or cuda"};
+  const bool on_gpu = opts.device == cluster::DeviceKind::Cuda;
   if (on_gpu) {
     if (std::string why = runtime::gpuUnavailableReason(opts.gpu); !why.empty()) return Error{"--device cuda: " + why};
   } else {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/cluster/device_kind.h"
 #include "planner/cost/cost.h"
 #include "planner/cost/precision.h"
 #include "planner/ir/ir.h"
@@ -25,7 +26,7 @@ struct ProfileOptions {
   int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
   std::string optimizer = "adam"; ///< whose step time to measure
   cost::Precision precision = cost::Precision::FP32; ///< bf16/fp16: measure under autocast (Note [autocast dtypes])
-  std::string device = "cpu";    ///< "cpu", or "cuda": this process's CUDA device `gpu`
+  cluster::DeviceKind device = cluster::DeviceKind::Cpu; ///< cuda: this process's CUDA device `gpu`
   int gpu = 0;
 };
 

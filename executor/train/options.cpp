@@ -54,6 +54,12 @@ Status finishTrainOptions(const ExecFlags &flags, TrainOptions &opts) {
   auto shuffle = parseShuffle(flags.shuffle);
   if (!shuffle) return shuffle.error();
   opts.shuffle = *shuffle;
+  opts.device.reset();
+  if (!flags.device.empty()) {
+    auto device = cluster::parseDeviceKind(flags.device);
+    if (!device) return Error{"--device " + device.error().message};
+    opts.device = *device;
+  }
   if (flags.betas) {
     auto betas = parseBetas(*flags.betas);
     if (!betas) return Error{"--betas: " + betas.error().message};

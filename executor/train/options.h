@@ -36,6 +36,7 @@ struct ExecFlags {
   std::optional<std::string> betas;   ///< --betas B1,B2
   std::string shuffle = "off";        ///< off | on
   std::string optimizer = "sgd";      ///< sgd | adam | adamw
+  std::string device;                 ///< cpu | cuda; empty: the plan's
 };
 
 /// Parses "B1,B2" (two numbers and nothing else).

@@ -42,10 +42,10 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     for (const auto &p : problems) msg += "\n  " + p;
     return Error{msg};
   }
-  const std::string device = opts.device.empty() ? s.plan.cluster().device().type() : opts.device;
-  if (device == "cuda") {
-    const std::string what = opts.device.empty() ? "the plan is for CUDA devices (" + s.plan.cluster().device().name() + ")"
-                                                 : "--device cuda";
+  const bool cuda = opts.device ? *opts.device == cluster::DeviceKind::Cuda : s.plan.cluster().device().type() == "cuda";
+  if (cuda) {
+    const std::string what = opts.device ? "--device cuda"
+                                         : "the plan is for CUDA devices (" + s.plan.cluster().device().name() + ")";
     if (const std::string why = runtime::gpuUnavailableReason(0); !why.empty())
       return Error{opts.plan + ": " + what + ", but " + why + "; pass --device cpu to run it on CPU"};
     const runtime::GpuChoice gpu =

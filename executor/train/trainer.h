@@ -10,6 +10,7 @@
 
 #include "executor/comm/comm.h"
 #include "executor/train/options.h"
+#include "planner/cluster/device_kind.h"
 #include "planner/support/status.h"
 
 namespace rannc::train {
@@ -39,7 +40,7 @@ struct TrainOptions {
   double timeout_s = 300; ///< a rank that makes no progress this long stops the job (0: never)
   std::string on_nonfinite = "stop"; ///< stop | skip: what a non-finite gradient does
   std::optional<double> loss_scale;  ///< fp16 plans: the initial dynamic loss scale (default 2^16, Note [loss scaling])
-  std::string device;     ///< "cpu" or "cuda" (Note [choosing a GPU]), whatever the plan's devices; empty: the plan's
+  std::optional<cluster::DeviceKind> device; ///< where ranks compute (Note [choosing a GPU]); unset: the plan's
   bool host_staged = false; ///< on GPUs: move tensors through host memory over MPI even where NCCL could
   bool progress = true;   ///< a line per step on stderr (rank 0)
   // Checkpoints and export (executor/train/checkpoint.h, docs/training.md).

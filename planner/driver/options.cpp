@@ -71,12 +71,15 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   return {};
 }
 
-Status finishProfileOptions(std::string_view precision, ProfileCommandOptions &opts) {
+Status finishProfileOptions(std::string_view precision, std::string_view device, ProfileCommandOptions &opts) {
   for (int64_t b : opts.batch_sizes)
     if (b < 1) return Error{"--batch-sizes: sizes must be at least 1"};
   auto p = cost::parsePrecision(precision);
   if (!p) return Error{"--precision: " + p.error().message};
   opts.precision = *p;
+  auto kind = cluster::parseDeviceKind(device);
+  if (!kind) return Error{"--device " + kind.error().message};
+  opts.device = *kind;
   return {};
 }
 

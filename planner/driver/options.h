@@ -43,8 +43,8 @@ struct PlanFlags {
 /// Checks `flags` against `opts` and sets its typed fields; the error names the flag.
 Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts);
 
-/// Checks rannc-plan profile's batch sizes and sets its precision from `precision`.
-Status finishProfileOptions(std::string_view precision, ProfileCommandOptions &opts);
+/// Checks rannc-plan profile's batch sizes and sets its precision and device from their words.
+Status finishProfileOptions(std::string_view precision, std::string_view device, ProfileCommandOptions &opts);
 
 /// Sets the re-estimating verbs' --device-memory (empty: not given) and
 /// --memory-margin (negative: not given, the plan's own).

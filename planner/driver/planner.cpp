@@ -30,12 +30,13 @@ Expected<cost::CostTable> loadCosts(const ir::Graph &g, const std::vector<cost::
   if (source == "measure") {
     if (!opts.measure) return Error{"--profile measure: this build cannot measure"};
     // A GPU cluster is measured on this machine's GPU, taken to be one of its devices.
-    const std::string device = cluster.device.type == "cpu" ? "cpu" : "cuda";
-    log << "rannc-plan: measuring " << units.size() << " units on " << device << " at micro-batch sizes";
+    const cluster::DeviceKind device = cluster.device.type == "cpu" ? cluster::DeviceKind::Cpu : cluster::DeviceKind::Cuda;
+    log << "rannc-plan: measuring " << units.size() << " units on " << cluster::deviceKindName(device)
+        << " at micro-batch sizes";
     for (int64_t b : sizes) log << " " << b;
     log << "\n";
     auto table = opts.measure(g, units, sizes, device);
-    if (!table && device == "cuda")
+    if (!table && device == cluster::DeviceKind::Cuda)
       return Error{"--profile measure for " + cluster.device.name + ": " + table.error().message +
                    "; measure on a GPU machine with rannc-plan profile --device cuda and pass --profile FILE, or use "
                    "--profile analytic"};
@@ -278,17 +279,14 @@ Status runPlan(const PlanOptions &opts, std::ostream &out, std::ostream &log) {
 Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log) {
   if (opts.output.empty()) return Error{"no output file: pass -o PROFILE"};
   std::string device_type = opts.device_type;
-  if (opts.device == "cpu") {
+  if (opts.device == cluster::DeviceKind::Cpu) {
     if (device_type.empty()) device_type = "cpu";
     if (device_type != "cpu")
       return Error{"--device cpu measures this machine's CPU; '" + device_type +
                    "' is not here (measure a GPU with --device cuda)"};
-  } else if (opts.device == "cuda") {
-    if (device_type.empty() || device_type == "cpu")
-      return Error{"--device cuda: name the device that plans made from this profile are for with --device-type "
-                   "NAME (a preset such as h100-80g, or a cluster file's device name)"};
-  } else {
-    return Error{"--device must be cpu or cuda, got '" + opts.device + "'"};
+  } else if (device_type.empty() || device_type == "cpu") {
+    return Error{"--device cuda: name the device that plans made from this profile are for with --device-type "
+                 "NAME (a preset such as h100-80g, or a cluster file's device name)"};
   }
   auto imported = importForPlanning(opts.model, opts.data_dir, opts.front_ends, log);
   if (!imported) return imported.error();

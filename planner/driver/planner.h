@@ -10,6 +10,7 @@
 
 #include "plan.pb.h"
 #include "planner/cluster/cluster.h"
+#include "planner/cluster/device_kind.h"
 #include "planner/cost/cost.h"
 #include "planner/cost/precision.h"
 #include "planner/driver/options.h"
@@ -21,12 +22,12 @@
 
 namespace rannc::planner {
 
-/// Measures unit costs at the given micro-batch sizes on `device` ("cpu" or
-/// "cuda": this machine's GPU) (the LibTorch profiler; the driver is
-/// torch-free, so the tool passes it in).
+/// Measures unit costs at the given micro-batch sizes on `device` (the CPU,
+/// or this machine's GPU) (the LibTorch profiler; the driver is torch-free,
+/// so the tool passes it in).
 using MeasureFn = std::function<Expected<cost::CostTable>(const ir::Graph &, const std::vector<cost::Unit> &,
                                                           const std::vector<int64_t> &batch_sizes,
-                                                          const std::string &device)>;
+                                                          cluster::DeviceKind device)>;
 
 /// Fills the shapes ONNX's own shape inference left unknown in a graph
 /// imported from `model` (by running it with LibTorch); how many it set.
@@ -76,7 +77,7 @@ struct ProfileCommandOptions {
   std::vector<int64_t> batch_sizes{1, 2, 4, 8};
   int threads = 1;
   cost::Precision precision = cost::Precision::FP32; ///< measure under autocast (as PlanOptions::precision)
-  std::string device = "cpu";      ///< where to measure: "cpu" or "cuda" (this machine's GPU)
+  cluster::DeviceKind device = cluster::DeviceKind::Cpu; ///< where to measure (cuda: this machine's GPU)
   /// The device name plans made from the profile target (a preset or a
   /// cluster file's device.name); with --device cuda it must be given.
   std::string device_type;

@@ -100,10 +100,10 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
   app.add_option("--loss-scale", o.loss_scale,
                  "fp16 plans: the initial dynamic loss scale (torch.amp.GradScaler's init_scale; default 65536)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--device", o.device,
+  app.add_option("--device", flags.device,
                  "where each rank computes: cpu, or cuda (one GPU per rank, chosen from the launcher's local rank; "
                  "docs/gpu.md); default: the plan's device")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(CLI::IsMember(rannc::cluster::deviceKindNames()));
   app.add_option("--gpu-transport", flags.gpu_transport,
                  "on GPUs, how tensors move between ranks: nccl, or host (staged through host memory over MPI, "
                  "as when ranks share a GPU; to tell an NCCL problem from others)")

@@ -25,7 +25,7 @@ namespace {
 rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions,
                                    rannc::cost::Precision precision) {
   return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units, const std::vector<int64_t> &sizes,
-             const std::string &device) -> rannc::Expected<rannc::cost::CostTable> {
+             rannc::cluster::DeviceKind device) -> rannc::Expected<rannc::cost::CostTable> {
     rannc::profile::ProfileOptions po;
     po.batch_sizes = sizes;
     po.device = device; // cuda: device 0 of what CUDA_VISIBLE_DEVICES shows
@@ -148,13 +148,14 @@ Verb addProfile(CLI::App &app) {
   auto o = std::make_shared<rannc::planner::ProfileCommandOptions>();
   auto optimizer = std::make_shared<std::string>("adam");
   auto precision = std::make_shared<std::string>("fp32");
+  auto device = std::make_shared<std::string>("cpu");
   auto repetitions = std::make_shared<int>(3);
   cmd->add_option("model", o->model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
   cmd->add_option("--data", o->data_dir, kDataHelp);
   cmd->add_option("-o,--output", o->output, "profile file to write")->required();
-  cmd->add_option("--device", o->device,
+  cmd->add_option("--device", *device,
                   "where to measure: cpu, or cuda (this machine's first visible GPU, timed with CUDA events)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->check(CLI::IsMember(rannc::cluster::deviceKindNames()))
       ->capture_default_str();
   cmd->add_option("--device-type", o->device_type,
                   "the device plans made from this profile are for: a preset (h100-80g) or a cluster file's "
@@ -175,7 +176,7 @@ Verb addProfile(CLI::App &app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   return {cmd, [=] {
-            if (auto st = rannc::planner::finishProfileOptions(*precision, *o); !st) return fail(st.message());
+            if (auto st = rannc::planner::finishProfileOptions(*precision, *device, *o); !st) return fail(st.message());
             o->front_ends = libtorchFrontEnds();
             auto measure = measurer(o->threads, *optimizer, *repetitions, o->precision);
             return finish(rannc::planner::runProfile(*o, measure, std::cerr));

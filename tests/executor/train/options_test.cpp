@@ -61,5 +61,20 @@ TEST(ExecOptions, EnumFlagsParseOnceWithTheirWords) {
   EXPECT_EQ(finishTrainOptions(flags, o).message(), "--shuffle must be on or off (got 'sometimes')");
 }
 
+TEST(ExecOptions, DeviceIsThePlansUnlessGiven) {
+  TrainOptions o;
+  ExecFlags flags;
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_FALSE(o.device.has_value()); // not given: the plan's device
+  flags.device = "cuda";
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_EQ(o.device, cluster::DeviceKind::Cuda);
+  flags.device = "cpu";
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_EQ(o.device, cluster::DeviceKind::Cpu);
+  flags.device = "gpu";
+  EXPECT_EQ(finishTrainOptions(flags, o).message(), "--device must be cpu or cuda (got 'gpu')");
+}
+
 } // namespace
 } // namespace rannc::train

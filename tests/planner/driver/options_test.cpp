@@ -79,14 +79,19 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b"}));
 }
 
-TEST(PlanOptions, ProfileBatchSizesAndPrecision) {
+TEST(PlanOptions, ProfileBatchSizesPrecisionAndDevice) {
   ProfileCommandOptions o;
-  ASSERT_TRUE(finishProfileOptions("fp16", o).ok());
+  ASSERT_TRUE(finishProfileOptions("fp16", "cuda", o).ok());
   EXPECT_EQ(o.precision, cost::Precision::FP16);
+  EXPECT_EQ(o.device, cluster::DeviceKind::Cuda);
+  ASSERT_TRUE(finishProfileOptions("fp16", "cpu", o).ok());
+  EXPECT_EQ(o.device, cluster::DeviceKind::Cpu);
+  EXPECT_EQ(finishProfileOptions("fp32", "tpu", o).message(), "--device must be cpu or cuda (got 'tpu')");
+  EXPECT_EQ(cluster::deviceKindNames(), (std::vector<std::string>{"cpu", "cuda"}));
   o.batch_sizes = {0, 1};
-  EXPECT_EQ(finishProfileOptions("fp32", o).message(), "--batch-sizes: sizes must be at least 1");
+  EXPECT_EQ(finishProfileOptions("fp32", "cpu", o).message(), "--batch-sizes: sizes must be at least 1");
   o.batch_sizes = {1};
-  EXPECT_FALSE(finishProfileOptions("fp64", o).ok());
+  EXPECT_FALSE(finishProfileOptions("fp64", "cpu", o).ok());
 }
 
 TEST(PlanOptions, ReestimateMarginAndMemory) {
