@@ -253,7 +253,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   table.units = units;
   table.batch_sizes = opts.batch_sizes;
   std::sort(table.batch_sizes.begin(), table.batch_sizes.end());
-  table.optimizer = opts.optimizer;
+  table.optimizer = cost::optimizerName(opts.optimizer);
   Progress progress(progress_os, int(table.batch_sizes.size() * units.size()));
 
   try {
@@ -369,7 +369,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
       numel += t.numel();
     }
     std::unique_ptr<torch::optim::Optimizer> opt;
-    if (opts.optimizer == "adam") opt = std::make_unique<torch::optim::Adam>(all, torch::optim::AdamOptions(1e-3));
+    if (opts.optimizer == cost::Optimizer::Adam) opt = std::make_unique<torch::optim::Adam>(all, torch::optim::AdamOptions(1e-3));
     else opt = std::make_unique<torch::optim::SGD>(all, torch::optim::SGDOptions(1e-3));
     std::vector<double> steps;
     // What rannc-exec's update does besides communicating: one pass for the

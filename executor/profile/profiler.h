@@ -24,7 +24,7 @@ struct ProfileOptions {
   int repetitions = 3;           ///< timed runs per unit and size; the median is kept
   double single_run_s = 0.2;     ///< a unit whose warm-up took longer is timed once
   int threads = 1;               ///< intra-op threads, as rannc-exec uses per rank
-  std::string optimizer = "adam"; ///< whose step time to measure
+  cost::Optimizer optimizer = cost::Optimizer::Adam; ///< whose step time to measure (Adam, else SGD)
   cost::Precision precision = cost::Precision::FP32; ///< bf16/fp16: measure under autocast (Note [autocast dtypes])
   cluster::DeviceKind device = cluster::DeviceKind::Cpu; ///< cuda: this process's CUDA device `gpu`
   int gpu = 0;

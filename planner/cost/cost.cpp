@@ -2,6 +2,7 @@
 
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
+#include "planner/support/words.h"
 
 #include <algorithm>
 #include <initializer_list>
@@ -113,9 +114,26 @@ Saved savedForBackward(const ir::Graph &g) {
 
 } // namespace
 
-double optimizerStateFactor(const std::string &optimizer) {
-  if (optimizer == "adam" || optimizer == "adamw") return 2;
-  if (optimizer == "momentum") return 1;
+namespace {
+const char *const kOptimizers[] = {"sgd", "momentum", "adam", "adamw"}; // Optimizer order
+} // namespace
+
+const char *optimizerName(Optimizer o) { return kOptimizers[int(o)]; }
+
+std::vector<std::string> optimizerNames() { return {std::begin(kOptimizers), std::end(kOptimizers)}; }
+
+Expected<Optimizer> parseOptimizer(std::string_view text) {
+  if (auto o = enumFromWord<Optimizer>(text, kOptimizers)) return *o;
+  return Error{"must be sgd, momentum, adam or adamw (got '" + std::string(text) + "')"};
+}
+
+double optimizerStateFactor(Optimizer optimizer) {
+  switch (optimizer) {
+  case Optimizer::Adam:
+  case Optimizer::AdamW: return 2;
+  case Optimizer::Momentum: return 1;
+  case Optimizer::Sgd: return 0;
+  }
   return 0;
 }
 

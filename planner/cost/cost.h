@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "planner/cluster/cluster.h"
 #include "planner/ir/ir.h"
+#include "planner/support/status.h"
 
 namespace rannc::cost {
 
@@ -25,8 +27,16 @@ struct OpCost {
 std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpec &device,
                                     int64_t micro_batch);
 
+/// The optimizer a plan's memory estimate is for: each keeps its own state per parameter.
+enum class Optimizer { Sgd, Momentum, Adam, AdamW };
+/// "sgd", "momentum", "adam" or "adamw": the word flags, plans and profiles use.
+const char *optimizerName(Optimizer o);
+/// Every optimizer's word, in enum order (what --help lists).
+std::vector<std::string> optimizerNames();
+/// The optimizer called `text`; the error names the choices, not the flag: callers prefix it.
+Expected<Optimizer> parseOptimizer(std::string_view text);
 /// Bytes of optimizer state per parameter byte (SGD 0, momentum 1, Adam 2).
-double optimizerStateFactor(const std::string &optimizer);
+double optimizerStateFactor(Optimizer optimizer);
 
 /// A unit of work: a contiguous (hence convex) op range of the graph's
 /// topological order holding one compute-heavy op and the cheap ops after it.

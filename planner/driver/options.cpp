@@ -62,6 +62,9 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   auto zero = parseZero(flags.zero);
   if (!zero) return zero.error();
   opts.zero = *zero;
+  auto optimizer = cost::parseOptimizer(flags.optimizer);
+  if (!optimizer) return Error{"--optimizer " + optimizer.error().message};
+  opts.optimizer = *optimizer;
   opts.schedule.reset();
   if (!flags.schedule.empty()) {
     auto schedule = pipeline::parseSchedule(flags.schedule);
@@ -71,15 +74,19 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   return {};
 }
 
-Status finishProfileOptions(std::string_view precision, std::string_view device, ProfileCommandOptions &opts) {
+Status finishProfileOptions(const ProfileFlags &flags, ProfileCommandOptions &opts) {
   for (int64_t b : opts.batch_sizes)
     if (b < 1) return Error{"--batch-sizes: sizes must be at least 1"};
-  auto p = cost::parsePrecision(precision);
+  auto p = cost::parsePrecision(flags.precision);
   if (!p) return Error{"--precision: " + p.error().message};
   opts.precision = *p;
-  auto kind = cluster::parseDeviceKind(device);
+  auto kind = cluster::parseDeviceKind(flags.device);
   if (!kind) return Error{"--device " + kind.error().message};
   opts.device = *kind;
+  auto optimizer = cost::parseOptimizer(flags.optimizer);
+  if (!optimizer || (*optimizer != cost::Optimizer::Sgd && *optimizer != cost::Optimizer::Adam))
+    return Error{"--optimizer must be sgd or adam (got '" + flags.optimizer + "')"};
+  opts.optimizer = *optimizer;
   return {};
 }
 

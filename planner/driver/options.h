@@ -39,12 +39,19 @@ struct PlanFlags {
   std::string recompute = "auto"; ///< auto | on | off
   std::string zero = "auto";      ///< auto | 0 | 1
   std::string schedule;           ///< a pipeline::scheduleName; empty: the partitioner chooses
+  std::string optimizer = "adam"; ///< a cost::optimizerName
 };
 /// Checks `flags` against `opts` and sets its typed fields; the error names the flag.
 Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts);
 
-/// Checks rannc-plan profile's batch sizes and sets its precision and device from their words.
-Status finishProfileOptions(std::string_view precision, std::string_view device, ProfileCommandOptions &opts);
+/// The rannc-plan profile flags that are words.
+struct ProfileFlags {
+  std::string precision = "fp32"; ///< fp32 | bf16 | fp16
+  std::string device = "cpu";     ///< cpu | cuda
+  std::string optimizer = "adam"; ///< sgd | adam
+};
+/// Checks rannc-plan profile's batch sizes and sets its typed fields from `flags`.
+Status finishProfileOptions(const ProfileFlags &flags, ProfileCommandOptions &opts);
 
 /// Sets the re-estimating verbs' --device-memory (empty: not given) and
 /// --memory-margin (negative: not given, the plan's own).

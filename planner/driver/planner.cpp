@@ -158,7 +158,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   // The partitioner's step (pipeline, transfers, all-reduce) plus the slowest
   // stage's optimizer step, which every stage takes after the all-reduce.
   plan.mutable_estimates()->set_step_time_s(ev.step_time_s + optimizer);
-  plan.mutable_estimates()->set_optimizer(opts.optimizer);
+  plan.mutable_estimates()->set_optimizer(cost::optimizerName(opts.optimizer));
   fillModelFlops(g, plan.mutable_estimates());
   *plan.mutable_graph() = plan::graphToProto(g);
   plan.set_format_version(plan::requiredFormatVersion(plan)); // Note [plan format versions]

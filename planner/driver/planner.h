@@ -60,7 +60,7 @@ struct PlanOptions {
   bool power_of_two_replicas = false;
   std::string strategy = "auto"; ///< auto (the DP) | uniform | parameters | time
   double memory_margin = 0.1;  ///< fraction of device memory kept free
-  std::string optimizer = "adam"; ///< what the memory estimate assumes
+  cost::Optimizer optimizer = cost::Optimizer::Adam; ///< what the memory estimate assumes
   /// Cost source: "measure", "analytic", a profile file, or "" for the
   /// default (measured when the device type is this machine's, else analytic).
   std::string profile;
@@ -78,6 +78,7 @@ struct ProfileCommandOptions {
   int threads = 1;
   cost::Precision precision = cost::Precision::FP32; ///< measure under autocast (as PlanOptions::precision)
   cluster::DeviceKind device = cluster::DeviceKind::Cpu; ///< where to measure (cuda: this machine's GPU)
+  cost::Optimizer optimizer = cost::Optimizer::Adam;     ///< whose step time to measure (sgd or adam)
   /// The device name plans made from the profile target (a preset or a
   /// cluster file's device.name); with --device cuda it must be given.
   std::string device_type;

@@ -151,11 +151,13 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   for (const auto &s : plan.stages()) sizes.replicas.push_back(std::max(1, s.ranks_size()));
   m.costs = cost::analyticCosts(m.graph, units, m.cluster.device, costBatchSizes(sizes));
   m.costs.optimizer = plan.estimates().optimizer().empty() ? "adam" : plan.estimates().optimizer();
+  // A word no optimizer has (a hand edit) keeps no state, as before the enum.
+  const auto optimizer = cost::parseOptimizer(m.costs.optimizer);
 
   PlanOptions lower; // nothing pinned: constraints steer searches, they do not judge a plan
   lower.batch_size = plan.global_batch_size();
   lower.memory_margin = m.memory_margin;
-  lower.optimizer = m.costs.optimizer;
+  lower.optimizer = optimizer ? *optimizer : cost::Optimizer::Sgd;
   // check refuses another precision; until then it counts weight copies, as any non-fp32 one did.
   const auto precision = cost::planPrecision(plan);
   lower.precision = precision ? *precision : cost::Precision::BF16;

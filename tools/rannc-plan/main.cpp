@@ -22,7 +22,7 @@ namespace {
 
 /// The LibTorch profiler as the driver's measured cost source, with this
 /// tool's thread count, optimizer and repetitions.
-rannc::planner::MeasureFn measurer(int threads, const std::string &optimizer, int repetitions,
+rannc::planner::MeasureFn measurer(int threads, rannc::cost::Optimizer optimizer, int repetitions,
                                    rannc::cost::Precision precision) {
   return [=](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units, const std::vector<int64_t> &sizes,
              rannc::cluster::DeviceKind device) -> rannc::Expected<rannc::cost::CostTable> {
@@ -83,8 +83,8 @@ Verb addPlan(CLI::App &app, bool planning) {
   app.add_option("--batch-size", o->batch_size, "global batch size (samples per step)")->capture_default_str();
   app.add_option("--microbatches", o->microbatches,
                  "micro-batches per step, a divisor of the batch size (default: the partitioner chooses)");
-  app.add_option("--optimizer", o->optimizer, "optimizer the memory estimate assumes: sgd, momentum, adam, adamw")
-      ->check(CLI::IsMember({"sgd", "momentum", "adam", "adamw"}))
+  app.add_option("--optimizer", flags->optimizer, "optimizer the memory estimate assumes: sgd, momentum, adam, adamw")
+      ->check(CLI::IsMember(rannc::cost::optimizerNames()))
       ->capture_default_str();
   app.add_option("--stages", o->stages, "number of pipeline stages (default: the partitioner chooses)");
   app.add_option("--replicas", o->replicas,
@@ -146,14 +146,12 @@ Verb addProfile(CLI::App &app) {
                                  "Measures the forward/backward time and memory of every unit of MODEL on this machine "
                                  "and writes a profile that `rannc-plan MODEL --profile PROFILE` reuses anywhere");
   auto o = std::make_shared<rannc::planner::ProfileCommandOptions>();
-  auto optimizer = std::make_shared<std::string>("adam");
-  auto precision = std::make_shared<std::string>("fp32");
-  auto device = std::make_shared<std::string>("cpu");
+  auto flags = std::make_shared<rannc::planner::ProfileFlags>();
   auto repetitions = std::make_shared<int>(3);
   cmd->add_option("model", o->model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
   cmd->add_option("--data", o->data_dir, kDataHelp);
   cmd->add_option("-o,--output", o->output, "profile file to write")->required();
-  cmd->add_option("--device", *device,
+  cmd->add_option("--device", flags->device,
                   "where to measure: cpu, or cuda (this machine's first visible GPU, timed with CUDA events)")
       ->check(CLI::IsMember(rannc::cluster::deviceKindNames()))
       ->capture_default_str();
@@ -166,19 +164,19 @@ Verb addProfile(CLI::App &app) {
   cmd->add_option("--threads", o->threads, "intra-op threads (as each rannc-exec rank will use)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--optimizer", *optimizer, "optimizer whose step time to measure: sgd or adam")
+  cmd->add_option("--optimizer", flags->optimizer, "optimizer whose step time to measure: sgd or adam")
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
-  cmd->add_option("--precision", *precision, "measure under autocast at bf16/fp16, for plans of that --precision")
+  cmd->add_option("--precision", flags->precision, "measure under autocast at bf16/fp16, for plans of that --precision")
       ->check(CLI::IsMember(rannc::planner::precisionNames()))
       ->capture_default_str();
   cmd->add_option("--repetitions", *repetitions, "timed runs per unit and size after one warm-up; the median is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   return {cmd, [=] {
-            if (auto st = rannc::planner::finishProfileOptions(*precision, *device, *o); !st) return fail(st.message());
+            if (auto st = rannc::planner::finishProfileOptions(*flags, *o); !st) return fail(st.message());
             o->front_ends = libtorchFrontEnds();
-            auto measure = measurer(o->threads, *optimizer, *repetitions, o->precision);
+            auto measure = measurer(o->threads, o->optimizer, *repetitions, o->precision);
             return finish(rannc::planner::runProfile(*o, measure, std::cerr));
           }};
 }

@@ -79,19 +79,39 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b"}));
 }
 
+TEST(PlanOptions, OptimizerSetsTheStateTheEstimateCounts) {
+  PlanOptions o;
+  PlanFlags flags;
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_EQ(o.optimizer, cost::Optimizer::Adam); // the default memory estimate
+  const std::pair<const char *, double> want[] = {{"sgd", 0}, {"momentum", 1}, {"adam", 2}, {"adamw", 2}};
+  for (const auto &[word, factor] : want) {
+    flags.optimizer = word;
+    ASSERT_TRUE(finishPlanOptions(flags, o).ok()) << word;
+    EXPECT_EQ(cost::optimizerName(o.optimizer), std::string(word));
+    EXPECT_EQ(cost::optimizerStateFactor(o.optimizer), factor) << word;
+  }
+  flags.optimizer = "lion";
+  EXPECT_EQ(finishPlanOptions(flags, o).message(), "--optimizer must be sgd, momentum, adam or adamw (got 'lion')");
+}
+
 TEST(PlanOptions, ProfileBatchSizesPrecisionAndDevice) {
   ProfileCommandOptions o;
-  ASSERT_TRUE(finishProfileOptions("fp16", "cuda", o).ok());
+  ASSERT_TRUE(finishProfileOptions({"fp16", "cuda"}, o).ok());
   EXPECT_EQ(o.precision, cost::Precision::FP16);
   EXPECT_EQ(o.device, cluster::DeviceKind::Cuda);
-  ASSERT_TRUE(finishProfileOptions("fp16", "cpu", o).ok());
+  ASSERT_TRUE(finishProfileOptions({"fp16", "cpu"}, o).ok());
   EXPECT_EQ(o.device, cluster::DeviceKind::Cpu);
-  EXPECT_EQ(finishProfileOptions("fp32", "tpu", o).message(), "--device must be cpu or cuda (got 'tpu')");
+  EXPECT_EQ(finishProfileOptions({"fp32", "tpu"}, o).message(), "--device must be cpu or cuda (got 'tpu')");
   EXPECT_EQ(cluster::deviceKindNames(), (std::vector<std::string>{"cpu", "cuda"}));
   o.batch_sizes = {0, 1};
-  EXPECT_EQ(finishProfileOptions("fp32", "cpu", o).message(), "--batch-sizes: sizes must be at least 1");
+  EXPECT_EQ(finishProfileOptions({"fp32", "cpu"}, o).message(), "--batch-sizes: sizes must be at least 1");
   o.batch_sizes = {1};
-  EXPECT_FALSE(finishProfileOptions("fp64", "cpu", o).ok());
+  EXPECT_FALSE(finishProfileOptions({"fp64", "cpu"}, o).ok());
+  EXPECT_EQ(finishProfileOptions({"fp32", "cpu", "momentum"}, o).message(),
+            "--optimizer must be sgd or adam (got 'momentum')");
+  ASSERT_TRUE(finishProfileOptions({"fp32", "cpu", "sgd"}, o).ok());
+  EXPECT_EQ(o.optimizer, cost::Optimizer::Sgd);
 }
 
 TEST(PlanOptions, ReestimateMarginAndMemory) {
