@@ -25,6 +25,7 @@
 #include "executor/train/step_report.h"
 #include "executor/train/transport.h"
 #include "executor/train/watchdog.h"
+#include "planner/pipeline/schedule.h"
 #include "planner/plan/plan.h"
 
 // train() interprets the schedule's actions; each concept it drives has a
@@ -45,7 +46,8 @@ std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64
   std::ostringstream os;
   os << "rannc-exec: " << world << " rank(s), " << plan.stages_size() << " stage(s), batch "
      << plan.global_batch_size() << " in " << plan.microbatches() << " micro-batch(es), "
-     << (plan.schedule() == proto::GPIPE ? "gpipe" : "1f1b") << ", " << steps << " step(s)"
+     << pipeline::scheduleName(*plan::scheduleFromProto(plan.schedule())) /* prepare() refused none */ << ", " << steps
+     << " step(s)"
      << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << optimizerName(opts.optimizer)
      << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
      << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision " << precision
