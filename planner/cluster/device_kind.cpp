@@ -9,7 +9,7 @@ const char *const kWords[] = {"cpu", "cuda"}; // DeviceKind order
 
 const char *deviceKindName(DeviceKind k) { return kWords[int(k)]; }
 
-std::vector<std::string> deviceKindNames() { return {std::begin(kWords), std::end(kWords)}; }
+std::vector<std::string> deviceKindNames() { return wordList(kWords); }
 
 Expected<DeviceKind> parseDeviceKind(std::string_view text) {
   if (auto k = enumFromWord<DeviceKind>(text, kWords)) return *k;

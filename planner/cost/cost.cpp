@@ -120,7 +120,7 @@ const char *const kOptimizers[] = {"sgd", "momentum", "adam", "adamw"}; // Optim
 
 const char *optimizerName(Optimizer o) { return kOptimizers[int(o)]; }
 
-std::vector<std::string> optimizerNames() { return {std::begin(kOptimizers), std::end(kOptimizers)}; }
+std::vector<std::string> optimizerNames() { return wordList(kOptimizers); }
 
 Expected<Optimizer> parseOptimizer(std::string_view text) {
   if (auto o = enumFromWord<Optimizer>(text, kOptimizers)) return *o;

@@ -86,6 +86,8 @@ Expected<Precision> parsePrecision(std::string_view text) {
 
 std::string precisionName(Precision p) { return kPrecisionWords[size_t(p)]; }
 
+std::vector<std::string> precisionNames() { return wordList(kPrecisionWords); }
+
 Expected<Precision> planPrecision(const proto::Plan &plan) {
   return parsePrecision(plan.precision().empty() ? "fp32" : plan.precision());
 }

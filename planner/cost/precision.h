@@ -20,6 +20,8 @@ enum class Precision { FP32, BF16, FP16 };
 Expected<Precision> parsePrecision(std::string_view text);
 /// The spelling parsePrecision reads: "fp32", "bf16" or "fp16".
 std::string precisionName(Precision p);
+/// Every precision's word, in enum order (what --help lists).
+std::vector<std::string> precisionNames();
 /// A plan's precision: fp32 where the field is unset (plans before it existed).
 Expected<Precision> planPrecision(const proto::Plan &plan);
 /// The low-precision dtype of `precision` (BF16, F16), Undefined for fp32.

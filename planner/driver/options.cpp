@@ -34,14 +34,8 @@ Expected<Zero> parseZero(std::string_view text) {
   return Error{"--zero must be auto, 0 or 1 (got '" + std::string(text) + "')"};
 }
 
-std::vector<std::string> recomputeNames() { return {std::begin(kRecompute), std::end(kRecompute)}; }
-std::vector<std::string> zeroNames() { return {std::begin(kZero), std::end(kZero)}; }
-std::vector<std::string> precisionNames() {
-  std::vector<std::string> out;
-  for (cost::Precision p : {cost::Precision::FP32, cost::Precision::BF16, cost::Precision::FP16})
-    out.push_back(cost::precisionName(p));
-  return out;
-}
+std::vector<std::string> recomputeNames() { return wordList(kRecompute); }
+std::vector<std::string> zeroNames() { return wordList(kZero); }
 
 std::vector<std::string> scheduleNames() {
   std::vector<std::string> out;

@@ -28,7 +28,6 @@ Expected<Zero> parseZero(std::string_view text);
 /// The words each option reads, in the order --help lists them.
 std::vector<std::string> recomputeNames();
 std::vector<std::string> zeroNames();
-std::vector<std::string> precisionNames();
 std::vector<std::string> scheduleNames();
 
 /// The rannc-plan flags that are text, or that matter by being given at all.

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <iterator>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace rannc {
 
@@ -13,6 +16,11 @@ template <typename E, size_t N> std::optional<E> enumFromWord(std::string_view t
   for (size_t i = 0; i < N; ++i)
     if (text == words[i]) return E(i);
   return std::nullopt;
+}
+
+/// Every word of `words`, in enum order (what --help lists).
+template <size_t N> std::vector<std::string> wordList(const char *const (&words)[N]) {
+  return {std::begin(words), std::end(words)};
 }
 
 } // namespace rannc

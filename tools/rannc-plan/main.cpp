@@ -105,7 +105,7 @@ Verb addPlan(CLI::App &app, bool planning) {
   app.add_option("--precision", flags->precision,
                  "compute precision: fp32, or bf16/fp16 under LibTorch's autocast with fp32 weights, gradients and "
                  "optimizer state")
-      ->check(CLI::IsMember(rannc::planner::precisionNames()))
+      ->check(CLI::IsMember(rannc::cost::precisionNames()))
       ->capture_default_str();
   app.add_option("--schedule", flags->schedule, "pipeline schedule: " + rannc::pipeline::scheduleChoices() + " (default: the partitioner chooses)")
       ->check(CLI::IsMember(rannc::planner::scheduleNames()));
@@ -168,7 +168,7 @@ Verb addProfile(CLI::App &app) {
       ->check(CLI::IsMember({"sgd", "adam"}))
       ->capture_default_str();
   cmd->add_option("--precision", flags->precision, "measure under autocast at bf16/fp16, for plans of that --precision")
-      ->check(CLI::IsMember(rannc::planner::precisionNames()))
+      ->check(CLI::IsMember(rannc::cost::precisionNames()))
       ->capture_default_str();
   cmd->add_option("--repetitions", *repetitions, "timed runs per unit and size after one warm-up; the median is kept")
       ->capture_default_str()

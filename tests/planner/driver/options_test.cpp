@@ -60,7 +60,7 @@ TEST(PlanOptions, EnumWordsParseOnce) {
   const std::vector<std::string> recompute = recomputeNames(), zero = zeroNames();
   for (size_t i = 0; i < recompute.size(); ++i) EXPECT_EQ(*parseRecompute(recompute[i]), Recompute(i));
   for (size_t i = 0; i < zero.size(); ++i) EXPECT_EQ(*parseZero(zero[i]), Zero(i));
-  EXPECT_EQ(precisionNames(), (std::vector<std::string>{"fp32", "bf16", "fp16"}));
+  EXPECT_EQ(cost::precisionNames(), (std::vector<std::string>{"fp32", "bf16", "fp16"}));
 }
 
 TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
