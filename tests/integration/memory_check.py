@@ -76,7 +76,7 @@ def main():
              "zero": [("off", "--zero 0"), ("on", "--zero 1")],
              "precision": [("off", "--precision fp32 --recompute off"),
                            ("on", f"--precision {a.precision} --recompute off")]}[a.technique]
-    peaks, planned, saved, failures = {}, {}, {}, []
+    peaks, planned, saved, params, failures = {}, {}, {}, {}, []
     for mode, flags in modes:
         name = f"{a.technique}-{mode}-{a.schedule}-{a.stages}x{a.replicas}"
         plan, log = os.path.join(a.work, name + ".pb"), os.path.join(a.work, name + ".jsonl")
@@ -94,6 +94,7 @@ def main():
                 failures.append(f"{flags}: the plan's stages have {a.technique} {chosen}")
         saved[mode] = {r: st.get(f"{a.technique}_saved_bytes", 0) for st in shown["stages"] for r in st["ranks"]}
         parts = {r: st for st in shown["stages"] for r in st["ranks"]}
+        params[mode] = {r: parts[r]["param_bytes"] for r in parts}
         peaks[mode], planned[mode] = measured, predicted
         for r in range(ranks):
             ratio = measured[r] / predicted[r]
@@ -112,8 +113,16 @@ def main():
               + (f", the plan says {a.technique} saves {saved['on'][r]}" if a.technique != "precision" else ""))
         if saves and peaks["on"][r] >= peaks["off"][r]:
             failures.append(f"rank {r}: {a.technique} did not lower the peak ({peaks['on'][r]} >= {peaks['off'][r]})")
-        if not saves and peaks["on"][r] > 1.01 * peaks["off"][r]:
+        # With a measured profile the two plans may cut the model at different
+        # layers; a rank whose stage changed holds other tensors, so only a rank
+        # that holds the same parameters in both plans is compared like for like
+        # (each plan's own peak is still checked against its prediction above).
+        same_stage = params["on"][r] == params["off"][r]
+        if not saves and same_stage and peaks["on"][r] > 1.01 * peaks["off"][r]:
             failures.append(f"rank {r}: {a.technique} raised the peak ({peaks['on'][r]} > {peaks['off'][r]})")
+        if not same_stage:
+            print(f"rank {r}: the two plans give this rank different layers ({params['off'][r]} vs "
+                  f"{params['on'][r]} parameter bytes); compared with each plan's prediction only")
         if a.technique == "zero" and abs(fall - saved["on"][r]) > a.tolerance * 1.5 * saved["on"][r]:
             failures.append(f"rank {r}: the peak fell by {fall} bytes, the optimizer state's share is "
                             f"{saved['on'][r]} (tolerance {a.tolerance * 1.5:.0%})")
