@@ -1,5 +1,7 @@
 #include "planner/sharding/propagate.h"
 
+#include "planner/ir/op_set.h"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -379,6 +381,10 @@ bool columnCandidate(const ir::Node &n, const std::vector<OpInput> &in) {
 }
 
 bool rewrittenShapeInput(const ir::Node &n, size_t i) {
+  if (auto arg = atenShapeArg(n)) {
+    const std::vector<AtenArg> args = atenArgs(n);
+    return *arg < args.size() && args[*arg].inputs.size() == 1 && static_cast<size_t>(args[*arg].inputs[0]) == i;
+  }
   return n.domain.empty() && i == 1 && (n.op_type == "Reshape" || n.op_type == "Expand");
 }
 
@@ -465,6 +471,7 @@ OpResult propagate(const ir::Graph &g, const ir::Node &n, const std::vector<OpIn
   }
   for (ir::ValueId out : n.outputs)
     all_ranks = all_ranks && (out == ir::kNoValue || g.values[out].shape_known);
+  if (ir::isAten(n)) return propagateAten(g, n, in, seed_allowed);
   const bool onnx = n.domain.empty();
   const std::string_view op = n.op_type;
   if (onnx && op == "MatMul") return matmul(n, in, seed_allowed);

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -68,5 +70,30 @@ std::optional<std::vector<int64_t>> localReshapeTarget(const ir::Shape &out);
 /// The integer contents of a constant value (an initializer or a Constant
 /// node's output); nullopt when it is not a known constant.
 std::optional<std::vector<int64_t>> constantInts(const ir::Graph &g, ir::ValueId v);
+
+/// One ATen operator argument (Note [aten argument encoding]): its kind, the
+/// node inputs it reads, or its constant.
+struct AtenArg {
+  std::string kind;
+  std::vector<int> inputs;                ///< node input indices ("tensor", "ints", lists, ...)
+  const ir::AttrValue *constant = nullptr; ///< "c:*" kinds
+};
+
+/// The arguments of ATen node `n`; empty when its encoding cannot be read.
+std::vector<AtenArg> atenArgs(const ir::Node &n);
+/// Argument i as a known integer (a constant, or a constant input).
+std::optional<int64_t> atenInt(const ir::Graph &g, const ir::Node &n, const std::vector<AtenArg> &args, size_t i);
+/// Argument i as a known integer list.
+std::optional<std::vector<int64_t>> atenInts(const ir::Graph &g, const ir::Node &n, const std::vector<AtenArg> &args,
+                                             size_t i);
+/// "linear" for "aten::linear"; empty for other domains' names.
+std::string_view atenName(const ir::Node &n);
+/// The argument holding the target shape of aten::view/reshape/expand, which localGraph rewrites.
+std::optional<size_t> atenShapeArg(const ir::Node &n);
+/// The bias input of a row-parallel aten::linear (output partial): localGraph
+/// moves it after the sum, so it is added once (Note [row-parallel bias]).
+std::optional<size_t> rowParallelBias(const ir::Node &n, bool output_partial);
+/// The rule for ATen node `n` (propagate() for the "aten" domain).
+OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in, bool seed_allowed);
 
 } // namespace rannc::sharding::detail

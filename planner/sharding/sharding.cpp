@@ -215,6 +215,19 @@ private:
       taint_region_[out] = region_[in[0].id];
       return;
     }
+    if (const std::string_view op = detail::atenName(node);
+        (op == "size" || op == "sym_size") && !in.empty() && in[0].sh.axis >= 0 && !node.outputs.empty()) {
+      const auto args = detail::atenArgs(node);
+      const int r = static_cast<int>(in[0].value->shape.size());
+      int pos = in[0].sh.axis; // size(x): the whole list, the cut size at its position
+      if (args.size() > 1) {
+        auto d = detail::atenInt(g_, node, args, 1);
+        pos = !d ? kWholeTaint : (*d < 0 ? *d + r : *d) == in[0].sh.axis ? kWholeTaint : kNoTaint;
+      }
+      taint_[node.outputs[0]] = pos;
+      taint_region_[node.outputs[0]] = region_[in[0].id];
+      return;
+    }
     int taint = kNoTaint, region = -1;
     for (size_t i = 0; i < in.size(); ++i) {
       const ir::ValueId v = in[i].id;
@@ -250,6 +263,35 @@ private:
     }
   }
 
+  /// The axis of input 0 of weight op `node` that its output's cut `axis` comes from; -1: none.
+  int weightInputAxis(const ir::Node &node, int axis) const {
+    if (node.domain.empty()) {
+      if (node.op_type == "Cast" || node.op_type == "Identity") return axis;
+      if (node.op_type == "Transpose")
+        if (auto it = node.attrs.find("perm"); it != node.attrs.end())
+          if (const auto *perm = std::get_if<std::vector<int64_t>>(&it->second))
+            if (axis < static_cast<int>(perm->size())) return static_cast<int>((*perm)[axis]);
+      return -1;
+    }
+    const std::string_view op = detail::atenName(node);
+    if (op == "to" || op == "contiguous" || op == "detach" || op == "clone" || op == "_to_copy") return axis;
+    const ir::Value &in = g_.values[node.inputs[0]];
+    if (!in.shape_known || in.shape.size() != 2) return -1;
+    if (op == "t" || op == "numpy_T") return 1 - axis;
+    if (op == "transpose" || op == "permute") {
+      const auto args = detail::atenArgs(node);
+      auto d = op == "permute" ? detail::atenInts(g_, node, args, 1)
+                               : std::optional<std::vector<int64_t>>(std::vector<int64_t>{1, 0});
+      if (!d || d->size() != 2) return -1;
+      if (op == "transpose") {
+        auto d0 = detail::atenInt(g_, node, args, 1), d1 = detail::atenInt(g_, node, args, 2);
+        if (!d0 || !d1 || (*d0 + 2) % 2 == (*d1 + 2) % 2) return -1; // transposing a matrix with itself
+      }
+      return static_cast<int>(((*d)[axis] + 2) % 2);
+    }
+    return -1;
+  }
+
   /// Every reader of a weight must want it the same way (Note [sharding rules are conservative]).
   void resolveWeights() {
     auto resolve = [&](ir::ValueId v) -> int {
@@ -274,14 +316,7 @@ private:
         const int a = resolve(out);
         if (a >= 0) sh_[out] = {a, false}, axis = a, region = region_[out];
       }
-      int in_axis = -1;
-      if (axis >= 0 && node.domain.empty() && node.outputs.size() == 1) {
-        if (node.op_type == "Cast" || node.op_type == "Identity") in_axis = axis;
-        if (node.op_type == "Transpose")
-          if (auto it = node.attrs.find("perm"); it != node.attrs.end())
-            if (const auto *perm = std::get_if<std::vector<int64_t>>(&it->second))
-              if (axis < static_cast<int>(perm->size())) in_axis = static_cast<int>((*perm)[axis]);
-      }
+      const int in_axis = axis >= 0 && node.outputs.size() == 1 ? weightInputAxis(node, axis) : -1;
       if (axis >= 0 && in_axis < 0) {
         markBad(region);
         sh_[node.outputs[0]] = {};
@@ -304,8 +339,12 @@ private:
     std::map<ir::ValueId, std::set<ir::NodeId>> copies;
     for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(g_.nodes.size()); ++n) {
       if (!split_[n] || f_.param_only[n]) continue;
-      for (ir::ValueId v : g_.nodes[n].inputs) {
-        if (v == ir::kNoValue || sh_[v].axis >= 0 || !f_.needs_grad[v]) continue;
+      const ir::Node &node = g_.nodes[n];
+      const auto bias = detail::rowParallelBias(node, !node.outputs.empty() && node.outputs[0] != ir::kNoValue &&
+                                                          sh_[node.outputs[0]].partial);
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        const ir::ValueId v = node.inputs[i];
+        if (v == ir::kNoValue || sh_[v].axis >= 0 || !f_.needs_grad[v] || (bias && *bias == i)) continue;
         // A summed value read by a split node would need a copy after the sum.
         if (sh_[v].partial) markBad(region_[v]);
         else copies[v].insert(n);

@@ -48,6 +48,18 @@ struct Builder {
     return v;
   }
   ValueId matmul(ValueId x, ValueId w, ir::Shape out) { return op("MatMul", {x, w}, std::move(out)); }
+  /// An ATen node: `kinds` per argument (Note [aten argument encoding]), `consts` for the "c:" ones.
+  ValueId aten(const std::string &name, std::vector<ValueId> in, ir::Shape out, std::vector<std::string> kinds,
+               ir::AttrMap consts = {}) {
+    ir::AttrMap attrs = std::move(consts);
+    attrs["nargs"] = static_cast<int64_t>(kinds.size());
+    attrs["overload"] = std::string();
+    for (size_t i = 0; i < kinds.size(); ++i) attrs["t" + std::to_string(i)] = kinds[i];
+    std::string node = name + std::to_string(g.nodes.size());
+    ValueId v = g.addValue({node + "_out", DType::F32, std::move(out), true});
+    g.addNode({node, "aten::" + name, "aten", std::move(in), {v}, std::move(attrs)});
+    return v;
+  }
   void loss(ValueId v) { g.loss = op("ReduceMean", {v}, {}, {{"keepdims", int64_t{0}}}); }
 };
 
@@ -305,6 +317,51 @@ TEST(Sharding, AttentionIsCutByHeadsWithGroupedKeyValueHeads) {
   EXPECT_EQ(targetOf(t.ke), (std::vector<int64_t>{1, 1, 2, 1, 1}));
   EXPECT_EQ(targetOf(t.kr), (std::vector<int64_t>{-1, 2, 3, 2}));
   EXPECT_EQ(l.verify(), "");
+}
+
+/// TorchScript's nn.Linear pair: the row-parallel bias moves after the sum (Note [row-parallel bias]).
+TEST(Sharding, AtenLinearPairAddsTheRowParallelBiasOnce) {
+  Builder b;
+  ValueId x = b.input("x", {B(), F(8)});
+  ValueId s = b.param("s", {F(8)});
+  ValueId w1 = b.param("w1", {F(16), F(8)}), b1 = b.param("b1", {F(16)});
+  ValueId w2 = b.param("w2", {F(8), F(16)}), b2 = b.param("b2", {F(8)});
+  ValueId xs = b.aten("mul", {x, s}, {B(), F(8)}, {"tensor", "tensor"});
+  ValueId h = b.aten("linear", {xs, w1, b1}, {B(), F(16)}, {"tensor", "tensor", "tensor"});
+  // [B,16] -> 4 groups of 4, a softmax within each group, and back
+  ValueId v = b.aten("view", {h}, {B(), F(4), F(4)}, {"tensor", "c:ints"}, {{"v1", std::vector<int64_t>{-1, 4, 4}}});
+  ValueId p = b.aten("softmax", {v}, {B(), F(4), F(4)}, {"tensor", "c:int", "c:none"}, {{"v1", int64_t{-1}}});
+  ValueId back = b.aten("reshape", {p, b.ints("target", {-1, 16})}, {B(), F(16)}, {"tensor", "ints"});
+  ValueId y = b.aten("linear", {back, w2, b2}, {B(), F(8)}, {"tensor", "tensor", "tensor"});
+  b.loss(y);
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[w1].axis, 0);
+  EXPECT_EQ(a.values[b1].axis, 0);
+  EXPECT_EQ(a.values[v].axis, 1);
+  EXPECT_EQ(a.values[w2].axis, 1);
+  EXPECT_TRUE(a.values[b2].replicated());
+  EXPECT_TRUE(a.values[y].partial);
+  EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), 1); // xs only: b2 is added after the sum
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{4, 16}));
+
+  auto local = localGraph(b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Graph &l = *local;
+  EXPECT_EQ(l.verify(), "");
+  const ir::Node &view = l.nodes[l.values[v].producer];
+  EXPECT_EQ(std::get<std::vector<int64_t>>(view.attrs.at("v1")), (std::vector<int64_t>{-1, 2, 4}));
+  const ir::Node &reshape = l.nodes[l.values[back].producer];
+  EXPECT_EQ(l.constant_data.at(reshape.inputs[1]).numel(), 2);
+  const ir::Node &row = l.nodes[l.values[y].producer];
+  EXPECT_EQ(row.inputs.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(row.attrs.at("t2")), "c:none");
+  // linear, sum, add(bias), ReduceMean
+  const ir::Node &sum = l.nodes[l.values[y].producer + 1];
+  const ir::Node &add = l.nodes[l.values[y].producer + 2];
+  EXPECT_EQ(sum.op_type, ir::kTensorParallelSum);
+  EXPECT_EQ(add.op_type, "aten::add");
+  EXPECT_EQ(add.inputs, (std::vector<ValueId>{sum.outputs[0], b2}));
+  EXPECT_EQ(l.nodes.back().inputs[0], add.outputs[0]);
 }
 
 /// A reshape that would split heads (the cut lands inside a head) is refused.
