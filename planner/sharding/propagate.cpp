@@ -236,8 +236,17 @@ OpResult sliceLike(const ir::Graph &g, const ir::Node &n, const std::vector<OpIn
       for (size_t i = 0; i < s->size(); ++i) axes.push_back(static_cast<int64_t>(i));
     else return fail();
   }
-  for (int64_t a : axes)
-    if (normAxis(a, r) == cut) return fail();
+  for (size_t k = 0; k < axes.size(); ++k) {
+    if (normAxis(axes[k], r) != cut) continue;
+    // Exporters slice every axis from 0 to the end (a no-op): that stays local.
+    if (n.op_type != "Slice" || g.opset < 10) return fail();
+    auto starts = constantInts(g, in[1].id), ends = constantInts(g, in[2].id);
+    auto steps = in.size() > 4 && in[4].value ? constantInts(g, in[4].id) : std::optional<std::vector<int64_t>>();
+    const int64_t size = in[0].value->shape[cut].offset;
+    if (!starts || !ends || k >= starts->size() || k >= ends->size() || (*starts)[k] != 0 || (*ends)[k] < size ||
+        (in.size() > 4 && in[4].value && (!steps || k >= steps->size() || (*steps)[k] != 1)))
+      return fail();
+  }
   return allOutputs(n, cutAt(cut));
 }
 

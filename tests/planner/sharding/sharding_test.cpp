@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 
@@ -362,6 +363,23 @@ TEST(Sharding, AtenLinearPairAddsTheRowParallelBiasOnce) {
   EXPECT_EQ(add.op_type, "aten::add");
   EXPECT_EQ(add.inputs, (std::vector<ValueId>{sum.outputs[0], b2}));
   EXPECT_EQ(l.nodes.back().inputs[0], add.outputs[0]);
+}
+
+/// A slice along the cut axis keeps the cut only when it takes all of it (exporters' no-op slices).
+TEST(Sharding, SliceAlongTheCutAxisMustTakeAllOfIt) {
+  for (int64_t start : {0, 2}) {
+    SCOPED_TRACE(start);
+    Builder b;
+    ValueId x = b.input("x", {B(), F(8)});
+    ValueId w1 = b.param("w1", {F(8), F(16)}), w2 = b.param("w2", {F(16 - start), F(8)});
+    ValueId h = b.matmul(x, w1, {B(), F(16)});
+    ValueId cut = b.op("Slice", {h, b.ints("st", {start}), b.ints("en", {INT64_MAX}), b.ints("ax", {1})},
+                       {B(), F(16 - start)});
+    b.loss(b.matmul(cut, w2, {B(), F(8)}));
+    Analysis a = analyzed(b.g);
+    EXPECT_EQ(a.values[w1].axis, start == 0 ? 1 : -1);
+    EXPECT_EQ(a.values[cut].axis, start == 0 ? 1 : -1);
+  }
 }
 
 /// A reshape that would split heads (the cut lands inside a head) is refused.
