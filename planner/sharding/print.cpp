@@ -31,7 +31,9 @@ std::string_view nodeRole(const ir::Graph &g, const Analysis &a, ir::NodeId n) {
                      g.values[g.nodes[v.producer].inputs[0]].kind == ir::ValueKind::Parameter);
       cut_weight = cut_weight || weight;
     }
-  const bool product = node.domain.empty() && (node.op_type == "MatMul" || node.op_type == "Gemm");
+  const bool product = node.domain.empty() ? node.op_type == "MatMul" || node.op_type == "Gemm"
+                                            : node.op_type == "aten::linear" || node.op_type == "aten::matmul" ||
+                                                  node.op_type == "aten::mm" || node.op_type == "aten::bmm";
   if (product && partial && cut_weight) return "row-parallel";
   if (product && cut_out && cut_weight) return "column-parallel";
   if (partial) return "partial";
