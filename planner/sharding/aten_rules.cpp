@@ -14,24 +14,6 @@ namespace {
 
 namespace aa = ir::aten_args;
 
-OpResult fail() {
-  OpResult r;
-  r.ok = false;
-  return r;
-}
-
-OpResult allOutputs(const ir::Node &n, ValueSharding s) {
-  OpResult r;
-  r.outs.assign(n.outputs.size(), s);
-  return r;
-}
-
-int rankOf(const OpInput &in) {
-  return in.value && in.value->shape_known ? static_cast<int>(in.value->shape.size()) : -1;
-}
-
-int normAxis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
-
 /// The node's inputs re-indexed as a rule for the ONNX op of the same meaning expects them.
 std::vector<OpInput> pick(const std::vector<OpInput> &in, std::initializer_list<int> which) {
   std::vector<OpInput> out;
@@ -239,9 +221,7 @@ OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<
   }
   if (op == "layer_norm" || op == "rms_norm") {
     auto shape = atenInts(g, n, args, 1);
-    if (!shape || cut >= r - static_cast<int>(shape->size())) return fail();
-    for (size_t i = 1; i < in.size(); ++i)
-      if (in[i].sh.axis >= 0) return fail();
+    if (!shape || cut >= r - static_cast<int>(shape->size()) || !onlyFirstCut(in)) return fail();
     return allOutputs(n, {cut, false});
   }
   if (op == "mean" || op == "sum" || op == "amax" || op == "amin") {

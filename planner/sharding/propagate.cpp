@@ -11,10 +11,6 @@ namespace rannc::sharding::detail {
 
 namespace {
 
-int rankOf(const OpInput &in) {
-  return in.value && in.value->shape_known ? static_cast<int>(in.value->shape.size()) : -1;
-}
-
 int64_t intAttr(const ir::Node &n, const char *name, int64_t dflt) {
   auto it = n.attrs.find(name);
   if (it == n.attrs.end()) return dflt;
@@ -29,21 +25,7 @@ std::optional<std::vector<int64_t>> intsAttr(const ir::Node &n, const char *name
   return std::nullopt;
 }
 
-int normAxis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
-
 bool fixedSize(const ir::Dim &d, int64_t n) { return d.isFixed() && d.offset == n; }
-
-OpResult fail() {
-  OpResult r;
-  r.ok = false;
-  return r;
-}
-
-OpResult allOutputs(const ir::Node &n, ValueSharding s) {
-  OpResult r;
-  r.outs.assign(n.outputs.size(), s);
-  return r;
-}
 
 ValueSharding cutAt(int axis) { return ValueSharding{axis, false}; }
 
@@ -166,9 +148,8 @@ OpResult transpose(const ir::Node &n, const std::vector<OpInput> &in) {
 
 /// Reshape, Squeeze, Unsqueeze, Flatten: row-major relabelling of the same elements.
 OpResult reshapeLike(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in) {
-  if (in.empty() || !in[0].value || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue) return fail();
-  for (size_t i = 1; i < in.size(); ++i)
-    if (in[i].sh.axis >= 0) return fail();
+  if (in.empty() || !in[0].value || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue || !onlyFirstCut(in))
+    return fail();
   if (in[0].sh.axis < 0) return allOutputs(n, {});
   const ir::Value &out = g.values[n.outputs[0]];
   if (!out.shape_known || !in[0].value->shape_known) return fail();
@@ -199,9 +180,7 @@ OpResult normalizing(const ir::Graph &g, const ir::Node &n, const std::vector<Op
 }
 
 OpResult layerNorm(const std::vector<OpInput> &in, const ir::Node &n) {
-  if (in.empty() || !in[0].value) return fail();
-  for (size_t i = 1; i < in.size(); ++i)
-    if (in[i].sh.axis >= 0) return fail();
+  if (in.empty() || !in[0].value || !onlyFirstCut(in)) return fail();
   if (in[0].sh.axis < 0) return allOutputs(n, {});
   const int axis = normAxis(intAttr(n, "axis", -1), rankOf(in[0]));
   if (in[0].sh.axis >= axis) return fail();
@@ -210,9 +189,7 @@ OpResult layerNorm(const std::vector<OpInput> &in, const ir::Node &n) {
 
 /// Slice and Split along axes other than the cut one.
 OpResult sliceLike(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in) {
-  if (in.empty() || !in[0].value) return fail();
-  for (size_t i = 1; i < in.size(); ++i)
-    if (in[i].sh.axis >= 0) return fail();
+  if (in.empty() || !in[0].value || !onlyFirstCut(in)) return fail();
   const int cut = in[0].sh.axis, r = rankOf(in[0]);
   if (cut < 0) return allOutputs(n, {});
   std::vector<int64_t> axes;
@@ -273,9 +250,7 @@ OpResult concat(const ir::Node &n, const std::vector<OpInput> &in) {
 
 /// ReduceX over axes that leave the cut axis alone.
 OpResult reduce(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in) {
-  if (in.empty() || !in[0].value) return fail();
-  for (size_t i = 1; i < in.size(); ++i)
-    if (in[i].sh.axis >= 0) return fail();
+  if (in.empty() || !in[0].value || !onlyFirstCut(in)) return fail();
   const int cut = in[0].sh.axis, r = rankOf(in[0]);
   if (cut < 0) return allOutputs(n, {});
   std::optional<std::vector<int64_t>> axes = intsAttr(n, "axes");

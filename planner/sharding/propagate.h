@@ -42,6 +42,31 @@ struct OpResult {
   bool column = false;                             ///< a column-parallel product (the region's seed)
 };
 
+/// A rule's answer when it cannot prove the local result.
+inline OpResult fail() {
+  OpResult r;
+  r.ok = false;
+  return r;
+}
+/// Every output of `n` lying as `s`.
+inline OpResult allOutputs(const ir::Node &n, ValueSharding s) {
+  OpResult r;
+  r.outs.assign(n.outputs.size(), s);
+  return r;
+}
+/// The rank of an input; -1 when omitted or unknown.
+inline int rankOf(const OpInput &in) {
+  return in.value && in.value->shape_known ? static_cast<int>(in.value->shape.size()) : -1;
+}
+/// A possibly negative axis of a rank-`rank` tensor, made non-negative.
+inline int normAxis(int64_t axis, int rank) { return static_cast<int>(axis < 0 ? axis + rank : axis); }
+/// No input but the first is cut (ops whose other inputs are scales, sizes or axes).
+inline bool onlyFirstCut(const std::vector<OpInput> &in) {
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i].sh.axis >= 0) return false;
+  return true;
+}
+
 /// The rule for node `n` with inputs `in`; `seed_allowed`: a matrix product
 /// of a replicated input and a weight may cut the weight by output columns.
 OpResult propagate(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in, bool seed_allowed);
