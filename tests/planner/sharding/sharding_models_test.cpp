@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "planner/sharding/sharding.h"
 #include "tests/planner/sharding/model_helpers.h"
@@ -53,6 +55,27 @@ TEST(ShardingModels, TiedEmbeddingsKeepTheOutputLayerWhole) {
     }
   }
   checkLocal(g, f.a, 2);
+}
+
+/// Every model (RANNC_TEST_SHARDING_MODELS adds more, comma-separated): the
+/// analysis is deterministic and every local graph it allows verifies.
+TEST(ShardingModels, EveryLocalGraphVerifies) {
+  std::vector<std::string> models = {"mlp", "gpt", "bert", "gpt_tied"};
+  if (const char *more = std::getenv("RANNC_TEST_SHARDING_MODELS")) {
+    std::stringstream list(more);
+    for (std::string m; std::getline(list, m, ',');) models.push_back(m);
+  }
+  for (const std::string &m : models) {
+    SCOPED_TRACE(m);
+    ir::Graph g = load(m);
+    auto a = analyze(g), again = analyze(g);
+    ASSERT_TRUE(a.ok() && again.ok());
+    std::ostringstream one, two;
+    a->print(g, one);
+    again->print(g, two);
+    EXPECT_EQ(one.str(), two.str());
+    for (int t : a->degrees(8)) checkLocal(g, *a, t);
+  }
 }
 
 TEST(ShardingModels, PrintNamesTheRolesAndCollectives) {
