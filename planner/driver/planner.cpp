@@ -9,6 +9,7 @@
 #include "planner/cost/profile_file.h"
 #include "planner/import/model_format.h"
 #include "planner/driver/lower.h"
+#include "planner/driver/tooling.h"
 #include "planner/partition/coarsen.h"
 #include "planner/partition/evaluate.h"
 #include "planner/partition/solve.h"
@@ -312,11 +313,11 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out) {
 }
 
 Status runImport(const std::string &model_path, const std::string &data_dir, const FrontEnds &front_ends,
-                 std::ostream &out, std::ostream &log) {
+                 std::ostream &out, std::ostream &log, int tensor_parallel) {
   auto graph = importAny(model_path, data_dir, front_ends, log);
   if (!graph) return graph.error();
   graph->print(out);
-  return Status::success();
+  return tensor_parallel > 0 ? printTensorParallel(*graph, tensor_parallel, out) : Status::success();
 }
 
 } // namespace rannc::planner

@@ -19,6 +19,7 @@
 #include "planner/plan/trace.h"
 #include "planner/support/files.h"
 #include "planner/plan/model_ref.h"
+#include "planner/sharding/sharding.h"
 
 namespace rannc::planner {
 namespace {
@@ -454,6 +455,20 @@ Status runDiff(const std::string &a, const std::string &b, std::ostream &out) {
   if (!pb) return pb.error();
   out << "--- " << a << "\n+++ " << b << "\n";
   plan::printPlanDiff(*pa, *pb, out);
+  return Status::success();
+}
+
+Status printTensorParallel(const ir::Graph &g, int max_degree, std::ostream &out) {
+  auto a = sharding::analyze(g);
+  if (!a) return a.error();
+  a->print(g, out);
+  const std::vector<int> degrees = a->degrees(max_degree);
+  out << "tensor-parallel degrees up to " << max_degree << ':';
+  for (int t : degrees) out << ' ' << t;
+  out << '\n';
+  if (!a->validDegree(max_degree))
+    out << "degree " << max_degree << " does not divide every cut size; the largest valid one is " << degrees.back()
+        << '\n';
   return Status::success();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/driver/tooling.h"
 #include "planner/sharding/sharding.h"
 #include "tests/planner/sharding/model_helpers.h"
 
@@ -90,6 +91,20 @@ TEST(ShardingModels, PrintNamesTheRolesAndCollectives) {
   EXPECT_NE(text.find("row-parallel"), std::string::npos) << text;
   EXPECT_NE(text.find("sum(%"), std::string::npos) << text;
   EXPECT_NE(text.find("gather(%"), std::string::npos) << text;
+}
+
+/// rannc-plan import --tensor-parallel N: the analysis, then the degrees.
+TEST(ShardingModels, ImportPrintsTheValidDegrees) {
+  ir::Graph g = load("gpt");
+  std::ostringstream os;
+  ASSERT_TRUE(planner::printTensorParallel(g, 8, os).ok());
+  const std::string text = os.str();
+  EXPECT_NE(text.find("row-parallel"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensor-parallel degrees up to 8: 1 2 4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("degree 8 does not divide every cut size; the largest valid one is 4"), std::string::npos);
+  std::ostringstream four;
+  ASSERT_TRUE(planner::printTensorParallel(g, 4, four).ok());
+  EXPECT_EQ(four.str().find("does not divide"), std::string::npos);
 }
 
 } // namespace
