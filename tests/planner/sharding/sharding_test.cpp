@@ -382,6 +382,30 @@ TEST(Sharding, SliceAlongTheCutAxisMustTakeAllOfIt) {
   }
 }
 
+/// A deep residual stack of MLP blocks: every block is its own column/row pair,
+/// and one pass finds them all (the analysis stays linear in the graph).
+TEST(Sharding, DeepStackIsOnePairPerBlock) {
+  Builder b;
+  const int layers = 300;
+  ValueId h = b.input("x", {B(), F(8)});
+  for (int l = 0; l < layers; ++l) {
+    const std::string i = std::to_string(l);
+    ValueId s = b.param("s" + i, {F(8)});
+    ValueId w1 = b.param("w1_" + i, {F(8), F(32)}), w2 = b.param("w2_" + i, {F(32), F(8)});
+    ValueId n = b.op("Mul", {h, s}, {B(), F(8)});
+    ValueId y = b.matmul(b.op("Relu", {b.matmul(n, w1, {B(), F(32)})}, {B(), F(32)}), w2, {B(), F(8)});
+    h = b.op("Add", {h, y}, {B(), F(8)});
+  }
+  b.loss(h);
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), layers);
+  EXPECT_EQ(count(a, CollectiveKind::SumOverGroup), layers);
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{32}));
+  auto local = localGraph(b.g, a, 8);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  EXPECT_EQ(local->nodes.size(), b.g.nodes.size() + 2 * layers);
+}
+
 /// A reshape that would split heads (the cut lands inside a head) is refused.
 TEST(Sharding, ReshapeThatSplitsAHeadIsNotCut) {
   EXPECT_EQ(detail::reshapeAxis({B(), F(8)}, {B(), F(2), F(4)}, 1), std::optional<int>(1));
