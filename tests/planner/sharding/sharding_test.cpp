@@ -382,6 +382,37 @@ TEST(Sharding, SliceAlongTheCutAxisMustTakeAllOfIt) {
   }
 }
 
+/// torch.export's nn.Linear pair: addmm(b, x, t(W)); the row-parallel one becomes mm and its bias follows the sum.
+TEST(Sharding, AtenAddmmPairAddsTheRowParallelBiasOnce) {
+  Builder b;
+  ValueId x = b.input("x", {B(), F(8)});
+  ValueId s = b.param("s", {F(8)});
+  ValueId w1 = b.param("w1", {F(16), F(8)}), b1 = b.param("b1", {F(16)});
+  ValueId w2 = b.param("w2", {F(8), F(16)}), b2 = b.param("b2", {F(8)});
+  ValueId xs = b.aten("mul", {x, s}, {B(), F(8)}, {"tensor", "tensor"});
+  ValueId w1t = b.aten("t", {w1}, {F(8), F(16)}, {"tensor"});
+  ValueId h = b.aten("addmm", {b1, xs, w1t}, {B(), F(16)}, {"tensor", "tensor", "tensor"});
+  ValueId r = b.aten("relu", {h}, {B(), F(16)}, {"tensor"});
+  ValueId w2t = b.aten("t", {w2}, {F(16), F(8)}, {"tensor"});
+  ValueId y = b.aten("addmm", {b2, r, w2t}, {B(), F(8)}, {"tensor", "tensor", "tensor"});
+  b.loss(y);
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[w1].axis, 0);
+  EXPECT_EQ(a.values[b1].axis, 0);
+  EXPECT_EQ(a.values[w2].axis, 1);
+  EXPECT_TRUE(a.values[b2].replicated());
+  EXPECT_TRUE(a.values[y].partial);
+  auto local = localGraph(b.g, a, 4);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Node &row = local->nodes[local->values[y].producer];
+  EXPECT_EQ(row.op_type, "aten::mm");
+  EXPECT_EQ(row.inputs, (std::vector<ValueId>{r, w2t}));
+  const ir::Node &add = local->nodes[local->values[y].producer + 2];
+  EXPECT_EQ(add.op_type, "aten::add");
+  EXPECT_EQ(add.inputs[1], b2);
+  EXPECT_EQ(ir::shapeString(local->values[w2t].shape), "[4,8]");
+}
+
 /// A deep residual stack of MLP blocks: every block is its own column/row pair,
 /// and one pass finds them all (the analysis stays linear in the graph).
 TEST(Sharding, DeepStackIsOnePairPerBlock) {
