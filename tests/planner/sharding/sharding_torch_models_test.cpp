@@ -20,9 +20,8 @@ ir::Graph loadComplete(const std::string &model, const std::string &file) {
   return g;
 }
 
-TEST(ShardingTorchModels, LlamaCutsQueryAndKeyValueHeads) {
-  // 2 layers, hidden 32, 4 query heads and 2 key/value heads of 8, SwiGLU 64.
-  ir::Graph g = loadComplete("hf_llama", "model.onnx");
+/// hf_llama: 2 layers, hidden 32, 4 query heads and 2 key/value heads of 8, SwiGLU 64.
+void expectLlamaMegatron(const ir::Graph &g) {
   Found f = found(g);
   EXPECT_EQ(f.column, 2 * 5 + 1); // q, k, v, gate, up; the output layer
   EXPECT_EQ(f.row, 2 * 2);        // o, down
@@ -33,6 +32,10 @@ TEST(ShardingTorchModels, LlamaCutsQueryAndKeyValueHeads) {
   EXPECT_EQ(f.a.degrees(8), (std::vector<int>{1, 2}));
   EXPECT_GT(headCuts(g, f.a, {2, 4}), 0);
   checkLocal(g, f.a, 2);
+}
+
+TEST(ShardingTorchModels, LlamaCutsQueryAndKeyValueHeads) {
+  expectLlamaMegatron(loadComplete("hf_llama", "model.onnx"));
 }
 
 /// The dynamo exporter's attention folds the heads into the batch ([B,4,16,8]
@@ -70,13 +73,7 @@ TEST(ShardingTorchModels, TorchScriptGptIsMegatronPerLayer) {
 }
 
 TEST(ShardingTorchModels, TorchScriptLlamaCutsQueryAndKeyValueHeads) {
-  ir::Graph g = loadComplete("hf_llama", "model.pt");
-  Found f = found(g);
-  EXPECT_EQ(f.column, 2 * 5 + 1);
-  EXPECT_EQ(f.row, 2 * 2);
-  EXPECT_EQ(f.a.degrees(8), (std::vector<int>{1, 2}));
-  EXPECT_GT(headCuts(g, f.a, {2, 4}), 0);
-  checkLocal(g, f.a, 2);
+  expectLlamaMegatron(loadComplete("hf_llama", "model.pt"));
 }
 
 /// torch.export's nanoGPT: the MLP pairs are cut; the fused query/key/value
