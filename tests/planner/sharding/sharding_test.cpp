@@ -420,6 +420,26 @@ TEST(Sharding, AtenAddmmPairAddsTheRowParallelBiasOnce) {
   EXPECT_EQ(ir::shapeString(local->values[w2t].shape), "[4,8]");
 }
 
+/// A size read from a cut value is local; where the cut axis's size flows into
+/// data (here a scale), the region stays whole; the batch size may flow freely.
+TEST(Sharding, ACutSizeFlowingIntoDataKeepsTheRegionWhole) {
+  for (int64_t axis : {0, 1}) {
+    SCOPED_TRACE(axis);
+    Builder b;
+    ValueId x = b.input("x", {B(), F(8)});
+    ValueId w1 = b.param("w1", {F(8), F(16)}), w2 = b.param("w2", {F(16), F(8)});
+    ValueId h = b.matmul(x, w1, {B(), F(16)});
+    ValueId size = b.op("Shape", {h}, {F(2)}, {}, DType::I64);
+    ValueId n = b.op("Gather", {size, b.ints("i", {axis})}, {F(1)}, {{"axis", int64_t{0}}}, DType::I64);
+    ValueId scale = b.op("Cast", {n}, {F(1)}, {{"to", int64_t{1}}});
+    ValueId y = b.op("Mul", {h, scale}, {B(), F(16)});
+    b.loss(b.matmul(y, w2, {B(), F(8)}));
+    Analysis a = analyzed(b.g);
+    EXPECT_EQ(a.values[w1].axis, axis == 1 ? -1 : 1);
+    EXPECT_EQ(a.values[y].axis, axis == 1 ? -1 : 1);
+  }
+}
+
 /// A deep residual stack of MLP blocks: every block is its own column/row pair,
 /// and one pass finds them all (the analysis stays linear in the graph).
 TEST(Sharding, DeepStackIsOnePairPerBlock) {
