@@ -551,8 +551,8 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   // With the schedule searched only 1F1B can win (Note [exact stage DP]).
   const Schedule schedule = p.constraints.schedule.value_or(Schedule::OneFOneB);
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  auto progress = [&](const std::string &line) {
-    if (opts.progress) opts.progress(line + " (" + std::to_string(static_cast<int>(elapsed())) + " s)");
+  auto progress = [&](const std::string &line) { // only for searches long enough to wait on
+    if (opts.progress && elapsed() >= 1) opts.progress(line + " (" + std::to_string(static_cast<int>(elapsed())) + " s)");
   };
 
   SolveResult result;
