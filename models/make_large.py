@@ -196,11 +196,13 @@ def gpt(b, a):
     heads_shape = b.const([0, S, A, D])
     merged_shape = b.const([0, S, H])
     scale = b.const([1.0 / math.sqrt(D)], TensorProto.FLOAT, [])
-    # The causal mask as an additive bias: -10000 above the diagonal (Megatron's
-    # fill value, which fp16 holds), 0 elsewhere; no batch axis, made once per pass.
+    # The causal mask: True above the diagonal, no batch axis, made once per pass;
+    # masked scores become -10000 (Megatron's fill value, which fp16 holds; a
+    # 0-dim fill keeps the scores' dtype under autocast).
     future = b.op("Trilu", [b.op("ConstantOfShape", [b.const([S, S])],
-                                 value=helper.make_tensor("fill", TensorProto.FLOAT, [1], [-10000.0])),
+                                 value=helper.make_tensor("true", TensorProto.BOOL, [1], [True])),
                             b.const([1], dims=[])], upper=1)
+    masked = b.const([-10000.0], TensorProto.FLOAT, [])
     half, one = b.const([0.5], TensorProto.FLOAT, []), b.const([1.0], TensorProto.FLOAT, [])
     sqrt2 = b.const([math.sqrt(2.0)], TensorProto.FLOAT, [])
     for i in range(L):
@@ -211,7 +213,7 @@ def gpt(b, a):
         q = b.op("Transpose", [q], perm=[0, 2, 1, 3])
         k = b.op("Transpose", [k], perm=[0, 2, 3, 1])
         v = b.op("Transpose", [v], perm=[0, 2, 1, 3])
-        scores = b.op("Add", [b.op("Mul", [b.op("MatMul", [q, k]), scale]), future])
+        scores = b.op("Where", [future, masked, b.op("Mul", [b.op("MatMul", [q, k]), scale])])
         probs = dropout(b.op("Softmax", [scores], axis=-1))
         ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
         ctx = b.op("Reshape", [ctx, merged_shape])
