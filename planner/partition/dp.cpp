@@ -179,9 +179,11 @@ public:
                 const int64_t s = s0 + d, t = t0 + d;
                 if (lb_a_[t] == kInf) continue;
                 const int flags = placement(a, e, r, d);
-                if (!cached[choice][flags])
-                  cache[choice][flags] = values(a, e, ri, choice, flags), cached[choice][flags] = true;
-                const StageVals &v = cache[choice][flags];
+                StageVals across; // an all-reduce across nodes depends on d (Note [ring all-reduce bandwidth])
+                if (!(flags & 4)) across = values(a, e, ri, choice, flags, d);
+                else if (!cached[choice][flags])
+                  cache[choice][flags] = values(a, e, ri, choice, flags, d), cached[choice][flags] = true;
+                const StageVals &v = flags & 4 ? cache[choice][flags] : across;
                 if (!(v.ar < ar_limit_)) continue;
                 lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
                 lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
@@ -369,7 +371,7 @@ private:
   }
 
   /// The stage's numbers (see StageVals) for a placement from placement().
-  StageVals values(int a, int e, size_t ri, int choice, int flags) const {
+  StageVals values(int a, int e, size_t ri, int choice, int flags, int d) const {
     const bool rec = choice & kRecompute;
     const int r = R_[ri];
     const double b = samples_[ri], params = params_[e] - params_[a];
@@ -385,7 +387,7 @@ private:
     }
     if (r > 1) {
       const Link &l = link(flags & 4);
-      ar = 2.0 * (r - 1) / r * params / l.bandwidth + 2.0 * (r - 1) * l.latency_s;
+      ar = 2.0 * (r - 1) / r * params / p_.devices.allReduceBandwidth(d, r) + 2.0 * (r - 1) * l.latency_s;
     }
     const double f = recv_act + fwd, g = recv_grad + (rec ? fwd : 0) + bwd;
     StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0};
@@ -410,7 +412,7 @@ private:
         if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
         const int choice = memoryChoice(a, e, ri, inflight);
         if (choice < 0) continue;
-        const StageVals v = values(a, e, ri, choice, placement(a, e, r, d));
+        const StageVals v = values(a, e, ri, choice, placement(a, e, r, d), d);
         if (!(v.ar < ar_limit_)) continue;
         int next[2];
         const int num_next = nextClasses(k, e, next);

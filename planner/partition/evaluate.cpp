@@ -205,7 +205,8 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   if (stage.replicas > 1) {
     const Link &l = linkFor(p, c.allreduce_intra_node);
     const double r = stage.replicas;
-    c.allreduce_s = 2 * (r - 1) / r * c.param_bytes / l.bandwidth + 2 * (r - 1) * l.latency_s;
+    c.allreduce_s = 2 * (r - 1) / r * c.param_bytes / p.devices.allReduceBandwidth(first_rank, stage.replicas) +
+                    2 * (r - 1) * l.latency_s;
   }
 
   c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches);
