@@ -30,12 +30,16 @@ bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
 // ring spanning nodes thus moves at min(intra, k_min x inter), k_min the
 // fewest of its devices in one node: 8 x 25 GB/s for data parallelism over
 // whole DGX A100 nodes, one device's 25 GB/s for a ring with one device per
-// node. Point-to-point transfers between stages keep one device's share.
-double Devices::allReduceBandwidth(int first, int count) const {
-  const int last = first + count - 1;
+// node (the data-parallel rings of tensor-parallel stages, `stride` = the
+// degree, with 8 to a node). Point-to-point transfers between stages keep
+// one device's share.
+double Devices::allReduceBandwidth(int first, int count, int stride) const {
+  const int last = first + (count - 1) * stride;
   if (first / per_node == last / per_node) return intra_node.bandwidth;
-  const int in_first = per_node - first % per_node, in_last = last % per_node + 1;
-  const int fewest = std::min({in_first, in_last, per_node});
+  if (stride >= per_node) return std::min(intra_node.bandwidth, inter_node.bandwidth); // one device per node
+  // Members every `stride` ranks (a divisor of per_node): the first and last nodes may hold fewer.
+  const int in_first = (per_node - first % per_node + stride - 1) / stride, in_last = last % per_node / stride + 1;
+  const int fewest = std::min({in_first, in_last, per_node / stride});
   return std::min(intra_node.bandwidth, fewest * inter_node.bandwidth);
 }
 
