@@ -157,16 +157,22 @@ public:
     }
     // Same transitions as forEachStage, looped so that the innermost loop runs
     // over devices used: source and target states are then contiguous, and a
-    // stage's numbers depend on d only through three same-node tests, so
-    // they are computed once per combination.
+    // stage's numbers depend on d only through three same-node tests and the
+    // all-reduce's bandwidth, so they are computed once per combination.
     for (int a = n_ - 1; a >= 0; --a)
       for (int e = a + 1; e <= n_; ++e) {
         if (!paramsFit(a, e)) break;
         for (size_t ri = 0; ri < R_.size(); ++ri) {
           const int r = R_[ri];
           if (r > per_microbatch_) break;
-          StageVals cache[4][8];
-          bool cached[4][8] = {};
+          // Across nodes the all-reduce also depends on d through the ring's
+          // bandwidth (Note [ring all-reduce bandwidth]): a few values per flags.
+          struct Cached {
+            double bw;
+            StageVals v;
+          };
+          Cached cache[4][8][4];
+          int cached[4][8] = {};
           for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
             if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
             const int choice = memoryChoice(a, e, ri, inflightFor(k));
@@ -179,11 +185,16 @@ public:
                 const int64_t s = s0 + d, t = t0 + d;
                 if (lb_a_[t] == kInf) continue;
                 const int flags = placement(a, e, r, d);
-                StageVals across; // an all-reduce across nodes depends on d (Note [ring all-reduce bandwidth])
-                if (!(flags & 4)) across = values(a, e, ri, choice, flags, d);
-                else if (!cached[choice][flags])
-                  cache[choice][flags] = values(a, e, ri, choice, flags, d), cached[choice][flags] = true;
-                const StageVals &v = flags & 4 ? cache[choice][flags] : across;
+                const double bw = flags & 4 ? 0.0 : p_.devices.allReduceBandwidth(d, r);
+                int &count = cached[choice][flags];
+                Cached *hit = nullptr;
+                for (int i = 0; i < count && !hit; ++i)
+                  if (cache[choice][flags][i].bw == bw) hit = &cache[choice][flags][i];
+                StageVals uncached;
+                if (!hit && count < 4)
+                  hit = &cache[choice][flags][count++], *hit = {bw, values(a, e, ri, choice, flags, d)};
+                if (!hit) uncached = values(a, e, ri, choice, flags, d);
+                const StageVals &v = hit ? hit->v : uncached;
                 if (!(v.ar < ar_limit_)) continue;
                 lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
                 lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
