@@ -93,6 +93,18 @@ class Builder:
         return outs[0] if n_out == 1 else outs
 
 
+def dense(b, x, prefix, n_in, n_out):
+    """x @ weight [n_in, n_out] + bias."""
+    w = b.init(prefix + ".weight", [n_in, n_out])
+    return b.op("Add", [b.op("MatMul", [x, w]), b.init(prefix + ".bias", [n_out])])
+
+
+def norm(b, x, prefix, hidden, epsilon):
+    """LayerNorm over the last axis of size `hidden`."""
+    return b.op("LayerNormalization", [x, b.init(prefix + ".weight", [hidden]), b.init(prefix + ".bias", [hidden])],
+                axis=-1, epsilon=epsilon)
+
+
 # --------------------------------------------------------------------------- BERT
 
 def bert(b, a):
@@ -103,12 +115,10 @@ def bert(b, a):
               helper.make_tensor_value_info("labels", TensorProto.INT64, ["batch", S])]
 
     def linear(x, prefix, n_in, n_out):
-        w = b.init(prefix + ".weight", [n_in, n_out])
-        return b.op("Add", [b.op("MatMul", [x, w]), b.init(prefix + ".bias", [n_out])])
+        return dense(b, x, prefix, n_in, n_out)
 
     def layer_norm(x, prefix):
-        return b.op("LayerNormalization", [x, b.init(prefix + ".weight", [H]), b.init(prefix + ".bias", [H])],
-                    axis=-1, epsilon=1e-12)
+        return norm(b, x, prefix, H, 1e-12)
 
     x = b.op("Gather", [b.init("embeddings.word_embeddings.weight", [V, H]), "input_ids"])
     x = b.op("Add", [x, b.init("embeddings.position_embeddings.weight", [S, H])])
@@ -183,12 +193,10 @@ def gpt(b, a):
         return b.op("Dropout", [x, ratio, training], n_out=2)[0] if a.dropout > 0 else x
 
     def linear(x, prefix, n_in, n_out):
-        w = b.init(prefix + ".weight", [n_in, n_out])
-        return b.op("Add", [b.op("MatMul", [x, w]), b.init(prefix + ".bias", [n_out])])
+        return dense(b, x, prefix, n_in, n_out)
 
     def layer_norm(x, prefix):
-        return b.op("LayerNormalization", [x, b.init(prefix + ".weight", [H]), b.init(prefix + ".bias", [H])],
-                    axis=-1, epsilon=1e-5)
+        return norm(b, x, prefix, H, 1e-5)
 
     wte = b.init("embedding.word_embeddings.weight", [V, H])
     x = b.op("Gather", [wte, "input_ids"])

@@ -35,6 +35,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from large_plans import run  # noqa: E402  (a failed command ends the benchmark with its error)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEQ, VOCAB = 2048, 51200
 
@@ -55,13 +58,6 @@ def megatron_step(row):
     """The step time (s) Megatron's reported teraFLOP/s per GPU implies."""
     heads, hidden, layers, tp, pp, gpus, batch, tflops = row
     return megatron_flops(batch, layers, hidden) / (tflops * 1e12 * gpus)
-
-
-def run(cmd):
-    p = subprocess.run(cmd, text=True, capture_output=True)
-    if p.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
-    return p
 
 
 def has_tensor_parallel(plan_tool):
