@@ -93,6 +93,18 @@ class Builder:
         return outs[0] if n_out == 1 else outs
 
 
+def dense(b, x, prefix, n_in, n_out):
+    """x @ weight [n_in, n_out] + bias."""
+    w = b.init(prefix + ".weight", [n_in, n_out])
+    return b.op("Add", [b.op("MatMul", [x, w]), b.init(prefix + ".bias", [n_out])])
+
+
+def norm(b, x, prefix, hidden, epsilon):
+    """LayerNorm over the last axis of size `hidden`."""
+    return b.op("LayerNormalization", [x, b.init(prefix + ".weight", [hidden]), b.init(prefix + ".bias", [hidden])],
+                axis=-1, epsilon=epsilon)
+
+
 # --------------------------------------------------------------------------- BERT
 
 def bert(b, a):
@@ -103,12 +115,10 @@ def bert(b, a):
               helper.make_tensor_value_info("labels", TensorProto.INT64, ["batch", S])]
 
     def linear(x, prefix, n_in, n_out):
-        w = b.init(prefix + ".weight", [n_in, n_out])
-        return b.op("Add", [b.op("MatMul", [x, w]), b.init(prefix + ".bias", [n_out])])
+        return dense(b, x, prefix, n_in, n_out)
 
     def layer_norm(x, prefix):
-        return b.op("LayerNormalization", [x, b.init(prefix + ".weight", [H]), b.init(prefix + ".bias", [H])],
-                    axis=-1, epsilon=1e-12)
+        return norm(b, x, prefix, H, 1e-12)
 
     x = b.op("Gather", [b.init("embeddings.word_embeddings.weight", [V, H]), "input_ids"])
     x = b.op("Add", [x, b.init("embeddings.position_embeddings.weight", [S, H])])
@@ -183,12 +193,10 @@ def gpt(b, a):
         return b.op("Dropout", [x, ratio, training], n_out=2)[0] if a.dropout > 0 else x
 
     def linear(x, prefix, n_in, n_out):
-        w = b.init(prefix + ".weight", [n_in, n_out])
-        return b.op("Add", [b.op("MatMul", [x, w]), b.init(prefix + ".bias", [n_out])])
+        return dense(b, x, prefix, n_in, n_out)
 
     def layer_norm(x, prefix):
-        return b.op("LayerNormalization", [x, b.init(prefix + ".weight", [H]), b.init(prefix + ".bias", [H])],
-                    axis=-1, epsilon=1e-5)
+        return norm(b, x, prefix, H, 1e-5)
 
     wte = b.init("embedding.word_embeddings.weight", [V, H])
     x = b.op("Gather", [wte, "input_ids"])
@@ -196,11 +204,13 @@ def gpt(b, a):
     heads_shape = b.const([0, S, A, D])
     merged_shape = b.const([0, S, H])
     scale = b.const([1.0 / math.sqrt(D)], TensorProto.FLOAT, [])
-    # The causal mask as an additive bias: -10000 above the diagonal (Megatron's
-    # fill value, which fp16 holds), 0 elsewhere; no batch axis, made once per pass.
+    # The causal mask: True above the diagonal, no batch axis, made once per pass;
+    # masked scores become -10000 (Megatron's fill value, which fp16 holds; a
+    # 0-dim fill keeps the scores' dtype under autocast).
     future = b.op("Trilu", [b.op("ConstantOfShape", [b.const([S, S])],
-                                 value=helper.make_tensor("fill", TensorProto.FLOAT, [1], [-10000.0])),
+                                 value=helper.make_tensor("true", TensorProto.BOOL, [1], [True])),
                             b.const([1], dims=[])], upper=1)
+    masked = b.const([-10000.0], TensorProto.FLOAT, [])
     half, one = b.const([0.5], TensorProto.FLOAT, []), b.const([1.0], TensorProto.FLOAT, [])
     sqrt2 = b.const([math.sqrt(2.0)], TensorProto.FLOAT, [])
     for i in range(L):
@@ -211,7 +221,7 @@ def gpt(b, a):
         q = b.op("Transpose", [q], perm=[0, 2, 1, 3])
         k = b.op("Transpose", [k], perm=[0, 2, 3, 1])
         v = b.op("Transpose", [v], perm=[0, 2, 1, 3])
-        scores = b.op("Add", [b.op("Mul", [b.op("MatMul", [q, k]), scale]), future])
+        scores = b.op("Where", [future, masked, b.op("Mul", [b.op("MatMul", [q, k]), scale])])
         probs = dropout(b.op("Softmax", [scores], axis=-1))
         ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
         ctx = b.op("Reshape", [ctx, merged_shape])

@@ -24,6 +24,7 @@ struct Preset {
   LinkSpec intra;                // NVLink, per direction
   LinkSpec inter;                // InfiniBand share of one GPU
   int64_t runtime_reserve;       // Note [runtime reserve]
+  double compute_efficiency;     // Note [GPU calibration]
 };
 
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -78,14 +79,27 @@ constexpr int64_t kHopperReserve = kContext + 2 * kHopperWorkspace + kAllocatorS
 // compute fabric: DGX-1 4x EDR 100 Gb/s for 8 V100 (6.25 GB/s), DGX A100 8x
 // HDR 200 Gb/s (25 GB/s), DGX H100 8x NDR 400 Gb/s (50 GB/s). Latencies are
 // the order of an NCCL small-message transfer, not a datasheet figure.
+// Note [GPU calibration]
+// The analytic cost model (Note [roofline efficiency] in planner/cost/cost.cpp)
+// runs matrix work at peak x compute_efficiency. On the GPU presets that
+// fraction is the largest share of the dense bf16 peak that cuBLAS matrix
+// products have been measured to reach (Bekman, "Machine Learning
+// Engineering", compute/accelerator, "Maximum Achievable Matmul FLOPS",
+// mamf-finder.py, PyTorch 2.6 / CUDA 12.6): A100 SXM 271.2 of 312 TFLOP/s
+// (0.869 to three digits), H100 SXM 794.5 of 989 TFLOP/s (0.803). No such measurement of a
+// V100 is published there, so the V100 presets keep the default 0.5. Smaller
+// products fall below it through the roofline: their bytes, at
+// memory_bandwidth x memory_efficiency, outweigh their arithmetic. The
+// bandwidth fraction (0.8) and the 5 us per kernel stay the defaults
+// (docs/cost-model.md, "Calibration against Megatron-LM").
 // clang-format off
 const Preset kPresets[] = {
-    //           memory     fp32     tf32      fp16      bf16      HBM         NVLink             InfiniBand          reserve
-    {"v100-16g", 16 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}, kVoltaReserve},
-    {"v100-32g", 32 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}, kVoltaReserve},
-    {"a100-40g", 40 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   1555 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6},   kAmpereReserve},
-    {"a100-80g", 80 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   2039 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6},   kAmpereReserve},
-    {"h100-80g", 80 * kGiB, 67e12,   494.5e12, 989.5e12, 989.5e12, 3350 * kGB, {450 * kGB, 5e-6}, {50 * kGB, 5e-6},   kHopperReserve},
+    //           memory     fp32     tf32      fp16      bf16      HBM         NVLink             InfiniBand          reserve         compute efficiency
+    {"v100-16g", 16 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}, kVoltaReserve,  0.5},
+    {"v100-32g", 32 * kGiB, 15.7e12, 0,        125e12,   0,        900 * kGB,  {150 * kGB, 5e-6}, {6.25 * kGB, 5e-6}, kVoltaReserve,  0.5},
+    {"a100-40g", 40 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   1555 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6},   kAmpereReserve, 0.869},
+    {"a100-80g", 80 * kGiB, 19.5e12, 156e12,   312e12,   312e12,   2039 * kGB, {300 * kGB, 5e-6}, {25 * kGB, 5e-6},   kAmpereReserve, 0.869},
+    {"h100-80g", 80 * kGiB, 67e12,   494.5e12, 989.5e12, 989.5e12, 3350 * kGB, {450 * kGB, 5e-6}, {50 * kGB, 5e-6},   kHopperReserve, 0.803},
 };
 // clang-format on
 
@@ -259,6 +273,7 @@ bool applyPreset(const std::string &name, int devices_per_node, ClusterSpec &c) 
     c.intra_node = p.intra;
     c.inter_node = p.inter;
     c.device.runtime_reserve_bytes = p.runtime_reserve;
+    c.device.compute_efficiency = p.compute_efficiency;
     return true;
   }
   return false;

@@ -144,28 +144,140 @@ double optimizerStateFactor(Optimizer optimizer) {
 ///   time = op_overhead + max(flops / (peak_flops * compute_efficiency),
 ///                            bytes / (memory_bandwidth * memory_efficiency))
 /// FLOPs per op, and the kernels backward issues, come from one table for
-/// ONNX and ATen ops (Note [flop counts], flops.cpp). The defaults
-/// (DeviceSpec) are 0.5 of peak compute — Megatron-LM's large-GEMM training reaches about half the A100's peak —,
-/// 0.8 of peak bandwidth (what streaming kernels reach on HBM and DRAM) and
-/// 5 us per op (a CUDA kernel launch; LibTorch's CPU dispatch is of the same
-/// order). A cluster file may set all three per device.
+/// ONNX and ATen ops (Note [flop counts], flops.cpp). A matrix product's
+/// efficiency thus depends on its size through the roofline: a product
+/// whose operands and result outweigh its arithmetic (attention's
+/// per-head products, K = 64-128) runs at the bandwidth's pace. The
+/// defaults (DeviceSpec) are 0.5 of peak compute, 0.8 of peak bandwidth
+/// and 5 us per op; the GPU presets carry published figures instead (Note
+/// [GPU calibration] in planner/cluster/cluster.cpp). A cluster file may
+/// set all three per device. On GPUs two more facts of how the kernels run
+/// apply (Note [fused element-wise chains]).
+
+/// Note [fused element-wise chains]
+/// On a GPU, element-wise arithmetic is bandwidth-bound, so what it costs is
+/// the tensors it reads and writes. Training code fuses chains of it into
+/// one kernel: Megatron-LM's bias+GeLU and bias+dropout+add (PyTorch JIT)
+/// and its scale+mask+softmax kernel, which reads the S x S scores once and
+/// writes the probabilities once (Narayanan et al., SC'21, section 4.2;
+/// issue 29 brings such kernels to rannc-exec). The analytic model charges
+/// on `cuda` devices:
+///  - a value made by a point-wise op (arithmetic per element, Dropout, Where)
+///    whose every reader is point-wise or a softmax producing as many
+///    elements is internal to one fused kernel: neither written by its maker
+///    nor read by its readers, and a maker all of whose outputs are internal
+///    launches no kernel of its own;
+///  - reshapes that only rewrite a shape (Reshape, Flatten, Squeeze, view,
+///    ...) move no bytes and launch nothing: PyTorch returns a view.
+/// A softmax ends a chain (its output is written: Megatron drops out the
+/// probabilities in a kernel of its own); a chain never runs through a
+/// matrix product or a normalisation. A fused softmax of 16-bit scores
+/// writes 16-bit probabilities (it computes in fp32 in registers, as
+/// Megatron's does), where LibTorch's autocast would write fp32: its output,
+/// and the point-wise ops reading only such values (the dropout after it),
+/// move 2 bytes an element. `cpu` devices keep the op-by-op
+/// charges, which the CPU profiles and plans were made with.
+namespace {
+
+/// Values (by id) that a fused element-wise kernel keeps in registers (Note [fused element-wise chains]).
+std::vector<bool> fusedValues(const ir::Graph &g, const std::vector<OpFlops> &flops, int64_t b) {
+  std::vector<int> maker(g.values.size(), -1);
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (int i = 0; i < int(g.nodes.size()); ++i) {
+    for (ir::ValueId v : g.nodes[i].outputs)
+      if (v != ir::kNoValue) maker[v] = i;
+    for (ir::ValueId v : g.nodes[i].inputs)
+      if (v != ir::kNoValue) readers[v].push_back(i);
+  }
+  auto firstNumel = [&](const ir::Node &n) -> int64_t {
+    if (n.outputs.empty() || n.outputs[0] == ir::kNoValue || !g.values[n.outputs[0]].shape_known) return -1;
+    return ir::numelAt(g.values[n.outputs[0]].shape, b);
+  };
+  std::vector<bool> fused(g.values.size(), false);
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+    if (maker[v] < 0 || readers[v].empty() || v == g.loss || !flops[size_t(maker[v])].pointwise) continue;
+    if (!g.values[v].shape_known) continue;
+    const int64_t elems = ir::numelAt(g.values[v].shape, b);
+    bool all = true;
+    for (int r : readers[v]) {
+      const OpFlops &f = flops[size_t(r)];
+      all = all && (f.pointwise || f.softmax) && firstNumel(g.nodes[size_t(r)]) == elems;
+    }
+    fused[v] = all;
+  }
+  return fused;
+}
+
+/// Bytes per element each value moves at on a GPU: a fused softmax of 16-bit
+/// scores writes 16-bit probabilities, and point-wise ops reading only such
+/// values keep that width (Note [fused element-wise chains]); 0: the value's
+/// own runtime dtype.
+std::vector<int> fusedWidths(const ir::Graph &g, const std::vector<OpFlops> &flops, int64_t b) {
+  std::vector<int> width(g.values.size(), 0);
+  auto is16 = [&](ir::ValueId v) {
+    if (v == ir::kNoValue) return false;
+    if (width[v] == 2) return true;
+    const ir::DType d = g.values[v].runtimeDType();
+    return d == ir::DType::F16 || d == ir::DType::BF16;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node &n = g.nodes[i];
+    if (n.inputs.empty() || n.outputs.empty() || n.outputs[0] == ir::kNoValue) continue;
+    bool narrow = flops[i].softmax && is16(n.inputs[0]);
+    if (flops[i].pointwise && !flops[i].softmax && g.values[n.outputs[0]].shape_known) {
+      // The tensor operands (as many elements as the output), not scalars such as Dropout's ratio.
+      const int64_t elems = ir::numelAt(g.values[n.outputs[0]].shape, b);
+      bool any = false, all = true;
+      for (ir::ValueId v : n.inputs) {
+        if (v == ir::kNoValue || !ir::isFloating(g.values[v].dtype) || !g.values[v].shape_known ||
+            ir::numelAt(g.values[v].shape, b) != elems)
+          continue;
+        any = true;
+        all = all && width[v] == 2;
+      }
+      narrow = any && all;
+    }
+    if (narrow && ir::isFloating(g.values[n.outputs[0]].dtype)) width[n.outputs[0]] = 2;
+  }
+  return width;
+}
+
+} // namespace
+
 std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpec &device,
                                     int64_t micro_batch) {
   std::vector<OpCost> costs(g.nodes.size());
   const double bw = std::max(device.memory_bandwidth * device.memory_efficiency, 1.0);
   const double fp32_peak = std::max(device.peak_flops * device.compute_efficiency, 1.0);
+  const bool gpu = device.type == "cuda";
+  std::vector<OpFlops> flops(g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) flops[i] = opFlops(g, g.nodes[i], micro_batch);
+  const std::vector<bool> fused = gpu ? fusedValues(g, flops, micro_batch) : std::vector<bool>(g.values.size());
+  const std::vector<int> width = gpu ? fusedWidths(g, flops, micro_batch) : std::vector<int>(g.values.size());
+  auto movedBytes = [&](ir::ValueId v) {
+    if (v == ir::kNoValue || width[v] == 0 || !g.values[v].shape_known) return valueBytes(g, v, micro_batch);
+    return ir::numelAt(g.values[v].shape, micro_batch) * width[v];
+  };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node &n = g.nodes[i];
     OpCost &c = costs[i];
-    for (ir::ValueId v : n.outputs) c.output_bytes += valueBytes(g, v, micro_batch);
-    c.bytes_moved = c.output_bytes;
-    for (ir::ValueId v : n.inputs) c.bytes_moved += valueBytes(g, v, micro_batch);
+    bool launches = !gpu; // Note [fused element-wise chains]: a kernel of its own unless every output is fused
+    int64_t moved = 0;
+    for (ir::ValueId v : n.outputs) {
+      c.output_bytes += valueBytes(g, v, micro_batch);
+      if (v != ir::kNoValue && fused[v]) continue;
+      moved += movedBytes(v);
+      launches = true;
+    }
+    for (ir::ValueId v : n.inputs)
+      if (v == ir::kNoValue || !fused[v]) moved += movedBytes(v);
+    c.bytes_moved = moved;
 
-    const OpFlops f = opFlops(g, n, micro_batch);
+    const OpFlops &f = flops[i];
     c.fwd_flops = f.fwd;
     c.bwd_flops = f.bwd;
-    double overhead = device.op_overhead_s;
-    if (f.cls == OpClass::kHost) { // shapes, constants, lists: no kernel, no bytes
+    double overhead = launches ? device.op_overhead_s : 0.0;
+    if (f.cls == OpClass::kHost || (gpu && f.view)) { // no kernel, no bytes
       c.bytes_moved = 0;
       overhead = 0;
     }
@@ -181,7 +293,7 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
         lowp ? std::max(device.peakFlops(out == ir::DType::BF16 ? cluster::Precision::kBF16 : cluster::Precision::kFP16) *
                             device.compute_efficiency,
                         1.0)
-        : f.convolution && device.type == "cuda"
+        : f.convolution && gpu
             ? std::max(device.peakFlops(cluster::Precision::kTF32) * device.compute_efficiency, 1.0)
             : fp32_peak;
     const double bwd_kernels = f.bwd_kernels;

@@ -222,6 +222,29 @@ double einsumFlops(const ir::Graph &g, const ir::Node &n, int64_t b) {
   return 2 * product;
 }
 
+bool isSoftmax(const ir::Node &n) {
+  const std::string_view op = atenBaseName(n.op_type);
+  return op == "Softmax" || op == "LogSoftmax" || op == "softmax" || op == "_softmax" || op == "log_softmax" ||
+         op == "_log_softmax" || op == "_safe_softmax";
+}
+
+/// Element-wise ops the table counts as movement (no arithmetic) that a fused
+/// element-wise kernel still runs (Note [fused element-wise chains], cost.cpp).
+bool isPointwiseMovement(const ir::Node &n) {
+  const std::string_view op = atenBaseName(n.op_type);
+  return op == "Dropout" || op == "dropout" || op == "native_dropout" || op == "feature_dropout" || op == "Where" ||
+         op == "where" || op == "masked_fill";
+}
+
+/// Reshapes that never copy a contiguous tensor: they rewrite its shape and strides only.
+bool isView(const ir::Node &n) {
+  static const std::string_view views[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "view",
+                                           "reshape", "_unsafe_view", "_reshape_alias", "flatten", "unflatten",
+                                           "squeeze", "unsqueeze", "alias", "detach", "view_as", "reshape_as"};
+  const std::string_view op = atenBaseName(n.op_type);
+  return std::find(std::begin(views), std::end(views), op) != std::end(views);
+}
+
 } // namespace
 
 std::string_view atenBaseName(std::string_view op) {
@@ -242,6 +265,7 @@ OpFlops opFlops(const ir::Graph &g, const ir::Node &n, int64_t b) {
   const auto entry = ruleFor(n);
   if (!entry) { // element-wise arithmetic
     f.fwd = f.bwd = outputNumel(g, n, b);
+    f.pointwise = true;
     return f;
   }
   switch (entry->rule) {
@@ -303,12 +327,15 @@ OpFlops opFlops(const ir::Graph &g, const ir::Node &n, int64_t b) {
     return f;
   case Rule::kSoftmax:
     f.fwd = f.bwd = 5 * numel(input(g, n, 0), b);
+    f.softmax = isSoftmax(n);
     return f;
   case Rule::kPerInput:
     f.fwd = f.bwd = numel(input(g, n, 0), b);
     return f;
   case Rule::kMovement:
     f.cls = OpClass::kMovement;
+    f.pointwise = isPointwiseMovement(n);
+    f.view = isView(n);
     return f;
   case Rule::kHost:
     f.cls = OpClass::kHost;

@@ -27,6 +27,9 @@ struct OpFlops {
   OpClass cls = OpClass::kElementwise;
   int bwd_kernels = 1; ///< kernels backward launches (a matrix product: one per input gradient)
   bool convolution = false; ///< cuDNN runs fp32 convolutions as TF32 by default (PyTorch's allow_tf32)
+  bool pointwise = false;   ///< per element: arithmetic without a rule of its own (Add, Mul, Erf, ...), Dropout, Where
+  bool softmax = false;     ///< Softmax / LogSoftmax: a row-wise kernel that can end a fused element-wise chain
+  bool view = false;        ///< a reshape that only rewrites the shape (Reshape, Flatten, Squeeze, view, ...)
 };
 
 /// An ATen op's name without "aten::" and the in-place "_" (aten::relu_ ->

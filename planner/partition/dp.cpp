@@ -213,16 +213,22 @@ public:
     }
     // Same transitions as forEachStage, looped so that the innermost loop runs
     // over devices used: source and target states are then contiguous, and a
-    // stage's numbers depend on d only through three same-node tests, so
-    // they are computed once per combination.
+    // stage's numbers depend on d only through three same-node tests and the
+    // all-reduce's bandwidth, so they are computed once per combination.
     for (int a = n_ - 1; a >= 0; --a)
       for (int e = a + 1; e <= n_; ++e) {
         if (!paramsFit(a, e)) break;
         for (size_t ri = 0; ri < R_.size(); ++ri) {
           const int r = R_[ri], rq = quanta(r);
           if (r > per_microbatch_) break;
-          StageVals cache[4][kAnyPlacement + 1];
-          bool cached[4][kAnyPlacement + 1] = {};
+          // Across nodes the all-reduce also depends on d through the ring's
+          // bandwidth (Note [ring all-reduce bandwidth]): a few values per flags.
+          struct Cached {
+            double bw;
+            StageVals v;
+          };
+          Cached cache[4][kAnyPlacement + 1][4];
+          int cached[4][kAnyPlacement + 1] = {};
           for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
             if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
             const int choice = memoryChoice(a, e, ri, inflightFor(k));
@@ -234,10 +240,18 @@ public:
               for (int d = 0; d + rq <= Dq_ - later_ * (k - 1); ++d) {
                 const int64_t s = s0 + d, t = t0 + d;
                 if (lb_a_[t] == kInf) continue;
-                const int flags = placedAt(a, e, r, d);
-                if (!cached[choice][flags])
-                  cache[choice][flags] = placedValues(a, e, ri, choice, flags), cached[choice][flags] = true;
-                const StageVals &v = cache[choice][flags];
+                const int flags = placedAt(a, e, r, d), rank = d * q_;
+                const double bw =
+                    flags == kAnyPlacement || (flags & 4) ? 0.0 : p_.devices.allReduceBandwidth(rank, r);
+                int &count = cached[choice][flags];
+                Cached *hit = nullptr;
+                for (int i = 0; i < count && !hit; ++i)
+                  if (cache[choice][flags][i].bw == bw) hit = &cache[choice][flags][i];
+                StageVals uncached;
+                if (!hit && count < 4)
+                  hit = &cache[choice][flags][count++], *hit = {bw, placedValues(a, e, ri, choice, flags, rank)};
+                if (!hit) uncached = placedValues(a, e, ri, choice, flags, rank);
+                const StageVals &v = hit ? hit->v : uncached;
                 if (!(v.ar < ar_limit_)) continue;
                 lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
                 lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
@@ -433,11 +447,13 @@ private:
 
   /// values() at a placement from placedAt: for kAnyPlacement each number's
   /// least over the placements, a lower bound on the stage wherever it sits.
-  StageVals placedValues(int a, int e, size_t ri, int choice, int flags) const {
-    if (flags != kAnyPlacement) return values(a, e, ri, choice, flags);
-    StageVals least = values(a, e, ri, choice, 0);
+  /// The relaxation's least all-reduce is the one inside a node (flag 4),
+  /// which no ring across nodes beats, so `rank` does not matter there.
+  StageVals placedValues(int a, int e, size_t ri, int choice, int flags, int rank) const {
+    if (flags != kAnyPlacement) return values(a, e, ri, choice, flags, rank);
+    StageVals least = values(a, e, ri, choice, 0, rank);
     for (int f = 1; f < kAnyPlacement; ++f) {
-      const StageVals v = values(a, e, ri, choice, f);
+      const StageVals v = values(a, e, ri, choice, f, rank);
       least.a = std::min(least.a, v.a), least.ar = std::min(least.ar, v.ar);
       for (int i = 0; i < nc_; ++i) least.c[i] = std::min(least.c[i], v.c[i]);
     }
@@ -445,7 +461,7 @@ private:
   }
 
   /// The stage's numbers (see StageVals) for a placement from placement().
-  StageVals values(int a, int e, size_t ri, int choice, int flags) const {
+  StageVals values(int a, int e, size_t ri, int choice, int flags, int d) const {
     const bool rec = choice & kRecompute;
     const int r = R_[ri];
     const double b = samples_[ri], params = params_[e] - params_[a];
@@ -461,7 +477,7 @@ private:
     }
     if (r > 1) {
       const Link &l = link(flags & 4);
-      ar = 2.0 * (r - 1) / r * params / l.bandwidth + 2.0 * (r - 1) * l.latency_s;
+      ar = 2.0 * (r - 1) / r * params / p_.devices.allReduceBandwidth(d, r) + 2.0 * (r - 1) * l.latency_s;
     }
     const double f = recv_act + fwd, g = recv_grad + (rec ? fwd : 0) + bwd;
     StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0};
@@ -486,7 +502,7 @@ private:
         if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
         const int choice = memoryChoice(a, e, ri, inflight);
         if (choice < 0) continue;
-        const StageVals v = placedValues(a, e, ri, choice, placedAt(a, e, r, d));
+        const StageVals v = placedValues(a, e, ri, choice, placedAt(a, e, r, d), d * q_);
         if (!(v.ar < ar_limit_)) continue;
         int next[2];
         const int num_next = nextClasses(k, e, next);

@@ -39,7 +39,9 @@ namespace rannc::partition {
 //   Then every replica group all-reduces its gradients, after the pipeline has
 //   drained (a synchronous optimizer step):
 //     AR_s = 2 (r-1)/r * param_bytes / bw + 2 (r-1) lat, bw intra-node when the
-//     group's ranks share a node; the step pays max_s AR_s. A sharded stage
+//     group's ranks share a node, else the ring's devices per node times one
+//     device's network share (Note [ring all-reduce bandwidth] in
+//     problem.cpp); the step pays max_s AR_s. A sharded stage
 //     (ZeRO-1) reduce-scatters the gradients and all-gathers the updated
 //     parameters instead: (r-1)/r * param_bytes each way, the same bytes and
 //     the same formula, so sharding costs no time in this model.
@@ -205,7 +207,8 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   if (stage.replicas > 1) {
     const Link &l = linkFor(p, c.allreduce_intra_node);
     const double r = stage.replicas;
-    c.allreduce_s = 2 * (r - 1) / r * c.param_bytes / l.bandwidth + 2 * (r - 1) * l.latency_s;
+    c.allreduce_s = 2 * (r - 1) / r * c.param_bytes / p.devices.allReduceBandwidth(first_rank, stage.replicas) +
+                    2 * (r - 1) * l.latency_s;
   }
 
   c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches);

@@ -17,6 +17,32 @@ bool isPowerOfTwo(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 } // namespace
 
+// Note [ring all-reduce bandwidth]
+// NCCL all-reduces along rings; each of the 2(n-1) steps moves 1/n of the
+// data over every link of the ring (nccl-tests' PERFORMANCE.md: bus
+// bandwidth = algorithm bandwidth x 2(n-1)/n). Inside a node the ring runs
+// over the intra-node link. Across nodes NCCL runs one ring channel per
+// network interface: a channel visits the ring's devices of a node over the
+// intra-node link and leaves the node once, through one interface, so with
+// each device's interface in use (a DGX A100 has 8 HDR 200 Gb/s InfiniBand
+// adapters, one per GPU: inter_node is one GPU's share) a node sends k times
+// one device's inter-node bandwidth, k being the ring's devices in it. A
+// ring spanning nodes thus moves at min(intra, k_min x inter), k_min the
+// fewest of its devices in one node: 8 x 25 GB/s for data parallelism over
+// whole DGX A100 nodes, one device's 25 GB/s for a ring with one device per
+// node (the data-parallel rings of tensor-parallel stages, `stride` = the
+// degree, with 8 to a node). Point-to-point transfers between stages keep
+// one device's share.
+double Devices::allReduceBandwidth(int first, int count, int stride) const {
+  const int last = first + (count - 1) * stride;
+  if (first / per_node == last / per_node) return intra_node.bandwidth;
+  if (stride >= per_node) return std::min(intra_node.bandwidth, inter_node.bandwidth); // one device per node
+  // Members every `stride` ranks (a divisor of per_node): the first and last nodes may hold fewer.
+  const int in_first = (per_node - first % per_node + stride - 1) / stride, in_last = last % per_node / stride + 1;
+  const int fewest = std::min({in_first, in_last, per_node / stride});
+  return std::min(intra_node.bandwidth, fewest * inter_node.bandwidth);
+}
+
 void Problem::print(std::ostream &os) const {
   os << "problem: " << blocks.size() << " blocks, batch " << batch_size << ", " << devices.count << " devices ("
      << devices.per_node << "/node, " << formatBytes(devices.memory_bytes) << ", margin " << devices.memory_margin;

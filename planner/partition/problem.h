@@ -63,6 +63,9 @@ struct Devices {
 
   /// What a stage's tensors may use: memory_bytes * (1 - memory_margin) - reserve_bytes.
   double capacity() const { return memory_bytes * (1 - memory_margin) - reserve_bytes; }
+  /// The bandwidth a ring all-reduce over `count` ranks first, first+stride, ... moves at (Note [ring
+  /// all-reduce bandwidth]).
+  double allReduceBandwidth(int first, int count, int stride = 1) const;
 };
 
 // The pipeline schedule is the one of the pipeline model (planner/pipeline).

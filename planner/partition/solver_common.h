@@ -23,10 +23,8 @@ std::vector<int> stageCountsToSearch(const Problem &p);
 std::vector<int> deviceQuanta(const Problem &p, int only = 0);
 
 /// The replica counts of a search whose stage widths are multiples of `quantum`
-/// at `microbatches`: replicaCandidates for quantum 1; else every multiple of
-/// the quantum up to min(devices, samples per micro-batch) that shrinks the
-/// per-replica micro-batch against the previous one (powers of two if
-/// asked), or the pinned counts.
+/// at `microbatches`: the multiples of `quantum` among replicaCandidates (all
+/// of them for quantum 1), or the pinned counts.
 std::vector<int> quantizedReplicaCandidates(const Problem &p, int microbatches, int quantum);
 
 /// The error for a problem with no feasible solution: the memory the smallest

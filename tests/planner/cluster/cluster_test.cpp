@@ -182,7 +182,7 @@ device:
   memory: 40GiB
   peak_flops: {fp32: 19.5T, tf32: 156T, fp16: 312T, bf16: 312T}
   memory_bandwidth: 1.555TB/s
-  compute_efficiency: 0.5
+  compute_efficiency: 0.869
   memory_efficiency: 0.8
   op_overhead: 5us
   runtime_reserve: 444544KiB

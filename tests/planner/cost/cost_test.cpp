@@ -3,6 +3,7 @@
 // and the 6 x parameters x tokens rule are tests/integration/flops_check.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,53 @@ TEST(Flops, ConvolutionsRunAtTheTf32RateOnCuda) {
   d.peak_flops_tf32 = 0; // peakFlops falls back to fp32
   const double fp32 = estimateOpCosts(c.g, d, 64)[0].fwd_time_s;
   EXPECT_NEAR(fp32 / tf32, 156.0 / 19.5, 1e-9);
+}
+
+
+TEST(OpCosts, FusedElementwiseChainsAndViewsOnCuda) {
+  // Note [fused element-wise chains]: x -> Mul(scale) -> Softmax -> Reshape -> MatMul.
+  // On cuda the scaled scores stay inside the softmax's kernel (the Mul writes
+  // nothing and launches nothing, the softmax reads nothing of them) and the
+  // reshape is a view; on cpu every op moves its inputs and outputs.
+  ir::Graph g;
+  auto value = [&](std::vector<Dim> shape, ir::ValueKind kind) {
+    return g.addValue({"v" + std::to_string(g.values.size()), DType::F32, std::move(shape), true, kind});
+  };
+  const ir::ValueId x = value({Dim::batch(), F(1000)}, ir::ValueKind::Input);
+  const ir::ValueId scale = value({}, ir::ValueKind::Input);
+  const ir::ValueId w = value({F(1000), F(10)}, ir::ValueKind::Input);
+  const ir::ValueId scaled = value({Dim::batch(), F(1000)}, ir::ValueKind::Intermediate);
+  const ir::ValueId probs = value({Dim::batch(), F(1000)}, ir::ValueKind::Intermediate);
+  const ir::ValueId flat = value({Dim::batch(), F(1000)}, ir::ValueKind::Intermediate);
+  const ir::ValueId out = value({Dim::batch(), F(10)}, ir::ValueKind::Intermediate);
+  g.addNode({"mul", "Mul", "", {x, scale}, {scaled}, {}});
+  g.addNode({"softmax", "Softmax", "", {scaled}, {probs}, {}});
+  g.addNode({"reshape", "Reshape", "", {probs}, {flat}, {}});
+  g.addNode({"matmul", "MatMul", "", {flat, w}, {out}, {}});
+  auto cluster = cluster::clusterFromPreset("a100-80g", 1);
+  ASSERT_TRUE(cluster);
+  cluster::DeviceSpec gpu = cluster->device, cpu = gpu;
+  cpu.type = "cpu";
+  const int64_t b = 8, row = 8 * 1000 * 4; // bytes of one [8, 1000] fp32 tensor
+  const auto on_gpu = estimateOpCosts(g, gpu, b), on_cpu = estimateOpCosts(g, cpu, b);
+  EXPECT_EQ(on_cpu[0].bytes_moved, row + 4 + row);
+  EXPECT_EQ(on_cpu[1].bytes_moved, row + row);
+  EXPECT_EQ(on_cpu[2].bytes_moved, row + row);
+  EXPECT_EQ(on_gpu[0].bytes_moved, row + 4); // reads x and the scale, writes nothing
+  EXPECT_EQ(on_gpu[1].bytes_moved, row);     // writes the probabilities only
+  EXPECT_EQ(on_gpu[2].bytes_moved, 0);
+  EXPECT_EQ(on_gpu[3].bytes_moved, on_cpu[3].bytes_moved); // a matrix product reads what it reads
+  // Launches: the Mul runs inside the softmax's kernel, the view runs nothing.
+  const double bw = gpu.memory_bandwidth * gpu.memory_efficiency;
+  EXPECT_DOUBLE_EQ(on_gpu[0].fwd_time_s, double(row + 4) / bw);
+  EXPECT_DOUBLE_EQ(on_gpu[1].fwd_time_s, gpu.op_overhead_s + std::max(on_gpu[1].fwd_flops / (gpu.peak_flops *
+                                                                                               gpu.compute_efficiency),
+                                                                      double(row) / bw));
+  EXPECT_EQ(on_gpu[2].fwd_time_s, 0);
+  EXPECT_EQ(on_gpu[2].bwd_time_s, 0);
+  EXPECT_GT(on_cpu[0].fwd_time_s, cpu.op_overhead_s);
+  // What a unit keeps for backward does not depend on fusion.
+  EXPECT_EQ(on_gpu[0].output_bytes, on_cpu[0].output_bytes);
 }
 
 } // namespace

@@ -134,6 +134,43 @@ TEST(Evaluate, ReportsEveryViolation) {
   EXPECT_EQ(ev.violations[0], "stage 0 has 2 replicas but a micro-batch has only 1 samples");
 }
 
+TEST(Evaluate, RingAllReduceAcrossNodesUsesEveryDevicesNetworkShare) {
+  // Note [ring all-reduce bandwidth]: 8 devices to a node, NVLink 300, one
+  // device's network share 25 (GB/s, say).
+  Devices d;
+  d.count = 64;
+  d.per_node = 8;
+  d.intra_node = {300, 0};
+  d.inter_node = {25, 0};
+  EXPECT_EQ(d.allReduceBandwidth(0, 8), 300);   // one node: NVLink
+  EXPECT_EQ(d.allReduceBandwidth(8, 4), 300);
+  EXPECT_EQ(d.allReduceBandwidth(0, 32), 200);  // whole nodes: 8 interfaces per node
+  EXPECT_EQ(d.allReduceBandwidth(4, 8), 100);   // 4 + 4: the fewest in a node sets it
+  EXPECT_EQ(d.allReduceBandwidth(6, 10), 50);   // 2 + 8
+  EXPECT_EQ(d.allReduceBandwidth(3, 4, 8), 25); // one device per node (tensor-parallel groups of 8)
+  EXPECT_EQ(d.allReduceBandwidth(0, 8, 2), 100);
+  d.inter_node = {50, 0};
+  EXPECT_EQ(d.allReduceBandwidth(0, 16), 300); // never faster than the ring's NVLink hops
+  // evaluate() charges a stage's data-parallel all-reduce so: 32 replicas of
+  // one block over 4 whole nodes, 1000 bytes of parameters.
+  Problem p;
+  Block blk;
+  blk.fwd = {0.1, 0}, blk.bwd = {0.2, 0}, blk.param_bytes = 1000;
+  p.blocks = {blk};
+  p.cut_bytes_per_sample = {0, 0};
+  p.batch_size = 32;
+  p.devices = d;
+  p.devices.count = 32;
+  p.devices.inter_node = {25, 0};
+  p.devices.memory_bytes = 1e9;
+  Solution s;
+  s.stages = {Stage{0, 1, 32, false}};
+  s.microbatches = 1;
+  const Evaluation ev = evaluate(p, s);
+  ASSERT_EQ(ev.stages.size(), 1u);
+  EXPECT_DOUBLE_EQ(ev.stages[0].allreduce_s, 2.0 * 31 / 32 * 1000 / 200);
+}
+
 TEST(Evaluate, RuntimeReserveComesOffTheCapacity) {
   // Stage 0 of the hand solution needs 12114 bytes (HandComputedTimeAndMemory).
   // 20000 x (1 - 0.25) = 15000 fits it; less a 3000-byte runtime reserve,
