@@ -234,12 +234,13 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   const double keep = 1 - 1.0 / t; // Note [tensor parallel stages]
 
   StageMemoryInputs mem;
-  double collective_bytes = 0, collectives = 0;
+  double collective_bytes = 0, collectives = 0, whole_params = 0;
   for (int i = stage.block_begin; i < stage.block_end; ++i) {
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b) - keep * blk.tp.fwd.at(b);
     c.bwd_s += blk.bwd.at(b) - keep * blk.tp.bwd.at(b);
     c.param_bytes += blk.param_bytes - keep * blk.tp.param_bytes;
+    whole_params += blk.param_bytes;
     mem.model_buffers += blk.buffer_bytes;
     mem.lowp_weights += blk.lowp_weight_bytes - keep * blk.tp.lowp_weight_bytes;
     mem.act_per_sample += blk.activationAt(t) - blk.unsaved_freed_bytes_per_sample;
@@ -249,6 +250,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
   mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
   if (t > 1) c.tp_collective_s = ringAllReduce(collective_bytes * b, t, p.devices.intra_node, collectives);
+  if (t > 1 && whole_params > 0) c.param_share = c.param_bytes / whole_params;
   if (stage.recompute) c.recompute_s = c.fwd_s + c.tp_collective_s;
 
   const double cut_in = p.cut_bytes_per_sample[stage.block_begin];

@@ -85,6 +85,7 @@ struct StageCost {
   bool send_intra_node = true;   ///< link used for the stage's output transfers
   bool allreduce_intra_node = true;
   double param_bytes = 0;        ///< parameters of the stage's blocks one device holds (its shards)
+  double param_share = 1;        ///< param_bytes over the blocks' whole parameters (1 without tensor parallelism)
   StageMemory memory;            ///< one device's peak, by kind
   double recompute_saves_bytes = 0; ///< activation bytes recomputation saves (0 when the stage keeps them)
   double zero_saves_bytes = 0;      ///< optimizer state bytes sharding saves (0 when the stage does not shard)

@@ -45,6 +45,7 @@ Error noFeasiblePlan(const Problem &p) {
             const bool rec = choice & 1, zero = choice & 2;
             if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, r)) continue;
             Stage st{j, j + 1, r, rec, zero, tp};
+            if (!tensorParallelProblem(p, st, 0).empty()) continue;
             double mem = evaluateStage(p, st, 0, 1, 0, m, sched).memory.total();
             if (mem < need) {
               need = mem;
