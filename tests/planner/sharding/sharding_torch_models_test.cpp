@@ -20,22 +20,35 @@ ir::Graph loadComplete(const std::string &model, const std::string &file) {
   return g;
 }
 
+/// hf_llama: 2 layers, hidden 32, 4 query heads and 2 key/value heads of 8, SwiGLU 64.
+void expectLlamaMegatron(const ir::Graph &g) {
+  Found f = found(g);
+  EXPECT_EQ(f.column, 2 * 5 + 1); // q, k, v, gate, up; the output layer
+  EXPECT_EQ(f.row, 2 * 2);        // o, down
+  EXPECT_EQ(f.sum, 2 * 2);
+  // Both head counts are cut sizes: a degree must divide the key/value heads too.
+  EXPECT_NE(std::find(f.a.cut_sizes.begin(), f.a.cut_sizes.end(), 4), f.a.cut_sizes.end());
+  EXPECT_NE(std::find(f.a.cut_sizes.begin(), f.a.cut_sizes.end(), 2), f.a.cut_sizes.end());
+  EXPECT_EQ(f.a.degrees(8), (std::vector<int>{1, 2}));
+  EXPECT_GT(headCuts(g, f.a, {2, 4}), 0);
+  checkLocal(g, f.a, 2);
+}
+
 TEST(ShardingTorchModels, LlamaCutsQueryAndKeyValueHeads) {
-  // 2 layers, hidden 32, 4 query heads and 2 key/value heads of 8, SwiGLU 64.
-  for (const char *file : {"model.onnx", "model_dynamo.onnx"}) {
-    SCOPED_TRACE(file);
-    ir::Graph g = loadComplete("hf_llama", file);
-    Found f = found(g);
-    EXPECT_EQ(f.column, 2 * 5 + 1); // q, k, v, gate, up; the output layer
-    EXPECT_EQ(f.row, 2 * 2);        // o, down
-    EXPECT_EQ(f.sum, 2 * 2);
-    // Both head counts are cut sizes: a degree must divide the key/value heads too.
-    EXPECT_NE(std::find(f.a.cut_sizes.begin(), f.a.cut_sizes.end(), 4), f.a.cut_sizes.end());
-    EXPECT_NE(std::find(f.a.cut_sizes.begin(), f.a.cut_sizes.end(), 2), f.a.cut_sizes.end());
-    EXPECT_EQ(f.a.degrees(8), (std::vector<int>{1, 2}));
-    EXPECT_GT(headCuts(g, f.a, {2, 4}), 0);
-    checkLocal(g, f.a, 2);
-  }
+  expectLlamaMegatron(loadComplete("hf_llama", "model.onnx"));
+}
+
+/// The dynamo exporter's attention folds the heads into the batch ([B,4,16,8]
+/// -> [4*B,16,8]): a cut there would interleave with the batch, which a
+/// ValueSharding cannot say, so attention stays whole; the MLP is still cut.
+TEST(ShardingTorchModels, DynamoLlamaCutsTheMlpAndKeepsBatchFoldedAttentionWhole) {
+  ir::Graph g = loadComplete("hf_llama", "model_dynamo.onnx");
+  Found f = found(g);
+  EXPECT_EQ(f.column, 2 * 2 + 1); // gate, up; the output layer
+  EXPECT_EQ(f.row, 2);            // down
+  EXPECT_EQ(headCuts(g, f.a, {}), 0);
+  EXPECT_EQ(f.a.cut_sizes, (std::vector<int64_t>{64, 100}));
+  checkLocal(g, f.a, 2);
 }
 
 TEST(ShardingTorchModels, TorchScriptGptIsMegatronPerLayer) {
@@ -60,12 +73,23 @@ TEST(ShardingTorchModels, TorchScriptGptIsMegatronPerLayer) {
 }
 
 TEST(ShardingTorchModels, TorchScriptLlamaCutsQueryAndKeyValueHeads) {
-  ir::Graph g = loadComplete("hf_llama", "model.pt");
+  expectLlamaMegatron(loadComplete("hf_llama", "model.pt"));
+}
+
+/// torch.export's nanoGPT: the MLP pairs are cut; the fused query/key/value
+/// product is split along its cut axis into q, k and v, which no slice of it
+/// holds whole heads of, so attention stays whole.
+TEST(ShardingTorchModels, TorchExportNanoGptCutsTheMlpAndKeepsFusedAttentionWhole) {
+  ir::Graph g = loadComplete("nanogpt", "model.pt2");
   Found f = found(g);
-  EXPECT_EQ(f.column, 2 * 5 + 1);
-  EXPECT_EQ(f.row, 2 * 2);
-  EXPECT_EQ(f.a.degrees(8), (std::vector<int>{1, 2}));
-  EXPECT_GT(headCuts(g, f.a, {2, 4}), 0);
+  EXPECT_EQ(f.column, 2);
+  EXPECT_EQ(f.row, 2);
+  EXPECT_EQ(f.a.cut_sizes, (std::vector<int64_t>{192}));
+  for (ir::ValueId p : g.parameters) {
+    if (g.values[p].shape.size() == 2 && g.values[p].shape[0].offset == 144) {
+      EXPECT_TRUE(f.a.values[p].replicated()) << g.values[p].name;
+    }
+  }
   checkLocal(g, f.a, 2);
 }
 
