@@ -14,11 +14,17 @@ Usage:
   .venv/bin/python models/make_large.py bert -o OUT.onnx
       [--layers 24] [--hidden 1024] [--heads 16] [--ffn 4*hidden]
       [--seq-len 512] [--vocab 30522] [--weights external|none]
+  .venv/bin/python models/make_large.py gpt -o OUT.onnx
+      [--megatron 1.7b|3.6b|...|1008b | --layers L --hidden H --heads A]
+      [--seq-len 2048] [--vocab 51200] [--dropout 0.1] [--untied]
   .venv/bin/python models/make_large.py resnet -o OUT.onnx
       [--depth 50] [--width 1] [--image-size 224] [--classes 1000]
 
 BERT (post-LN encoder, masked-LM loss over every position) has inputs
-input_ids and labels [batch, seq-len]; ResNet (torchvision's layout,
+input_ids and labels [batch, seq-len]; GPT (Megatron-LM's pre-LN causal
+decoder, output layer tied to the word embedding; --megatron NAME takes the
+shape of a row of Megatron-LM's weak-scaling table, MEGATRON_ROWS) the same
+inputs, with sequence 2,048 and vocabulary 51,200 unless told; ResNet (torchvision's layout,
 BatchNorm in training mode) has x [batch, 3, S, S] and y [batch]. The batch
 dimension is symbolic. A summary line {"params": ..., "buffers": ..., ...}
 goes to stdout as JSON. Needs only the onnx package (no torch).
@@ -134,6 +140,95 @@ def bert(b, a):
     return inputs
 
 
+# --------------------------------------------------------------------------- GPT
+
+# Note [Megatron's table]
+# Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+# Clusters Using Megatron-LM" (SC'21, arXiv 2104.04473), Table 1: GPT models
+# of sequence 2,048 and vocabulary 51,200 on A100-80GB GPUs (Selene), mixed
+# precision, activation recomputation. Per row: attention heads, hidden size,
+# layers, tensor- and pipeline-parallel size, GPUs, global batch, and the
+# achieved teraFLOP/s per GPU (data-parallel size = GPUs / (TP x PP)). The
+# step time the table implies is derived from these by
+# tools/bench/megatron_table.py (megatronStep), never written down here.
+MEGATRON_ROWS = {
+    #          heads  hidden layers TP  PP  GPUs  batch  TF/s per GPU
+    "1.7b":   (24,    2304,  24,    1,  1,  32,   512,   137),
+    "3.6b":   (32,    3072,  30,    2,  1,  64,   512,   138),
+    "7.5b":   (32,    4096,  36,    4,  1,  128,  512,   142),
+    "18.4b":  (48,    6144,  40,    8,  1,  256,  1024,  135),
+    "39.1b":  (64,    8192,  48,    8,  2,  512,  1536,  138),
+    "76.1b":  (80,    10240, 60,    8,  4,  1024, 1792,  140),
+    "145.6b": (96,    12288, 80,    8,  8,  1536, 2304,  148),
+    "310.1b": (128,   16384, 96,    8,  16, 1920, 2160,  155),
+    "529.6b": (128,   20480, 105,   8,  35, 2520, 2520,  163),
+    "1008b":  (160,   25600, 128,   8,  64, 3072, 3072,  163),
+}
+
+
+def gpt(b, a):
+    """Megatron-LM's GPT: learned positions, pre-LN layers (attention with a
+    causal mask and dropout on the probabilities; a GeLU MLP of 4 x hidden),
+    a final LayerNorm and logits against the word embedding (tied unless
+    --untied), cross-entropy over every position (labels come pre-shifted)."""
+    H, A, S, V, L = a.hidden, a.heads, a.seq_len, a.vocab, a.layers
+    F = a.ffn or 4 * H
+    D = H // A
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", S]),
+              helper.make_tensor_value_info("labels", TensorProto.INT64, ["batch", S])]
+    ratio = b.const([a.dropout], TensorProto.FLOAT, [])
+    training = b.const([True], TensorProto.BOOL, [])
+
+    def dropout(x):
+        return b.op("Dropout", [x, ratio, training], n_out=2)[0] if a.dropout > 0 else x
+
+    def linear(x, prefix, n_in, n_out):
+        w = b.init(prefix + ".weight", [n_in, n_out])
+        return b.op("Add", [b.op("MatMul", [x, w]), b.init(prefix + ".bias", [n_out])])
+
+    def layer_norm(x, prefix):
+        return b.op("LayerNormalization", [x, b.init(prefix + ".weight", [H]), b.init(prefix + ".bias", [H])],
+                    axis=-1, epsilon=1e-5)
+
+    wte = b.init("embedding.word_embeddings.weight", [V, H])
+    x = b.op("Gather", [wte, "input_ids"])
+    x = dropout(b.op("Add", [x, b.init("embedding.position_embeddings.weight", [S, H])]))
+    heads_shape = b.const([0, S, A, D])
+    merged_shape = b.const([0, S, H])
+    scale = b.const([1.0 / math.sqrt(D)], TensorProto.FLOAT, [])
+    # The causal mask as an additive bias: -10000 above the diagonal (Megatron's
+    # fill value, which fp16 holds), 0 elsewhere; no batch axis, made once per pass.
+    future = b.op("Trilu", [b.op("ConstantOfShape", [b.const([S, S])],
+                                 value=helper.make_tensor("fill", TensorProto.FLOAT, [1], [-10000.0])),
+                            b.const([1], dims=[])], upper=1)
+    half, one = b.const([0.5], TensorProto.FLOAT, []), b.const([1.0], TensorProto.FLOAT, [])
+    sqrt2 = b.const([math.sqrt(2.0)], TensorProto.FLOAT, [])
+    for i in range(L):
+        p = f"layers.{i}"
+        h = layer_norm(x, f"{p}.input_layernorm")
+        q, k, v = (b.op("Reshape", [linear(h, f"{p}.attention.{n}", H, H), heads_shape])
+                   for n in ("query", "key", "value"))
+        q = b.op("Transpose", [q], perm=[0, 2, 1, 3])
+        k = b.op("Transpose", [k], perm=[0, 2, 3, 1])
+        v = b.op("Transpose", [v], perm=[0, 2, 1, 3])
+        scores = b.op("Add", [b.op("Mul", [b.op("MatMul", [q, k]), scale]), future])
+        probs = dropout(b.op("Softmax", [scores], axis=-1))
+        ctx = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        ctx = b.op("Reshape", [ctx, merged_shape])
+        x = b.op("Add", [x, dropout(linear(ctx, f"{p}.attention.dense", H, H))])
+        h = linear(layer_norm(x, f"{p}.post_attention_layernorm"), f"{p}.mlp.dense_h_to_4h", H, F)
+        gelu = b.op("Mul", [b.op("Mul", [h, half]), b.op("Add", [b.op("Erf", [b.op("Div", [h, sqrt2])]), one])])
+        x = b.op("Add", [x, dropout(linear(gelu, f"{p}.mlp.dense_4h_to_h", F, H))])
+    x = layer_norm(x, "final_layernorm")
+    head = b.init("output_layer.weight", [V, H]) if a.untied else wte
+    logits = b.op("MatMul", [x, b.op("Transpose", [head], perm=[1, 0])])
+    logits = b.op("Reshape", [logits, b.const([-1, V])])
+    labels = b.op("Reshape", ["labels", b.const([-1])])
+    b.nodes.append(helper.make_node("SoftmaxCrossEntropyLoss", [logits, labels], ["loss"], name="loss_node",
+                                    reduction="mean"))
+    return inputs
+
+
 # --------------------------------------------------------------------------- ResNet
 
 BLOCKS = {18: ("basic", [2, 2, 2, 2]), 34: ("basic", [3, 4, 6, 3]), 50: ("bottleneck", [3, 4, 6, 3]),
@@ -189,23 +284,38 @@ def resnet(b, a):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("model", choices=["bert", "resnet"])
+    p.add_argument("model", choices=["bert", "gpt", "resnet"])
     p.add_argument("-o", "--out", required=True, help="the .onnx file to write")
     p.add_argument("--weights", choices=["external", "none"], default="external",
                    help="external: initializers point to OUT.weights, which is never written; none: dims only")
-    g = p.add_argument_group("bert")
+    g = p.add_argument_group("bert and gpt")
     g.add_argument("--layers", type=int, default=24)
     g.add_argument("--hidden", type=int, default=1024)
     g.add_argument("--heads", type=int, default=16)
     g.add_argument("--ffn", type=int, help="feed-forward size (default 4 x hidden)")
-    g.add_argument("--seq-len", type=int, default=512)
-    g.add_argument("--vocab", type=int, default=30522)
+    g.add_argument("--seq-len", type=int, help="default 512 (bert), 2048 (gpt)")
+    g.add_argument("--vocab", type=int, help="default 30522 (bert), 51200 (gpt)")
+    g = p.add_argument_group("gpt")
+    g.add_argument("--megatron", choices=list(MEGATRON_ROWS),
+                   help="layers, hidden and heads of a row of Megatron-LM's table (overrides those flags)")
+    g.add_argument("--dropout", type=float, default=0.1, help="Megatron's hidden and attention dropout; 0: none")
+    g.add_argument("--untied", action="store_true", help="an output layer of its own, not the word embedding")
     g = p.add_argument_group("resnet")
     g.add_argument("--depth", type=int, default=50, choices=sorted(BLOCKS))
     g.add_argument("--width", type=int, default=1, help="channel multiplier (RaNNC's widened ResNets)")
     g.add_argument("--image-size", type=int, default=224)
     g.add_argument("--classes", type=int, default=1000)
     a = p.parse_args(argv)
+    if a.megatron:
+        if a.model != "gpt":
+            p.error("--megatron applies to gpt only")
+        a.heads, a.hidden, a.layers = MEGATRON_ROWS[a.megatron][:3]
+    if a.seq_len is None:
+        a.seq_len = 2048 if a.model == "gpt" else 512
+    if a.vocab is None:
+        a.vocab = 51200 if a.model == "gpt" else 30522
+    if not 0 <= a.dropout < 1:
+        p.error("--dropout must be in [0, 1)")
     for flag in ("layers", "hidden", "heads", "seq_len", "vocab", "width", "image_size", "classes"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be >= 1")
@@ -220,7 +330,7 @@ def main(argv=None):
     a = parse_args(argv)
     data_file = os.path.basename(a.out) + ".weights"
     b = Builder(a.weights, data_file)
-    inputs = (bert if a.model == "bert" else resnet)(b, a)
+    inputs = {"bert": bert, "gpt": gpt, "resnet": resnet}[a.model](b, a)
     graph = helper.make_graph(b.nodes, f"{a.model}_large", inputs,
                               [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], initializer=b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="make_large.py")

@@ -28,9 +28,14 @@ namespace {
 //   (k = stages still to place, a = blocks placed, d = devices used)
 // holds everything a later stage needs. Because V mixes a sum with maxima it
 // is not a shortest path; each state keeps the Pareto front of its partial
-// plans over (A, C). A partial plan dominated in every coordinate can be
-// swapped for its dominator in any completion without increasing V (V is
-// monotone in A and every C), so the fronts lose nothing.
+// plans over (A, C). A partial plan y can be swapped for x in any completion
+// without increasing V when x.A + w sum_i max(0, x.C_i - y.C_i) <= y.A (a
+// completion adds the same A' to both and takes max(C_i, C'_i): the C_i
+// where x is worse cost at most w times the excess, at small C'). This is
+// stronger than dominance in every coordinate (which it implies): with w =
+// M-1 large, a plan a little slower at its bottleneck stays only if it saves
+// w times as much in the sum (GPT 18.4B on 256 devices, 256 blocks: 79 M
+// front points inserted before, 64 M after); the fronts lose nothing.
 //
 // Psi is handled by thresholds instead, because keeping it on the fronts
 // multiplies their size (replica counts trade all-reduce time against compute
@@ -60,9 +65,50 @@ namespace {
 //   counts are visited in order of their lower bound and skipped whole when
 //   that bound cannot beat the best T.
 
+// Note [device quantum]
+// The states grow with the devices: (kmax+1)(n+1)(D+1), e.g. 129 x 257 x 1025
+// = 34 M for 256 blocks on 1024 devices at M = 128, about 2 GB and minutes
+// of bound passes. Above a budget of states (DPOptions::max_states), a
+// micro-batch count's search is restricted to stage widths in multiples of a
+// quantum q, and d counts quanta: (D/q + 1) instead of (D + 1). q is the
+// finest of 1, 2, 4, ... per_node, 2 per_node, 4 per_node ... that fits the
+// budget (detail::deviceQuanta), so small problems stay exact; a quantum of
+// a node or more also starts every stage on a node boundary. The replica
+// counts are the multiples of q that shrink the per-replica micro-batch
+// (detail::quantizedReplicaCandidates), which need not be in
+// replicaCandidates (8 replicas of a 12-sample micro-batch, when 6 would
+// do), so the restricted plans are valid plans but not a subset of the
+// exact space; the baseline seed keeps the answer no worse than it.
+//
+// The loss is bounded, not guessed: a relaxation on the same states (d in
+// quanta) lets every stage take any replica count of replicaCandidates,
+// advance d by floor(r / q) quanta only, later stages need no quantum, and
+// each of a stage's numbers is its least over the eight placements. Every
+// plan of the exact space maps onto a path of the relaxation (its d stays
+// at most floor(devices used / q), every number at most the real one), so
+// the relaxation's optimum is a lower bound on the exact one. It is solved
+// with the same machinery, pruned by the plan found: whatever it finds below
+// that plan lowers the bound, and when it finds nothing the plan found is
+// optimal over every stage width. SolveStats::lower_bound_s holds it; the
+// driver prints the gap and stores it in the plan's planner string. The
+// bound is loose where plans of many narrow stages matter (a stage of fewer
+// than q replicas is free in the relaxation): it states at most the loss.
+//
+// Speed (solveDP): a micro-batch count with at most min(kWarmStates,
+// max_states) states at every width is bounded and searched exactly as
+// before. A larger one is bounded on the relaxation at the finest quantum
+// within max_states / 8 states (cheap, and a bound over every width, so a
+// count it prunes needs no relaxation pass later), searched there first (a
+// good plan early prunes the finer search: GPT 18.4B on 256 devices, 106 s
+// for M=64 at quantum 2 from the baseline's step, 9 s after a pass at 8),
+// then at its quantum, and last bounded by the relaxation at its quantum.
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // About 60 bytes a state (bounds and an empty front): 2^25 states ~ 2 GB.
 constexpr int64_t kMaxStates = int64_t{1} << 25;
+// Counts above this many states are bounded on the relaxation and searched
+// at a coarser quantum first (Note [device quantum]).
+constexpr int64_t kWarmStates = int64_t{1} << 20;
 
 struct Point {
   double a;
@@ -87,9 +133,15 @@ struct StageVals {
 
 class MicrobatchDP {
 public:
-  MicrobatchDP(const Problem &p, int microbatches, Schedule schedule, const std::vector<int> &stage_counts)
+  /// `quantum` > 1: stage widths in multiples of it, d counted in quanta;
+  /// `relaxed`: the relaxation of Note [device quantum] instead.
+  MicrobatchDP(const Problem &p, int microbatches, Schedule schedule, const std::vector<int> &stage_counts,
+               int quantum = 1, bool relaxed = false)
       : p_(p), n_(p.numBlocks()), D_(p.devices.count), M_(microbatches), sched_(schedule),
-        R_(replicaCandidates(p, microbatches)), T_(tpCandidates(p)), cap_(p.devices.capacity()) {
+        R_(relaxed ? replicaCandidates(p, microbatches)
+                   : detail::quantizedReplicaCandidates(p, microbatches, quantum)),
+        T_(tpCandidates(p)), cap_(p.devices.capacity()), q_(std::max(1, quantum)), Dq_(D_ / q_),
+        relaxed_(relaxed && q_ > 1) {
     nc_ = sched_ == Schedule::GPipe ? 2 : 1;
     w_[0] = w_[1] = M_ - 1;
     if (p.constraints.replicas.size() > 1) per_stage_ = &p.constraints.replicas;
@@ -99,13 +151,16 @@ public:
     // in flight, GPipe M, so unless the stage count is pinned the states with
     // k >= M (1F1B) or k >= 1 (GPipe) behave alike and share one open class
     // "at least kmax_ left", which may stay in itself; pinned counts stay exact.
+    // Each stage takes at least one quantum, except in the relaxation.
     int smax = 0;
-    for (int s : stage_counts) smax = std::max(smax, s);
+    for (int s : stage_counts)
+      if (relaxed_ || s <= Dq_) smax = std::max(smax, s);
     const bool exact = per_stage_ || per_stage_tp_ || p.constraints.stages > 0;
     kmax_ = exact ? smax : std::min(smax, sched_ == Schedule::GPipe ? 1 : M_);
     top_open_ = kmax_ < smax;
     source_.assign(kmax_ + 1, false);
-    for (int s : stage_counts) source_[std::min(s, kmax_)] = true;
+    for (int s : stage_counts)
+      if (relaxed_ || s <= Dq_) source_[std::min(s, kmax_)] = true;
     per_microbatch_ = (p.batch_size + M_ - 1) / M_;
     for (int r : R_) samples_.push_back(static_cast<double>(replicaSamples(p.batch_size, M_, r)));
 
@@ -163,11 +218,13 @@ public:
         work_[ti].push_back(sparse(std::move(work)));
         keyed_work_[ti].push_back(sparse(std::move(keyed)));
       }
-    num_states_ = static_cast<int64_t>(kmax_ + 1) * (n_ + 1) * (D_ + 1);
+    num_states_ = static_cast<int64_t>(kmax_ + 1) * (n_ + 1) * (Dq_ + 1);
   }
 
   /// States of the DP (each holds bounds and a front).
   int64_t numStates() const { return num_states_; }
+  /// The device quantum (Note [device quantum]).
+  int quantum() const { return q_; }
 
   /// Only stages whose all-reduce takes less than `tau` are allowed from now on.
   void setAllReduceLimit(double tau) { ar_limit_ = tau; }
@@ -177,7 +234,7 @@ public:
     lb_a_.assign(num_states_, kInf);
     lb_psi_.assign(num_states_, kInf);
     for (int i = 0; i < nc_; ++i) lb_c_[i].assign(num_states_, kInf);
-    for (int d = 0; d <= D_; ++d) {
+    for (int d = 0; d <= Dq_; ++d) {
       const int64_t t = sid(0, n_, d);
       lb_a_[t] = lb_psi_[t] = 0;
       for (int i = 0; i < nc_; ++i) lb_c_[i][t] = 0;
@@ -193,10 +250,10 @@ public:
           const int tp = T_[ti];
           if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
           for (size_t ri = 0; ri < R_.size(); ++ri) {
-            const int r = R_[ri], devices = r * tp;
+            const int r = R_[ri], devices = r * tp, rq = quanta(devices);
             if (r > per_microbatch_) break;
-            StageVals cache[4][8];
-            bool cached[4][8] = {};
+            StageVals cache[4][kAnyPlacement + 1];
+            bool cached[4][kAnyPlacement + 1] = {};
             for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
               if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
               if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
@@ -205,13 +262,13 @@ public:
               int next[2];
               const int num_next = nextClasses(k, e, next);
               for (int j = 0; j < num_next; ++j) {
-                const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, devices);
-                for (int d = 0; d + devices <= D_ - (k - 1); ++d) {
+                const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, rq);
+                for (int d = 0; d + rq <= Dq_ - later_ * (k - 1); ++d) {
                   const int64_t s = s0 + d, t = t0 + d;
-                  if (lb_a_[t] == kInf || !p_.devices.groupsInsideNodes(d, r, tp)) continue;
-                  const int flags = placement(a, e, devices, d);
+                  if (lb_a_[t] == kInf || !groupsFit(d, r, tp)) continue;
+                  const int flags = placedAt(a, e, devices, d);
                   if (!cached[choice][flags])
-                    cache[choice][flags] = values(a, e, ri, ti, choice, flags), cached[choice][flags] = true;
+                    cache[choice][flags] = placedValues(a, e, ri, ti, choice, flags), cached[choice][flags] = true;
                   const StageVals &v = cache[choice][flags];
                   if (!(v.ar < ar_limit_)) continue;
                   lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
@@ -244,7 +301,7 @@ public:
     }
     for (int a = 0; a < n_; ++a)
       for (int k = 1; k <= std::min(kmax_, n_ - a); ++k)
-        for (int d = 0; d + k <= D_; ++d) {
+        for (int d = 0; d + later_ * k <= Dq_; ++d) {
           const int64_t s = sid(k, a, d);
           if (fronts_[s].empty()) continue;
           ++stats.states;
@@ -265,7 +322,7 @@ public:
     int64_t least_v_state = -1, best_state = -1;
     int best_point = -1;
     double least_v = kInf, least_v_psi = kInf;
-    for (int d = 0; d <= D_; ++d) {
+    for (int d = 0; d <= Dq_; ++d) {
       const int64_t t = sid(0, n_, d);
       for (size_t pi = 0; pi < fronts_[t].size(); ++pi) {
         const Point &q = fronts_[t][pi];
@@ -275,14 +332,20 @@ public:
         if (v + q.psi < incumbent) incumbent = v + q.psi, best_state = t, best_point = static_cast<int>(pi);
       }
     }
-    if (best_state >= 0) best = reconstruct(best_state, best_point);
+    if (best_state >= 0 && !relaxed_) best = reconstruct(best_state, best_point);
     return least_v_state >= 0 ? least_v_psi : -1;
   }
 
 private:
-  int64_t sid(int k, int a, int d) const { return (static_cast<int64_t>(k) * (n_ + 1) + a) * (D_ + 1) + d; }
-  int aOf(int64_t s) const { return static_cast<int>((s / (D_ + 1)) % (n_ + 1)); }
-  int dOf(int64_t s) const { return static_cast<int>(s % (D_ + 1)); }
+  int64_t sid(int k, int a, int d) const { return (static_cast<int64_t>(k) * (n_ + 1) + a) * (Dq_ + 1) + d; }
+  int aOf(int64_t s) const { return static_cast<int>((s / (Dq_ + 1)) % (n_ + 1)); }
+  int dOf(int64_t s) const { return static_cast<int>(s % (Dq_ + 1)); }
+  /// The quanta a stage of `devices` devices advances d by (rounded down in the relaxation).
+  int quanta(int devices) const { return devices / q_; }
+  /// Whether a stage of r groups of tp ranks from quantum d keeps each group
+  /// inside a node (Note [tensor parallel stages]); the relaxation does not
+  /// know the rank, so it allows every placement.
+  bool groupsFit(int d, int r, int tp) const { return relaxed_ || p_.devices.groupsInsideNodes(d * q_, r, tp); }
   int node(int rank) const { return rank / p_.devices.per_node; }
   const Link &link(bool intra) const { return intra ? p_.devices.intra_node : p_.devices.inter_node; }
 
@@ -306,7 +369,7 @@ private:
     while (fronts_[t][pi].prev_state >= 0) {
       const Point &q = fronts_[t][pi];
       const int64_t s = q.prev_state;
-      sol.stages.push_back(Stage{aOf(s), aOf(t), (dOf(t) - dOf(s)) / q.tp, q.recompute, q.zero, q.tp});
+      sol.stages.push_back(Stage{aOf(s), aOf(t), (dOf(t) - dOf(s)) * q_ / q.tp, q.recompute, q.zero, q.tp});
       pi = q.prev_point;
       t = s;
     }
@@ -404,6 +467,24 @@ private:
     return flags;
   }
 
+  static constexpr int kAnyPlacement = 8; ///< the relaxation's placement: the least of every number
+
+  /// placement() of a stage starting at quantum d; the relaxation does not know the rank.
+  int placedAt(int a, int e, int r, int d) const { return relaxed_ ? kAnyPlacement : placement(a, e, r, d * q_); }
+
+  /// values() at a placement from placedAt: for kAnyPlacement each number's
+  /// least over the placements, a lower bound on the stage wherever it sits.
+  StageVals placedValues(int a, int e, size_t ri, size_t ti, int choice, int flags) const {
+    if (flags != kAnyPlacement) return values(a, e, ri, ti, choice, flags);
+    StageVals least = values(a, e, ri, ti, choice, 0);
+    for (int f = 1; f < kAnyPlacement; ++f) {
+      const StageVals v = values(a, e, ri, ti, choice, f);
+      least.a = std::min(least.a, v.a), least.ar = std::min(least.ar, v.ar);
+      for (int i = 0; i < nc_; ++i) least.c[i] = std::min(least.c[i], v.c[i]);
+    }
+    return least;
+  }
+
   /// The stage's numbers (see StageVals) for a placement from placement().
   StageVals values(int a, int e, size_t ri, size_t ti, int choice, int flags) const {
     const bool rec = choice & kRecompute;
@@ -450,19 +531,19 @@ private:
         if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
         if (per_stage_tp_ && (*per_stage_tp_)[stage_index] != tp) continue;
         for (size_t ri = 0; ri < R_.size(); ++ri) {
-          const int r = R_[ri], devices = r * tp;
-          if (d + devices > D_ - (k - 1)) break; // the later stages need a device each
-          if (r > per_microbatch_) break;        // a replica without samples (only pinned counts get here)
+          const int r = R_[ri], devices = r * tp, rq = quanta(devices);
+          if (d + rq > Dq_ - later_ * (k - 1)) break; // the later stages need a device (quantum) each
+          if (r > per_microbatch_) break;               // a replica without samples (only pinned counts get here)
           if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
-          if (!p_.devices.groupsInsideNodes(d, r, tp)) continue;
+          if (!groupsFit(d, r, tp)) continue;
           const int choice = memoryChoice(a, e, ri, ti, inflight);
           if (choice < 0) continue;
-          const StageVals v = values(a, e, ri, ti, choice, placement(a, e, devices, d));
+          const StageVals v = placedValues(a, e, ri, ti, choice, placedAt(a, e, devices, d));
           if (!(v.ar < ar_limit_)) continue;
           int next[2];
           const int num_next = nextClasses(k, e, next);
           for (int j = 0; j < num_next; ++j) {
-            const int64_t t = sid(next[j], e, d + devices);
+            const int64_t t = sid(next[j], e, d + rq);
             if (lb_a_[t] != kInf) fn(t, v);
           }
         }
@@ -470,13 +551,15 @@ private:
     }
   }
 
-  /// Adds q to a Pareto front over (A, C) unless a kept point is at least as
-  /// good everywhere (on a tie in all of them, the smaller all-reduce stays).
+  /// Adds q to a front unless a kept point is at least as good in every
+  /// completion (Note [exact stage DP]; on a tie in A and C the smaller
+  /// all-reduce stays), and drops the kept points q is as good as.
   bool insert(std::vector<Point> &front, const Point &q) const {
     auto covers = [&](const Point &x, const Point &y) { // x at least as good as y
-      bool le = x.a <= y.a, eq = x.a == y.a;
-      for (int i = 0; i < nc_ && le; ++i) le = x.c[i] <= y.c[i], eq = eq && x.c[i] == y.c[i];
-      return le && (!eq || x.psi <= y.psi);
+      double excess = 0;
+      bool eq = x.a == y.a;
+      for (int i = 0; i < nc_; ++i) excess += std::max(0.0, x.c[i] - y.c[i]), eq = eq && x.c[i] == y.c[i];
+      return eq ? x.psi <= y.psi : x.a + w_[0] * excess <= y.a;
     };
     for (const Point &o : front)
       if (covers(o, q)) return false;
@@ -492,6 +575,9 @@ private:
   const std::vector<int> R_;
   const std::vector<int> T_; // tensor-parallel degrees, ascending
   const double cap_;
+  const int q_, Dq_;    // device quantum and the quanta on the devices (Note [device quantum])
+  const bool relaxed_;  // the relaxation: widths rounded down to quanta, any placement
+  const int later_ = relaxed_ ? 0 : 1; // quanta each later stage needs at least
   int nc_ = 1;
   double w_[2] = {0, 0};
   double ar_limit_ = kInf;
@@ -515,12 +601,16 @@ private:
 
 } // namespace
 
-Expected<SolveResult> solveDP(const Problem &p) {
+Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   const auto start = std::chrono::steady_clock::now();
   if (Status st = validate(p); !st) return Error{st.message()};
   const std::vector<int> stage_counts = detail::stageCountsToSearch(p);
   // With the schedule searched only 1F1B can win (Note [exact stage DP]).
   const Schedule schedule = p.constraints.schedule.value_or(Schedule::OneFOneB);
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto progress = [&](const std::string &line) { // only for searches long enough to wait on
+    if (opts.progress && elapsed() >= 1) opts.progress(line + " (" + std::to_string(static_cast<int>(elapsed())) + " s)");
+  };
 
   SolveResult result;
   SolveStats &stats = result.stats;
@@ -536,6 +626,9 @@ Expected<SolveResult> solveDP(const Problem &p) {
   struct Candidate {
     double bound;
     int microbatches;
+    int quantum; // the search's (Note [device quantum])
+    int warm;    // a coarser quantum to search first, or 0
+    bool every_width; // the bound holds over every stage width (not only the quantum's)
   };
   std::vector<Candidate> order;
   auto timed = [&](MicrobatchDP &dp) {
@@ -544,33 +637,64 @@ Expected<SolveResult> solveDP(const Problem &p) {
     stats.bound_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return bound;
   };
+  // Note [device quantum]: a count with few states is bounded and searched at
+  // every width. Otherwise it is searched at the finest quantum within the
+  // budget, after a search at the finest within kWarmStates, whose plan prunes
+  // the finer one; its bound comes from the relaxation at that coarse quantum
+  // (a bound on every width, cheap).
+  const std::vector<int> quanta = detail::deviceQuanta(p, opts.device_quantum);
+  const int64_t budget = std::min(opts.max_states, kMaxStates), warm_budget = std::min(kWarmStates, budget / 8);
   for (int m : microbatchCandidates(p)) {
-    MicrobatchDP dp(p, m, schedule, stage_counts);
-    if (dp.numStates() > kMaxStates)
-      return Error{"the stage DP would need " + std::to_string(dp.numStates()) + " states for " +
+    std::optional<MicrobatchDP> dp;
+    int fine = 0, warm = 0;
+    for (int q : quanta) {
+      dp.emplace(p, m, schedule, stage_counts, q);
+      if (q == quanta.front() && dp->numStates() <= std::min(kWarmStates, budget)) break;
+      if (!fine && dp->numStates() <= budget) fine = q;
+      if (dp->numStates() <= warm_budget) {
+        warm = q;
+        dp.emplace(p, m, schedule, stage_counts, q, /*relaxed=*/true);
+        break;
+      }
+    }
+    if (!fine) fine = dp->quantum();
+    if (dp->numStates() > kMaxStates)
+      return Error{"the stage DP would need " + std::to_string(dp->numStates()) + " states for " +
                    std::to_string(p.numBlocks()) + " blocks on " + std::to_string(p.devices.count) +
-                   " devices; coarsen the problem to fewer blocks first (coarsen())"};
-    order.push_back({timed(dp), m});
+                   " devices at stage widths in multiples of " + std::to_string(dp->quantum()) +
+                   "; coarsen the problem to fewer blocks first (coarsen())"};
+    order.push_back({timed(*dp), m, fine, warm, dp->quantum() == 1 || warm > 0});
+    stats.device_quantum = std::max(stats.device_quantum, fine);
   }
   stats.microbatch_counts = static_cast<int>(order.size());
   std::stable_sort(order.begin(), order.end(),
                    [](const Candidate &x, const Candidate &y) { return x.bound < y.bound; });
-  bool found = false;
+  progress("stage DP: bounded " + std::to_string(order.size()) + " micro-batch counts");
+  // One micro-batch count's search at a quantum: the all-reduce thresholds of
+  // Note [exact stage DP], each pass pruned by (and lowering) `best`.
+  auto search = [&](const Candidate &c, int quantum, bool relaxed, double &best, Solution &plan, SolveStats &st) {
+    MicrobatchDP dp(p, c.microbatches, schedule, stage_counts, quantum, relaxed);
+    for (double tau = kInf; tau > 0;) {
+      dp.setAllReduceLimit(tau);
+      if (!(timed(dp) < best)) break;
+      tau = dp.solve(best, plan, st);
+      ++st.allreduce_thresholds;
+    }
+    progress("stage DP: M=" + std::to_string(c.microbatches) + (relaxed ? " bounded" : " searched") +
+             " at stage widths in multiples of " + std::to_string(quantum) + " on " +
+             std::to_string(dp.numStates()) + " states: " + std::to_string(best) + " s");
+  };
+  const double seeded = incumbent;
+  for (const Candidate &c : order)
+    if (c.warm > c.quantum && c.bound < incumbent) search(c, c.warm, false, incumbent, result.solution, stats);
   for (const Candidate &c : order) {
     if (!(c.bound < incumbent)) {
       ++stats.microbatch_counts_pruned;
       continue;
     }
-    MicrobatchDP dp(p, c.microbatches, schedule, stage_counts);
-    for (double tau = kInf; tau > 0;) {
-      dp.setAllReduceLimit(tau);
-      if (!(timed(dp) < incumbent)) break;
-      const double before = incumbent;
-      tau = dp.solve(incumbent, result.solution, stats);
-      found = found || incumbent < before;
-      ++stats.allreduce_thresholds;
-    }
+    search(c, c.quantum, false, incumbent, result.solution, stats);
   }
+  bool found = incumbent < seeded;
   if (!found && seed) {
     // Unreachable while the baselines stay inside the search space; a valid
     // plan is still the better answer than none.
@@ -578,9 +702,27 @@ Expected<SolveResult> solveDP(const Problem &p) {
     incumbent = seed->step_time_s;
     found = true;
   }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!found) return detail::noFeasiblePlan(p);
+  if (!found) {
+    stats.seconds = elapsed();
+    return detail::noFeasiblePlan(p);
+  }
   result.step_time_s = incumbent;
+  // Note [device quantum]: where widths were restricted, the relaxation bounds
+  // what the unrestricted search could have found; it only has to look below
+  // the plan found, and every micro-batch count is bounded again.
+  double lower = incumbent;
+  for (const Candidate &c : order) {
+    if (c.quantum <= 1 || (c.every_width && !(c.bound < lower))) continue; // every width searched, or no better plan
+    if (MicrobatchDP(p, c.microbatches, schedule, stage_counts, c.quantum, true).numStates() > kMaxStates) {
+      lower = std::min(lower, c.every_width ? c.bound : 0.0); // too large to relax at this quantum
+      continue;
+    }
+    Solution unused;
+    SolveStats relaxed_stats;
+    search(c, c.quantum, true, lower, unused, relaxed_stats);
+  }
+  stats.lower_bound_s = lower;
+  stats.seconds = elapsed();
   return result;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "planner/partition/problem.h"
@@ -35,6 +36,17 @@ struct SolveStats {
   int64_t solutions = 0;            ///< exhaustive: complete solutions evaluated
   double bound_seconds = 0;         ///< DP: backward (lower-bound) passes
   double seconds = 0;               ///< all of it
+  int device_quantum = 1;           ///< DP: the coarsest stage-width quantum of a micro-batch count (1: every width)
+  double lower_bound_s = 0;         ///< DP: no plan over every stage width beats this (the step time when exact)
+};
+
+/// Knobs of solveDP (Note [device quantum] in dp.cpp).
+struct DPOptions {
+  /// States a micro-batch count may use; above it stage widths go in
+  /// multiples of a quantum (a power of two, or of whole nodes).
+  int64_t max_states = int64_t{1} << 25;
+  int device_quantum = 0; ///< 0: the finest within max_states; else this one
+  std::function<void(const std::string &)> progress; ///< one line per phase of a search, or none
 };
 
 /// A solver's answer: the plan and the step time it predicts for it.
@@ -47,7 +59,9 @@ struct SolveResult {
 /// The exact DP: over (blocks placed, stages left, devices used) it picks each
 /// stage's block range, replica count and recomputation, for every searched
 /// micro-batch count and schedule, minimising evaluate()'s step time.
-Expected<SolveResult> solveDP(const Problem &p);
+/// Where `opts` restricts stage widths, stats.lower_bound_s bounds what the
+/// unrestricted search could find.
+Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts = {});
 
 /// Enumerates every solution in the DP's search space and keeps the best by
 /// evaluate(). For small problems (tests); refuses when more than

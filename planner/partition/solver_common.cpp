@@ -24,6 +24,39 @@ std::vector<int> stageCountsToSearch(const Problem &p) {
   return out;
 }
 
+std::vector<int> deviceQuanta(const Problem &p, int only) {
+  const Constraints &c = p.constraints;
+  auto usable = [&](int q) {
+    if (c.power_of_two_replicas && (q & (q - 1)) != 0) return false;
+    for (int r : c.replicas)
+      if (r % q != 0) return false;
+    return true;
+  };
+  if (only > 0) return {usable(only) ? only : 1};
+  std::vector<int> out;
+  const int node = std::max(1, p.devices.per_node);
+  for (int q = 1; q < node && q <= p.devices.count; q *= 2)
+    if (usable(q)) out.push_back(q);
+  for (int q = node; q <= p.devices.count; q *= 2)
+    if (usable(q)) out.push_back(q);
+  if (out.empty()) out.push_back(1);
+  return out;
+}
+
+std::vector<int> quantizedReplicaCandidates(const Problem &p, int microbatches, int quantum) {
+  if (quantum <= 1 || !p.constraints.replicas.empty()) return replicaCandidates(p, microbatches);
+  const int64_t per_microbatch = (p.batch_size + microbatches - 1) / microbatches;
+  const int limit = static_cast<int>(std::min<int64_t>(p.devices.count, per_microbatch));
+  std::vector<int> out;
+  int64_t prev_samples = 0;
+  for (int r = quantum; r <= limit; r = p.constraints.power_of_two_replicas ? 2 * r : r + quantum) {
+    const int64_t samples = (per_microbatch + r - 1) / r;
+    if (out.empty() || samples < prev_samples) out.push_back(r);
+    prev_samples = samples;
+  }
+  return out;
+}
+
 Error noFeasiblePlan(const Problem &p) {
   // The least memory any stage containing block j can need: j alone, as the
   // last stage (fewest micro-batches in flight), over every searched

@@ -15,6 +15,20 @@ std::vector<Schedule> schedulesToSearch(const Problem &p);
 /// length of a per-stage replica list, or 1..min(blocks, devices).
 std::vector<int> stageCountsToSearch(const Problem &p);
 
+/// Stage widths a quantized search may use (Note [device quantum] in dp.cpp),
+/// ascending: 1, the powers of two below devices.per_node, then per_node
+/// times 1, 2, 4, ... up to the device count; only those dividing every
+/// pinned replica count, and only powers of two when the replicas must be.
+/// `only` > 0: that one if it qualifies, else 1.
+std::vector<int> deviceQuanta(const Problem &p, int only = 0);
+
+/// The replica counts of a search whose stage widths are multiples of `quantum`
+/// at `microbatches`: replicaCandidates for quantum 1; else every multiple of
+/// the quantum up to min(devices, samples per micro-batch) that shrinks the
+/// per-replica micro-batch against the previous one (powers of two if
+/// asked), or the pinned counts.
+std::vector<int> quantizedReplicaCandidates(const Problem &p, int microbatches, int quantum);
+
 /// The error for a problem with no feasible solution: the memory the smallest
 /// stage holding the hardest block would need versus a device's capacity.
 Error noFeasiblePlan(const Problem &p);

@@ -146,6 +146,57 @@ std::pair<bool, std::string> check(const proto::Plan &plan, CheckOptions o = {})
 
 // ---------------------------------------------------------------- show
 
+// Note [block count], Note [device quantum]: a deep model on 512 devices
+// (beyond 256: the driver's smaller budget) plans without any request to
+// coarsen, and where the DP restricted the stage widths its plan says how far
+// from the best it can be.
+TEST(PlanGraph, PlansThousandsOfDevicesAndStatesItsBound) {
+  ir::Graph g;
+  g.name = "deep";
+  g.opset = 17;
+  auto value = [&](const std::string &name, ir::Shape s, ValueKind k = ValueKind::Intermediate) {
+    return g.addValue({name, DType::F32, std::move(s), true, k});
+  };
+  // Layers of 4 MiB of weights on 64 MiB devices: a stage holds a few (the
+  // DP's work grows with the longest stage that fits, as on large models).
+  const ir::Shape hidden{Dim::batch(), Dim::fixed(1024)};
+  ir::ValueId x = value("x", hidden, ValueKind::Input);
+  g.inputs = {x};
+  for (int i = 0; i < 32; ++i) {
+    const ir::ValueId w = value("w" + std::to_string(i), {Dim::fixed(1024), Dim::fixed(1024)}, ValueKind::Parameter);
+    g.parameters.push_back(w);
+    const ir::ValueId h = value("h" + std::to_string(i), hidden), a = value("a" + std::to_string(i), hidden);
+    g.addNode({"mm" + std::to_string(i), "MatMul", "", {x, w}, {h}, {}});
+    g.addNode({"relu" + std::to_string(i), "Relu", "", {h}, {a}, {}});
+    x = a;
+  }
+  const ir::ValueId loss = value("loss", {});
+  g.addNode({"mean", "ReduceMean", "", {x}, {loss}, {{"keepdims", int64_t{0}}}});
+  g.loss = loss;
+  ASSERT_EQ(g.verify(), "");
+  cluster::ClusterSpec cluster = testCluster();
+  cluster.num_nodes = 64;
+  cluster.devices_per_node = 8;
+  PlanOptions o;
+  o.model = "deep.onnx";
+  o.gpus = cluster.worldSize();
+  o.batch_size = 512;
+  o.profile = "analytic";
+  auto costs = cost::analyticCosts(g, cost::formUnits(g), cluster.device, costBatchSizes(o));
+  std::ostringstream log;
+  auto plan = planGraph(g, costs, cluster, o, std::string(64, 'a'), &log);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_GT(plan::worldSize(*plan), 1);
+  const std::string &planner = plan->planner();
+  EXPECT_EQ(planner.rfind("auto (analytic costs", 0), 0u) << planner;
+  std::smatch m;
+  if (std::regex_search(planner, m, std::regex("stage widths in multiples of (\\d+): within ([0-9.]+)% of any plan"))) {
+    EXPECT_GT(std::stoi(m[1]), 1) << planner;
+    EXPECT_LT(std::stod(m[2]), 100) << planner;
+  }
+  EXPECT_NE(log.str().find("rannc-plan: searched"), std::string::npos) << log.str();
+}
+
 TEST(Show, TableGolden) {
   std::ostringstream os;
   plan::printPlanTable(tinyPlan(), os);

@@ -171,13 +171,41 @@ TEST(SolveDP, RejectsInvalidProblems) {
   EXPECT_NE(r.error().message.find("powers of two"), std::string::npos);
 }
 
-TEST(SolveDP, RefusesProblemsTooLargeForMemory) {
-  // 401 blocks x 100001 device counts x 2 stage classes = 80 M states.
-  Problem p = computeOnly(std::vector<Block>(400, block(1, 0)), 100000, 100000);
+TEST(SolveDP, QuantizesStageWidthsBeyondItsStateBudget) {
+  // Note [device quantum]: over the state budget the DP searches stage widths
+  // in multiples of a quantum, and bounds what every width could give.
+  std::vector<Block> blocks;
+  for (int i = 0; i < 20; ++i) blocks.push_back(block(1 + i % 3, 0));
+  Problem p = computeOnly(blocks, 64, 64);
   p.devices.per_node = 8;
-  auto r = solveDP(p);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("coarsen the problem to fewer blocks"), std::string::npos) << r.error().message;
+  p.devices.intra_node = {1e3, 1e-4};
+  p.devices.inter_node = {1e2, 1e-3};
+  for (Block &b : p.blocks) b.param_bytes = 10;
+  auto exact = solveDP(p);
+  ASSERT_TRUE(exact.ok()) << exact.error().message;
+  EXPECT_EQ(exact->stats.device_quantum, 1);
+  EXPECT_EQ(exact->stats.lower_bound_s, exact->step_time_s);
+  DPOptions small;
+  small.max_states = 10000; // 21 classes x 21 block counts x 65 device counts = 28665 at quantum 1
+  auto r = solveDP(p, small);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->stats.device_quantum, 4);
+  for (const Stage &s : r->solution.stages) EXPECT_EQ(s.replicas % 4, 0) << str(r->solution);
+  EXPECT_LT(relDiff(evaluate(p, r->solution).step_time_s, r->step_time_s), 1e-9);
+  EXPECT_GE(r->step_time_s, exact->step_time_s * (1 - 1e-9));
+  EXPECT_GT(r->stats.lower_bound_s, 0);
+  EXPECT_LE(r->stats.lower_bound_s, exact->step_time_s * (1 + 1e-9));
+
+  // Beyond what any quantum brings within memory, the caller must coarsen (the
+  // driver does): 401 blocks x 100001 device counts x 2 classes = 80 M states.
+  Problem huge = computeOnly(std::vector<Block>(400, block(1, 0)), 100000, 100000);
+  huge.devices.per_node = 8;
+  DPOptions every_width;
+  every_width.device_quantum = 1;
+  auto refused = solveDP(huge, every_width);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("coarsen the problem to fewer blocks"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(SolveDP, HonoursEveryConstraint) {
@@ -368,6 +396,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   std::mt19937 rng(2024);
   int feasible = 0, infeasible = 0, recomputing = 0, sharding = 0, gpipe = 0, unequal = 0, multi_node = 0;
   int tensor_parallel = 0, tp_replicated = 0, tp_mixed = 0;
+  int quantized_loses = 0, bound_tight = 0;
   for (int trial = 0; trial < 600; ++trial) {
     Problem p = randomProblem(rng, trial);
     ASSERT_TRUE(validate(p).ok()) << validate(p).message();
@@ -418,6 +447,20 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
     tensor_parallel += any_tp;
     tp_replicated += std::any_of(s.stages.begin(), s.stages.end(), [&](const Stage &x) { return tp(x) && x.replicas > 1; });
     tp_mixed += any_tp && !std::all_of(s.stages.begin(), s.stages.end(), tp);
+    // Note [device quantum]: stage widths in multiples of 2 give a valid
+    // plan no better than the optimum, and the relaxation a bound no worse.
+    if (p.devices.count < 2) continue;
+    DPOptions halves;
+    halves.device_quantum = 2;
+    auto q = solveDP(p, halves);
+    if (!q.ok()) continue; // no plan of even widths fits, and no baseline does
+    EXPECT_TRUE(evaluate(p, q->solution).feasible()) << where.str() << str(q->solution);
+    EXPECT_LT(relDiff(evaluate(p, q->solution).step_time_s, q->step_time_s), 1e-9) << where.str();
+    EXPECT_GE(q->step_time_s, ex->step_time_s * (1 - 1e-9)) << where.str() << str(q->solution);
+    EXPECT_LE(q->stats.lower_bound_s, ex->step_time_s * (1 + 1e-9))
+        << where.str() << "bound " << q->stats.lower_bound_s << " above the optimum " << str(ex->solution);
+    quantized_loses += q->step_time_s > ex->step_time_s * (1 + 1e-9);
+    bound_tight += relDiff(q->stats.lower_bound_s, ex->step_time_s) < 1e-9;
   }
   // The instances exercise what they are meant to.
   EXPECT_GE(feasible, 400);
@@ -430,6 +473,9 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   EXPECT_GE(tensor_parallel, 20);
   EXPECT_GE(tp_replicated, 5);
   EXPECT_GE(tp_mixed, 5);
+  EXPECT_GE(quantized_loses, 30); // the restriction matters, so the bound is tested where it must hold
+  EXPECT_GE(bound_tight, 100);
+  std::cout << "quantum 2: loses on " << quantized_loses << ", bound exact on " << bound_tight << "\n";
   std::cout << "feasible " << feasible << ", infeasible " << infeasible << ", recomputing " << recomputing
             << ", sharding " << sharding
             << ", gpipe " << gpipe << ", unequal replicas " << unequal << ", multi-node " << multi_node
