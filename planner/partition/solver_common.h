@@ -22,11 +22,6 @@ std::vector<int> stageCountsToSearch(const Problem &p);
 /// `only` > 0: that one if it qualifies, else 1.
 std::vector<int> deviceQuanta(const Problem &p, int only = 0);
 
-/// The replica counts of a search whose stage widths are multiples of `quantum`
-/// at `microbatches`: the multiples of `quantum` among replicaCandidates (all
-/// of them for quantum 1), or the pinned counts.
-std::vector<int> quantizedReplicaCandidates(const Problem &p, int microbatches, int quantum);
-
 /// The error for a problem with no feasible solution: the memory the smallest
 /// stage holding the hardest block would need versus a device's capacity.
 Error noFeasiblePlan(const Problem &p);
