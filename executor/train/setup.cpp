@@ -1,5 +1,6 @@
 #include "executor/train/setup.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "executor/runtime/device.h"
@@ -29,6 +30,23 @@ Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &
                    std::to_string(v.shape[i].offset)};
   return Status::success();
 }
+
+namespace {
+
+/// Stage `st`'s tensor-parallel degree: the plan's Stage.tensor_parallel (1 where unset).
+int stageDegree(const proto::Stage &st) {
+  (void)st; // the plan format's field arrives with the planner's tensor parallelism (branch tpdp)
+  return 1;
+}
+
+/// Replaces s.graph with the local graph of this rank's stage and s.ranges
+/// with its ranges in it, and fills s.param_axes (Note [tensor parallel sharding]).
+Status localizeStage(Setup &s) {
+  (void)s; // the local graph comes from planner/sharding (branch sharding)
+  return Error{"stage " + std::to_string(s.stage) + " is tensor-parallel, but this build has no sharding analysis"};
+}
+
+} // namespace
 
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm) {
   Setup s;
@@ -75,13 +93,23 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   s.graph = std::move(*graph);
   for (const auto &st : s.plan.stages()) {
     s.ranges.emplace_back(st.op_begin(), st.op_end());
-    s.stage_ranks.emplace_back(st.ranks().begin(), st.ranks().end());
-    for (int j = 0; j < st.ranks_size(); ++j)
-      if (st.ranks(j) == comm.rank()) {
-        s.stage = st.id();
-        s.replica = j;
-      }
+    const std::vector<int> ranks(st.ranks().begin(), st.ranks().end());
+    const int degree = stageDegree(st);
+    if (degree < 1 || ranks.size() % size_t(degree) != 0)
+      return Error{opts.plan + ": stage " + std::to_string(st.id()) + " has " + std::to_string(ranks.size()) +
+                   " rank(s), not a multiple of its tensor-parallel degree " + std::to_string(degree)};
+    s.tensor_parallel.push_back(degree);
+    s.stage_ranks.push_back(groupLeaders(ranks, degree)); // Note [tensor parallel ranks]
+    if (std::find(ranks.begin(), ranks.end(), comm.rank()) != ranks.end()) {
+      s.stage = st.id();
+      s.tp = placeOf(ranks, degree, comm.rank());
+      s.replica = s.tp.replica;
+    }
   }
+  // The model's graph, for the weights; a tensor-parallel stage runs its local graph.
+  const ir::Graph whole = s.graph;
+  if (s.tp.degree > 1)
+    if (Status st = localizeStage(s); !st) return Error{opts.plan + ": " + st.message()};
 
   if (!opts.synthetic) {
     if (opts.data_dir.empty()) return Error{"no training data: pass --data DIR or --synthetic"};
@@ -99,10 +127,12 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   }
 
   auto program = schedule::buildStageProgram(s.graph, s.ranges, s.stage);
-  // Parameters and buffers; a weightless model's made up with --init-weights.
-  auto weights = runtime::loadStageWeights(s.graph, program, model, opts.init_weights);
+  // Parameters and buffers, whole (by name, from the model's graph); a
+  // weightless model's made up with --init-weights; then this rank's slices.
+  auto weights = runtime::loadStageWeights(whole, program, model, opts.init_weights);
   if (!weights) return weights.error();
   s.params = std::move(weights->params);
+  shardParameters(s.params, s.param_axes, s.tp);
   s.buffers = std::move(weights->buffers);
   for (ir::ValueId c : program.constants) s.constants[c] = runtime::toTorch(s.graph.constant_data.at(c));
   if (s.device.is_cuda()) {
