@@ -141,6 +141,7 @@ const std::map<std::string, Entry, std::less<>> &atenRules() {
 /// The rule for `n`, or nullopt for plain element-wise arithmetic.
 std::optional<Entry> ruleFor(const ir::Node &n) {
   std::string_view op = n.op_type;
+  if (ir::isRannc(n)) return Entry{Rule::kHost}; // collectives: communication, no arithmetic
   if (ir::isAten(n)) {
     if (op.rfind("prim::", 0) == 0) return Entry{Rule::kHost};
     if (op.rfind("aten::", 0) != 0) return std::nullopt;

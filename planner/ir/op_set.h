@@ -26,6 +26,16 @@ inline constexpr std::string_view kAtenDomain = "aten";
 /// True for an ATen or prim node (TorchScript, torch.export); false for ONNX nodes.
 inline bool isAten(const Node &n) { return n.domain == kAtenDomain; }
 
+/// The domain of the nodes rannc itself inserts (tensor-parallel collectives).
+inline constexpr std::string_view kRanncDomain = "rannc";
+/// The tensor-parallel collectives (Note [tensor parallel sharding] in
+/// planner/sharding/sharding.h): identity forward / all-reduce backward, all-reduce
+/// forward / identity backward, all-gather along attribute `axis` forward / slice backward.
+inline constexpr std::string_view kTensorParallelCopy = "TensorParallelCopy", kTensorParallelSum = "TensorParallelSum",
+                                  kTensorParallelGather = "TensorParallelGather";
+/// True for a node of the "rannc" domain (a collective: communication, no arithmetic).
+inline bool isRannc(const Node &n) { return n.domain == kRanncDomain; }
+
 struct OpInfo {
   std::string_view type;
   int64_t min_opset; ///< first opset whose semantics are implemented

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "planner/ir/ir.h"
@@ -72,6 +73,11 @@ struct Analysis {
   /// One line per node that is split or has a collective, for `rannc-plan import`.
   void print(const ir::Graph &g, std::ostream &os) const;
 };
+
+/// How node `n` runs under `a`: "column-parallel" (a product with a weight
+/// cut by output columns), "row-parallel" (a product giving a partial sum),
+/// "partial", "split" (runs on slices) or "whole".
+std::string_view nodeRole(const ir::Graph &g, const Analysis &a, ir::NodeId n);
 
 /// Finds the sharding of `g` (Note [tensor parallel sharding]); an all-replicated
 /// Analysis (any() false) when nothing can be cut.

@@ -1,0 +1,396 @@
+// The propagation rules on small hand-built graphs, one rule or pattern each.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+
+#include "planner/ir/op_set.h"
+#include "planner/sharding/propagate.h"
+#include "planner/sharding/sharding.h"
+
+namespace rannc::sharding {
+namespace {
+
+using ir::Dim;
+using ir::DType;
+using ir::ValueId;
+using ir::ValueKind;
+
+/// A small graph builder: values by name, nodes in order.
+struct Builder {
+  ir::Graph g;
+  Builder() { g.opset = 17; }
+  ValueId input(const std::string &name, ir::Shape s, DType t = DType::F32) {
+    ValueId v = g.addValue({name, t, std::move(s), true, ValueKind::Input});
+    g.inputs.push_back(v);
+    return v;
+  }
+  ValueId param(const std::string &name, ir::Shape s) {
+    ValueId v = g.addValue({name, DType::F32, std::move(s), true, ValueKind::Parameter});
+    g.parameters.push_back(v);
+    return v;
+  }
+  ValueId ints(const std::string &name, std::vector<int64_t> data) {
+    ValueId v = g.addValue({name, DType::I64, {Dim::fixed(static_cast<int64_t>(data.size()))}, true,
+                            ValueKind::Constant});
+    ir::Tensor t{DType::I64, {static_cast<int64_t>(data.size())}, std::string(data.size() * 8, '\0')};
+    std::memcpy(t.data.data(), data.data(), t.data.size());
+    g.constants.push_back(v);
+    g.constant_data[v] = t;
+    return v;
+  }
+  ValueId op(const std::string &type, std::vector<ValueId> in, ir::Shape out, ir::AttrMap attrs = {},
+             DType t = DType::F32) {
+    std::string name = type + std::to_string(g.nodes.size());
+    ValueId v = g.addValue({name + "_out", t, std::move(out), true});
+    g.addNode({name, type, "", std::move(in), {v}, std::move(attrs)});
+    return v;
+  }
+  ValueId matmul(ValueId x, ValueId w, ir::Shape out) { return op("MatMul", {x, w}, std::move(out)); }
+  /// An ATen node: `kinds` per argument (Note [aten argument encoding]), `consts` for the "c:" ones.
+  ValueId aten(const std::string &name, std::vector<ValueId> in, ir::Shape out, std::vector<std::string> kinds,
+               ir::AttrMap consts = {}) {
+    ir::AttrMap attrs = std::move(consts);
+    attrs["nargs"] = static_cast<int64_t>(kinds.size());
+    attrs["overload"] = std::string();
+    for (size_t i = 0; i < kinds.size(); ++i) attrs["t" + std::to_string(i)] = kinds[i];
+    std::string node = name + std::to_string(g.nodes.size());
+    ValueId v = g.addValue({node + "_out", DType::F32, std::move(out), true});
+    g.addNode({node, "aten::" + name, "aten", std::move(in), {v}, std::move(attrs)});
+    return v;
+  }
+  void loss(ValueId v) { g.loss = op("ReduceMean", {v}, {}, {{"keepdims", int64_t{0}}}); }
+};
+
+Dim B() { return Dim::batch(); }
+Dim F(int64_t n) { return Dim::fixed(n); }
+
+Analysis analyzed(const ir::Graph &g) {
+  auto a = analyze(g);
+  EXPECT_TRUE(a.ok()) << a.error().message;
+  return a.ok() ? *a : Analysis{};
+}
+
+int count(const Analysis &a, CollectiveKind k) {
+  return static_cast<int>(std::count_if(a.collectives.begin(), a.collectives.end(),
+                                        [&](const Collective &c) { return c.kind == k; }));
+}
+
+const Collective *find(const Analysis &a, CollectiveKind k, ValueId v) {
+  for (const Collective &c : a.collectives)
+    if (c.kind == k && c.value == v) return &c;
+  return nullptr;
+}
+
+/// x * s -> MatMul(W1) -> Relu -> MatMul(W2) (+ b2) -> loss: Megatron's MLP.
+struct Mlp {
+  Builder b;
+  ValueId x, s, xs, w1, h, r, w2, y, b2, yb;
+  explicit Mlp(bool bias) {
+    x = b.input("x", {B(), F(8)});
+    s = b.param("s", {F(8)});
+    w1 = b.param("w1", {F(8), F(16)});
+    w2 = b.param("w2", {F(16), F(8)});
+    b2 = bias ? b.param("b2", {F(8)}) : ir::kNoValue;
+    xs = b.op("Mul", {x, s}, {B(), F(8)});
+    h = b.matmul(xs, w1, {B(), F(16)});
+    r = b.op("Relu", {h}, {B(), F(16)});
+    y = b.matmul(r, w2, {B(), F(8)});
+    yb = bias ? b.op("Add", {y, b2}, {B(), F(8)}) : y;
+    b.loss(yb);
+  }
+};
+
+TEST(Sharding, MlpIsColumnThenRowParallel) {
+  Mlp m(false);
+  Analysis a = analyzed(m.b.g);
+  EXPECT_EQ(a.values[m.w1], (ValueSharding{1, false}));
+  EXPECT_EQ(a.values[m.w2], (ValueSharding{0, false}));
+  EXPECT_EQ(a.values[m.h], (ValueSharding{1, false}));
+  EXPECT_EQ(a.values[m.r], (ValueSharding{1, false}));
+  EXPECT_TRUE(a.values[m.y].partial);
+  EXPECT_TRUE(a.values[m.xs].replicated());
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{16}));
+  EXPECT_EQ(a.degrees(8), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_FALSE(a.validDegree(3));
+  // f on the matrix product's input, g on its partial output.
+  const Collective *copy = find(a, CollectiveKind::CopyToGroup, m.xs);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->readers, (std::vector<ir::NodeId>{1}));
+  const Collective *sum = find(a, CollectiveKind::SumOverGroup, m.y);
+  ASSERT_NE(sum, nullptr);
+  EXPECT_EQ(a.collectives.size(), 2u);
+  EXPECT_EQ(nodeRole(m.b.g, a, 1), "column-parallel");
+  EXPECT_EQ(nodeRole(m.b.g, a, 3), "row-parallel");
+  EXPECT_EQ(nodeRole(m.b.g, a, 0), "whole");
+}
+
+TEST(Sharding, InputsWithoutGradientNeedNoCopy) {
+  Builder b;
+  ValueId x = b.input("x", {B(), F(8)});
+  ValueId w1 = b.param("w1", {F(8), F(16)}), w2 = b.param("w2", {F(16), F(8)});
+  ValueId h = b.matmul(x, w1, {B(), F(16)});
+  b.loss(b.matmul(h, w2, {B(), F(8)}));
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[w1].axis, 1);
+  EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), 0);
+  EXPECT_EQ(count(a, CollectiveKind::SumOverGroup), 1);
+}
+
+TEST(Sharding, RowParallelBiasIsAddedAfterTheSum) {
+  Mlp m(true);
+  Analysis a = analyzed(m.b.g);
+  EXPECT_TRUE(a.values[m.b2].replicated());
+  EXPECT_TRUE(a.values[m.yb].replicated());
+  const Collective *sum = find(a, CollectiveKind::SumOverGroup, m.y);
+  ASSERT_NE(sum, nullptr);
+  EXPECT_EQ(sum->readers, (std::vector<ir::NodeId>{4})); // the bias Add reads the summed value
+}
+
+TEST(Sharding, LocalGraphOfTheMlp) {
+  Mlp m(true);
+  Analysis a = analyzed(m.b.g);
+  auto local = localGraph(m.b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Graph &l = *local;
+  EXPECT_EQ(l.verify(), "");
+  EXPECT_EQ(ir::shapeString(l.values[m.w1].shape), "[8,8]");
+  EXPECT_EQ(ir::shapeString(l.values[m.w2].shape), "[8,8]");
+  EXPECT_EQ(ir::shapeString(l.values[m.h].shape), "[B,8]");
+  EXPECT_EQ(ir::shapeString(l.values[m.b2].shape), "[8]");
+  ASSERT_EQ(l.nodes.size(), m.b.g.nodes.size() + 2);
+  // Mul, Copy, MatMul, Relu, MatMul, Sum, Add, ReduceMean
+  EXPECT_EQ(l.nodes[1].op_type, ir::kTensorParallelCopy);
+  EXPECT_EQ(l.nodes[1].domain, ir::kRanncDomain);
+  EXPECT_EQ(l.nodes[2].inputs[0], l.nodes[1].outputs[0]);
+  EXPECT_EQ(l.nodes[5].op_type, ir::kTensorParallelSum);
+  EXPECT_EQ(l.nodes[5].inputs[0], m.y);
+  EXPECT_EQ(l.nodes[6].inputs[0], l.nodes[5].outputs[0]);
+  EXPECT_FALSE(localGraph(m.b.g, a, 3).ok()); // 3 does not divide 16
+  auto same = localGraph(m.b.g, a, 1);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->nodes.size(), m.b.g.nodes.size());
+}
+
+/// Softmax over the cut axis, then a norm before the last product: nothing can be cut.
+TEST(Sharding, UnknownSemanticsUnderACutStayReplicated) {
+  Builder b;
+  ValueId x = b.input("x", {B(), F(8)});
+  ValueId s = b.param("s", {F(8)});
+  ValueId w1 = b.param("w1", {F(8), F(16)}), w2 = b.param("w2", {F(16), F(8)}), w3 = b.param("w3", {F(8), F(1)});
+  ValueId xs = b.op("Mul", {x, s}, {B(), F(8)});
+  ValueId h = b.matmul(xs, w1, {B(), F(16)});
+  ValueId p = b.op("Softmax", {h}, {B(), F(16)}, {{"axis", int64_t{-1}}});
+  ValueId y = b.matmul(p, w2, {B(), F(8)});
+  ValueId n = b.op("LpNormalization", {y}, {B(), F(8)});
+  b.loss(b.matmul(n, w3, {B(), F(1)}));
+  Analysis a = analyzed(b.g);
+  EXPECT_FALSE(a.any());
+  EXPECT_TRUE(a.collectives.empty());
+  for (const ValueSharding &v : a.values) EXPECT_TRUE(v.replicated());
+  EXPECT_EQ(a.degrees(4), (std::vector<int>{1, 2, 3, 4}));
+  std::ostringstream os;
+  a.print(b.g, os);
+  EXPECT_NE(os.str().find("nothing to cut"), std::string::npos);
+}
+
+/// The last product before the loss is cut by columns and gathered whole for the loss.
+TEST(Sharding, OutputLayerIsGatheredBeforeTheLoss) {
+  Builder b;
+  ValueId x = b.input("x", {B(), F(8)});
+  ValueId s = b.param("s", {F(8)});
+  ValueId w = b.param("w", {F(8), F(32)}), bias = b.param("bias", {F(32)});
+  ValueId xs = b.op("Mul", {x, s}, {B(), F(8)});
+  ValueId logits = b.op("Add", {b.matmul(xs, w, {B(), F(32)}), bias}, {B(), F(32)});
+  ValueId lsm = b.op("LogSoftmax", {logits}, {B(), F(32)}, {{"axis", int64_t{-1}}});
+  b.loss(lsm);
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[w].axis, 1);
+  EXPECT_EQ(a.values[bias].axis, 0);
+  const Collective *gather = find(a, CollectiveKind::GatherAxis, logits);
+  ASSERT_NE(gather, nullptr);
+  EXPECT_EQ(gather->axis, 1);
+  EXPECT_TRUE(a.values[lsm].replicated());
+  auto local = localGraph(b.g, a, 4);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Node &gn = local->nodes[4];
+  EXPECT_EQ(gn.op_type, ir::kTensorParallelGather);
+  EXPECT_EQ(std::get<int64_t>(gn.attrs.at("axis")), 1);
+  EXPECT_EQ(ir::shapeString(local->values[gn.outputs[0]].shape), "[B,32]");
+  EXPECT_EQ(ir::shapeString(local->values[logits].shape), "[B,8]");
+}
+
+/// A weight that two readers want cut differently (tied embedding) stays whole.
+TEST(Sharding, TiedWeightStaysReplicated) {
+  Builder b;
+  ValueId ids = b.input("ids", {B(), F(4)}, DType::I64);
+  ValueId table = b.param("table", {F(50), F(8)});
+  ValueId s = b.param("s", {F(8)});
+  ValueId e = b.op("Gather", {table, ids}, {B(), F(4), F(8)});
+  ValueId es = b.op("Mul", {e, s}, {B(), F(4), F(8)});
+  ValueId wt = b.op("Transpose", {table}, {F(8), F(50)}, {{"perm", std::vector<int64_t>{1, 0}}});
+  b.loss(b.matmul(es, wt, {B(), F(4), F(50)}));
+  Analysis a = analyzed(b.g);
+  EXPECT_FALSE(a.any());
+  EXPECT_TRUE(a.values[table].replicated());
+}
+
+/// Per-head attention with grouped-query key/value heads: q 4 heads, k/v 2, head size 2.
+struct Attention {
+  Builder b;
+  ValueId x, xs, wq, wk, wv, wo, q, k, v, qh, kh, ke, kr, scores, probs, ctx, merged, out;
+  Attention() {
+    const Dim S = F(3);
+    x = b.input("x", {B(), S, F(8)});
+    ValueId s = b.param("s", {F(8)});
+    wq = b.param("wq", {F(8), F(8)});
+    wk = b.param("wk", {F(8), F(4)});
+    wv = b.param("wv", {F(8), F(4)});
+    wo = b.param("wo", {F(8), F(8)});
+    xs = b.op("Mul", {x, s}, {B(), S, F(8)});
+    auto perm = [](std::vector<int64_t> p) { return ir::AttrMap{{"perm", p}}; };
+    q = b.matmul(xs, wq, {B(), S, F(8)});
+    k = b.matmul(xs, wk, {B(), S, F(4)});
+    v = b.matmul(xs, wv, {B(), S, F(4)});
+    qh = b.op("Transpose", {b.op("Reshape", {q, b.ints("qs", {0, 3, 4, 2})}, {B(), S, F(4), F(2)})},
+              {B(), F(4), S, F(2)}, perm({0, 2, 1, 3}));
+    kh = b.op("Transpose", {b.op("Reshape", {k, b.ints("ks", {0, 3, 2, 2})}, {B(), S, F(2), F(2)})},
+              {B(), F(2), S, F(2)}, perm({0, 2, 1, 3}));
+    ValueId vh = b.op("Transpose", {b.op("Reshape", {v, b.ints("vs", {0, 3, 2, 2})}, {B(), S, F(2), F(2)})},
+                      {B(), F(2), S, F(2)}, perm({0, 2, 1, 3}));
+    // repeat_kv: [B,2,S,2] -> [B,2,1,S,2] -> [B,2,2,S,2] -> [B,4,S,2]
+    auto repeat = [&](ValueId t) {
+      ValueId u = b.op("Unsqueeze", {t, b.ints("ax" + std::to_string(b.g.nodes.size()), {2})}, {B(), F(2), F(1), S, F(2)});
+      ke = b.op("Expand", {u, b.ints("es" + std::to_string(b.g.nodes.size()), {1, 2, 2, 3, 2})}, {B(), F(2), F(2), S, F(2)});
+      return b.op("Reshape", {ke, b.ints("rs" + std::to_string(b.g.nodes.size()), {-1, 4, 3, 2})}, {B(), F(4), S, F(2)});
+    };
+    kr = repeat(kh);
+    ValueId vr = repeat(vh);
+    ValueId kt = b.op("Transpose", {kr}, {B(), F(4), F(2), S}, perm({0, 1, 3, 2}));
+    scores = b.op("Mul", {b.matmul(qh, kt, {B(), F(4), S, S}), b.ints("scale", {1})}, {B(), F(4), S, S});
+    probs = b.op("Softmax", {scores}, {B(), F(4), S, S}, {{"axis", int64_t{-1}}});
+    ctx = b.matmul(probs, vr, {B(), F(4), S, F(2)});
+    ValueId ct = b.op("Transpose", {ctx}, {B(), S, F(4), F(2)}, perm({0, 2, 1, 3}));
+    merged = b.op("Reshape", {ct, b.ints("ms", {0, 3, 8})}, {B(), S, F(8)});
+    out = b.matmul(merged, wo, {B(), S, F(8)});
+    b.loss(out);
+  }
+};
+
+TEST(Sharding, AttentionIsCutByHeadsWithGroupedKeyValueHeads) {
+  Attention t;
+  Analysis a = analyzed(t.b.g);
+  EXPECT_EQ(a.values[t.wq].axis, 1);
+  EXPECT_EQ(a.values[t.wk].axis, 1);
+  EXPECT_EQ(a.values[t.wv].axis, 1);
+  EXPECT_EQ(a.values[t.wo].axis, 0);
+  EXPECT_EQ(a.values[t.qh].axis, 1);    // query heads
+  EXPECT_EQ(a.values[t.kh].axis, 1);    // key/value heads
+  EXPECT_EQ(a.values[t.ke].axis, 1);    // repeated key heads keep the key head cut
+  EXPECT_EQ(a.values[t.kr].axis, 1);
+  EXPECT_EQ(a.values[t.probs].axis, 1); // softmax over keys, batched over heads
+  EXPECT_EQ(a.values[t.merged].axis, 2);
+  EXPECT_TRUE(a.values[t.out].partial);
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{2, 4, 8}));
+  EXPECT_EQ(a.degrees(8), (std::vector<int>{1, 2}));
+  EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), 1);
+  EXPECT_EQ(find(a, CollectiveKind::CopyToGroup, t.xs)->readers.size(), 3u);
+  EXPECT_EQ(count(a, CollectiveKind::SumOverGroup), 1);
+  EXPECT_EQ(count(a, CollectiveKind::GatherAxis), 0);
+
+  auto local = localGraph(t.b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Graph &l = *local;
+  EXPECT_EQ(ir::shapeString(l.values[t.wk].shape), "[8,2]");
+  EXPECT_EQ(ir::shapeString(l.values[t.qh].shape), "[B,2,3,2]");
+  EXPECT_EQ(ir::shapeString(l.values[t.kr].shape), "[B,2,3,2]");
+  // Target shapes naming a cut size are rewritten to local constants.
+  auto targetOf = [&](ValueId out) {
+    const ir::Node &n = l.nodes[l.values[out].producer];
+    const ir::Tensor &c = l.constant_data.at(n.inputs[1]);
+    std::vector<int64_t> v(c.numel());
+    std::memcpy(v.data(), c.data.data(), c.data.size());
+    return v;
+  };
+  EXPECT_EQ(targetOf(t.merged), (std::vector<int64_t>{-1, 3, 4}));
+  EXPECT_EQ(targetOf(t.ke), (std::vector<int64_t>{1, 1, 2, 1, 1}));
+  EXPECT_EQ(targetOf(t.kr), (std::vector<int64_t>{-1, 2, 3, 2}));
+  EXPECT_EQ(l.verify(), "");
+}
+
+/// TorchScript's nn.Linear pair: the row-parallel bias moves after the sum (Note [row-parallel bias]).
+TEST(Sharding, AtenLinearPairAddsTheRowParallelBiasOnce) {
+  Builder b;
+  ValueId x = b.input("x", {B(), F(8)});
+  ValueId s = b.param("s", {F(8)});
+  ValueId w1 = b.param("w1", {F(16), F(8)}), b1 = b.param("b1", {F(16)});
+  ValueId w2 = b.param("w2", {F(8), F(16)}), b2 = b.param("b2", {F(8)});
+  ValueId xs = b.aten("mul", {x, s}, {B(), F(8)}, {"tensor", "tensor"});
+  ValueId h = b.aten("linear", {xs, w1, b1}, {B(), F(16)}, {"tensor", "tensor", "tensor"});
+  // [B,16] -> 4 groups of 4, a softmax within each group, and back
+  ValueId v = b.aten("view", {h}, {B(), F(4), F(4)}, {"tensor", "c:ints"}, {{"v1", std::vector<int64_t>{-1, 4, 4}}});
+  ValueId p = b.aten("softmax", {v}, {B(), F(4), F(4)}, {"tensor", "c:int", "c:none"}, {{"v1", int64_t{-1}}});
+  ValueId back = b.aten("reshape", {p, b.ints("target", {-1, 16})}, {B(), F(16)}, {"tensor", "ints"});
+  ValueId y = b.aten("linear", {back, w2, b2}, {B(), F(8)}, {"tensor", "tensor", "tensor"});
+  b.loss(y);
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[w1].axis, 0);
+  EXPECT_EQ(a.values[b1].axis, 0);
+  EXPECT_EQ(a.values[v].axis, 1);
+  EXPECT_EQ(a.values[w2].axis, 1);
+  EXPECT_TRUE(a.values[b2].replicated());
+  EXPECT_TRUE(a.values[y].partial);
+  EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), 1); // xs only: b2 is added after the sum
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{4, 16}));
+
+  auto local = localGraph(b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Graph &l = *local;
+  EXPECT_EQ(l.verify(), "");
+  const ir::Node &view = l.nodes[l.values[v].producer];
+  EXPECT_EQ(std::get<std::vector<int64_t>>(view.attrs.at("v1")), (std::vector<int64_t>{-1, 2, 4}));
+  const ir::Node &reshape = l.nodes[l.values[back].producer];
+  EXPECT_EQ(l.constant_data.at(reshape.inputs[1]).numel(), 2);
+  const ir::Node &row = l.nodes[l.values[y].producer];
+  EXPECT_EQ(row.inputs.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(row.attrs.at("t2")), "c:none");
+  // linear, sum, add(bias), ReduceMean
+  const ir::Node &sum = l.nodes[l.values[y].producer + 1];
+  const ir::Node &add = l.nodes[l.values[y].producer + 2];
+  EXPECT_EQ(sum.op_type, ir::kTensorParallelSum);
+  EXPECT_EQ(add.op_type, "aten::add");
+  EXPECT_EQ(add.inputs, (std::vector<ValueId>{sum.outputs[0], b2}));
+  EXPECT_EQ(l.nodes.back().inputs[0], add.outputs[0]);
+}
+
+/// A slice along the cut axis keeps the cut only when it takes all of it (exporters' no-op slices).
+TEST(Sharding, SliceAlongTheCutAxisMustTakeAllOfIt) {
+  for (int64_t start : {0, 2}) {
+    SCOPED_TRACE(start);
+    Builder b;
+    ValueId x = b.input("x", {B(), F(8)});
+    ValueId w1 = b.param("w1", {F(8), F(16)}), w2 = b.param("w2", {F(16 - start), F(8)});
+    ValueId h = b.matmul(x, w1, {B(), F(16)});
+    ValueId cut = b.op("Slice", {h, b.ints("st", {start}), b.ints("en", {INT64_MAX}), b.ints("ax", {1})},
+                       {B(), F(16 - start)});
+    b.loss(b.matmul(cut, w2, {B(), F(8)}));
+    Analysis a = analyzed(b.g);
+    EXPECT_EQ(a.values[w1].axis, start == 0 ? 1 : -1);
+    EXPECT_EQ(a.values[cut].axis, start == 0 ? 1 : -1);
+  }
+}
+
+/// A reshape that would split heads (the cut lands inside a head) is refused.
+TEST(Sharding, ReshapeThatSplitsAHeadIsNotCut) {
+  EXPECT_EQ(detail::reshapeAxis({B(), F(8)}, {B(), F(2), F(4)}, 1), std::optional<int>(1));
+  EXPECT_EQ(detail::reshapeAxis({B(), F(2), F(4)}, {B(), F(8)}, 1), std::optional<int>(1));
+  EXPECT_EQ(detail::reshapeAxis({B(), F(2), F(4)}, {B(), F(8)}, 2), std::nullopt); // inner axis merged
+  EXPECT_EQ(detail::reshapeAxis({B(), F(8)}, {B(), F(1), F(8)}, 1), std::optional<int>(2));
+  EXPECT_EQ(detail::reshapeAxis({B(), F(6)}, {B(), F(4), F(3)}, 1), std::nullopt);
+  EXPECT_EQ(detail::reshapeAxis({B(), F(3), F(8)}, {Dim::batch(3), F(8)}, 2), std::optional<int>(1));
+}
+
+} // namespace
+} // namespace rannc::sharding
