@@ -10,7 +10,9 @@
 #include "executor/train/optim.h"
 #include "planner/cost/precision.h"
 #include "planner/plan/model_ref.h"
+#include "planner/ir/op_set.h"
 #include "planner/plan/plan.h"
+#include "planner/sharding/sharding.h"
 
 namespace rannc::train {
 
@@ -39,11 +41,37 @@ int stageDegree(const proto::Stage &st) {
   return 1;
 }
 
-/// Replaces s.graph with the local graph of this rank's stage and s.ranges
-/// with its ranges in it, and fills s.param_axes (Note [tensor parallel sharding]).
+/// Replaces s.graph with the local graph of this rank's stage (the analysis
+/// of the model's graph, Note [tensor parallel sharding]), s.ranges with the
+/// stages' ranges in it, and fills s.param_axes.
 Status localizeStage(Setup &s) {
-  (void)s; // the local graph comes from planner/sharding (branch sharding)
-  return Error{"stage " + std::to_string(s.stage) + " is tensor-parallel, but this build has no sharding analysis"};
+  auto analysis = sharding::analyze(s.graph);
+  if (!analysis) return Error{analysis.error().message};
+  auto local = sharding::localGraph(s.graph, *analysis, s.tp.degree);
+  if (!local) return Error{local.error().message};
+  std::vector<std::pair<int, int>> ranges;
+  try {
+    ranges = localRanges(s.graph, *local, s.ranges);
+  } catch (const std::exception &e) {
+    return Error{e.what()};
+  }
+  // Note [tensor parallel ranks]: a collective runs in the stage of its
+  // readers (a copy's backward must see every device's part of its gradient).
+  const auto readers = local->users();
+  for (int st = 0; st < int(ranges.size()); ++st)
+    for (int n = ranges[size_t(st)].first; n < ranges[size_t(st)].second; ++n) {
+      if (!ir::isRannc(local->nodes[size_t(n)])) continue;
+      for (ir::ValueId out : local->nodes[size_t(n)].outputs)
+        for (ir::NodeId r : out == ir::kNoValue ? std::vector<ir::NodeId>{} : readers[size_t(out)])
+          if (r < ranges[size_t(st)].first || r >= ranges[size_t(st)].second)
+            return Error{"collective '" + local->nodes[size_t(n)].name + "' of stage " + std::to_string(st) +
+                         " has a reader in another stage; move the stage boundary"};
+    }
+  for (ir::ValueId p : s.graph.parameters)
+    if (analysis->values[size_t(p)].axis >= 0) s.param_axes[p] = analysis->values[size_t(p)].axis;
+  s.graph = std::move(*local);
+  s.ranges = std::move(ranges);
+  return Status::success();
 }
 
 } // namespace

@@ -6,6 +6,7 @@
 
 #include "executor/runtime/collectives.h"
 #include "executor/runtime/stage.h"
+#include "planner/ir/op_set.h"
 
 namespace rannc::train {
 
@@ -61,10 +62,10 @@ std::vector<std::pair<int, int>> localRanges(const ir::Graph &whole, const ir::G
   std::vector<int> owner(local.nodes.size(), int(whole.nodes.size()));
   size_t next = whole.nodes.size(); // matched from the end
   for (size_t i = local.nodes.size(); i-- > 0;) {
-    if (next > 0 && local.nodes[i].name == whole.nodes[next - 1].name && local.nodes[i].domain != "rannc") --next;
-    else if (local.nodes[i].domain != "rannc")
+    if (next > 0 && local.nodes[i].name == whole.nodes[next - 1].name && !ir::isRannc(local.nodes[i])) --next;
+    else if (!ir::isRannc(local.nodes[i]))
       throw std::invalid_argument("node '" + local.nodes[i].name + "' of the local graph is not in the model's graph");
-    owner[i] = local.nodes[i].domain == "rannc" && i + 1 < local.nodes.size() ? owner[i + 1] : int(next);
+    owner[i] = ir::isRannc(local.nodes[i]) && i + 1 < local.nodes.size() ? owner[i + 1] : int(next);
   }
   if (next != 0) throw std::invalid_argument("the local graph lacks node '" + whole.nodes[next - 1].name + "'");
   std::vector<std::pair<int, int>> out;

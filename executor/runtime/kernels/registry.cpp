@@ -52,7 +52,7 @@ std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::
   if (ir::isAten(node)) return runAtenOp(node, inputs);
   OpCtx c(node, inputs, opset, group);
   // Domain "rannc": the tensor-parallel collectives (kernels/tensor_parallel.cpp).
-  if (!node.domain.empty() && node.domain != "ai.onnx" && node.domain != "rannc")
+  if (!node.domain.empty() && node.domain != "ai.onnx" && !ir::isRannc(node))
     c.fail("unsupported domain '" + node.domain + "'");
   const KernelDef *k = kernels::findKernel(node.op_type);
   const ir::OpInfo *info = ir::findOp(node.op_type);

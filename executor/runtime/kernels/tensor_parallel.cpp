@@ -21,6 +21,7 @@
 // undefined on every device alike, and then no collective runs.
 #include "executor/runtime/collectives.h"
 #include "executor/runtime/kernels/registry.h"
+#include "planner/ir/op_set.h"
 
 namespace rannc::runtime::kernels {
 namespace {
@@ -89,9 +90,9 @@ Outputs gatherAxis(const OpCtx &c) {
 
 std::vector<KernelDef> tensorParallelKernels() {
   return {
-      {"TensorParallelCopy", 1, 1, copyToGroup},
-      {"TensorParallelGather", 1, 1, gatherAxis},
-      {"TensorParallelSum", 1, 1, sumOverGroup},
+      {ir::kTensorParallelCopy, 1, 1, copyToGroup},
+      {ir::kTensorParallelGather, 1, 1, gatherAxis},
+      {ir::kTensorParallelSum, 1, 1, sumOverGroup},
   };
 }
 
