@@ -67,6 +67,16 @@ Status localizeStage(Setup &s) {
             return Error{"collective '" + local->nodes[size_t(n)].name + "' of stage " + std::to_string(st) +
                          " has a reader in another stage; move the stage boundary"};
     }
+  // Values crossing into or out of the stage are whole on every device of
+  // the group (Note [tensor parallel ranks]): a cut or partial one cannot cross.
+  const schedule::StageProgram program = schedule::buildStageProgram(*local, ranges, s.stage);
+  std::vector<ir::ValueId> crossing;
+  for (const auto &r : program.recvs) crossing.push_back(r.value);
+  for (const auto &snd : program.sends) crossing.push_back(snd.value);
+  for (ir::ValueId v : crossing)
+    if (size_t(v) < analysis->values.size() && !analysis->values[size_t(v)].replicated())
+      return Error{"value '" + s.graph.values[size_t(v)].name + "' crosses the boundary of tensor-parallel stage " +
+                   std::to_string(s.stage) + " cut or as a partial sum; move the stage boundary"};
   for (ir::ValueId p : s.graph.parameters)
     if (analysis->values[size_t(p)].axis >= 0) s.param_axes[p] = analysis->values[size_t(p)].axis;
   s.graph = std::move(*local);

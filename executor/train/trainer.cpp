@@ -37,11 +37,13 @@ namespace {
 
 /// Rank 0's start-up line: layout, schedule, steps and the memory techniques.
 std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64_t K, const TrainOptions &opts,
-                        const std::string &precision) {
-  std::string recomputing, sharding;
+                        const std::string &precision, const std::vector<int> &tensor_parallel) {
+  std::string recomputing, sharding, tp;
   for (const auto &st : plan.stages()) {
     if (st.recompute()) recomputing += (recomputing.empty() ? "" : ",") + std::to_string(st.id());
     if (st.zero() > 0) sharding += (sharding.empty() ? "" : ",") + std::to_string(st.id());
+    if (const int t = tensor_parallel[size_t(st.id())]; t > 1)
+      tp += (tp.empty() ? "" : ",") + std::to_string(st.id()) + " (x" + std::to_string(t) + ")";
   }
   std::ostringstream os;
   os << "rannc-exec: " << world << " rank(s), " << plan.stages_size() << " stage(s), batch "
@@ -50,7 +52,8 @@ std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64
      << " step(s)"
      << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << optimizerName(opts.optimizer)
      << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
-     << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision " << precision
+     << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding)
+     << (tp.empty() ? "" : ", tensor-parallel stage(s) " + tp) << ", precision " << precision
      << "\n";
   return os.str();
 }
@@ -132,7 +135,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
   if (rank == 0)
-    log << startupLine(s.plan, comm.size(), steps, K, opts, cost::precisionName(precision)) << gpu.describe();
+    log << startupLine(s.plan, comm.size(), steps, K, opts, cost::precisionName(precision), s.tensor_parallel) << gpu.describe();
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
