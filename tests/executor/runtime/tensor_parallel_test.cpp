@@ -11,6 +11,8 @@
 #include <memory>
 
 #include "executor/comm/comm.h"
+#include "executor/comm/device_comm.h"
+#include "executor/runtime/device.h"
 #include "executor/runtime/collectives.h"
 #include "executor/runtime/stage.h"
 #include "executor/schedule/schedule.h"
@@ -36,21 +38,23 @@ comm::Communicator &world() {
 
 /// Trains nothing: two micro-batches forward and backward, gradients
 /// accumulated, on the unsharded graph and on this rank's shard; compares.
-void checkAgainstUnsharded(int64_t gather_axis) {
-  comm::Communicator &group = world();
+void checkAgainstUnsharded(int64_t gather_axis, comm::Communicator &group = world(),
+                           torch::Device device = torch::kCPU) {
   const int t = group.size(), me = group.rank();
   ASSERT_TRUE(kH % t == 0 && kV % t == 0) << "run with a number of ranks that divides " << kH << " and " << kV;
   Mlp whole(0, 0), local(t, gather_axis);
   std::map<ir::ValueId, torch::Tensor> full, mine;
   tptest::mlpParameters(whole, me, t, full, mine); // the same weights and data on every rank
+  for (auto &[p, w] : mine) w = w.detach().to(device).requires_grad_(true);
   const std::vector<torch::Tensor> xs{torch::randn({5, kD}), torch::randn({3, kD})};
   StageRunner ref = whole.runner(full);
   StageRunner run = local.runner(mine);
+  run.setDevice(device);
   run.setTensorParallel(&group);
   for (int mb = 0; mb < 2; ++mb) {
     ref.forward(mb, {{whole.x, xs[size_t(mb)]}});
-    run.forward(mb, {{local.x, xs[size_t(mb)]}});
-    EXPECT_TRUE(torch::allclose(run.loss(mb), ref.loss(mb), 1e-5, 1e-6))
+    run.forward(mb, {{local.x, xs[size_t(mb)].to(device)}});
+    EXPECT_TRUE(torch::allclose(run.loss(mb).cpu(), ref.loss(mb), 1e-5, 1e-6))
         << "micro-batch " << mb << ": " << run.loss(mb).item<double>() << " vs " << ref.loss(mb).item<double>();
     ref.backward(mb, {}, 0.5);
     run.backward(mb, {}, 0.5);
@@ -59,15 +63,29 @@ void checkAgainstUnsharded(int64_t gather_axis) {
     const int64_t axis = tptest::cutAxis(whole, p);
     torch::Tensor want = axis < 0 ? full[p].grad() : shardOf(full[p].grad(), axis, me, t);
     ASSERT_TRUE(run.parameter(p).grad().defined()) << whole.g.values[p].name;
-    EXPECT_TRUE(torch::allclose(run.parameter(p).grad(), want, 1e-5, 1e-6))
-        << whole.g.values[p].name << " on rank " << me << ": max diff "
-        << (run.parameter(p).grad() - want).abs().max().item<double>();
+    const torch::Tensor got = run.parameter(p).grad().cpu();
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6))
+        << whole.g.values[p].name << " on rank " << me << ": max diff " << (got - want).abs().max().item<double>();
   }
 }
 
 TEST(TensorParallel, ColumnRowMlpMatchesTheUnshardedGraph) { checkAgainstUnsharded(1); }
 
 TEST(TensorParallel, GatherAlongTheFirstAxis) { checkAgainstUnsharded(0); }
+
+// On GPUs the group is a device communicator: NCCL where every rank has a
+// GPU of its own, else staged through host memory (ranks sharing a GPU).
+// Labelled `gpu` in ctest; skipped where no GPU is visible.
+TEST(TensorParallelGpu, ColumnRowMlpOnTheGpu) {
+  if (!comm::ncclCompiled()) GTEST_SKIP() << "built without the CUDA toolkit";
+  const int gpus = comm::visibleCudaDevices();
+  if (gpus == 0) GTEST_SKIP() << "no GPU visible";
+  comm::Communicator &w = world();
+  const int gpu = w.rank() % gpus;
+  useGpu(gpu);
+  auto group = comm::createDeviceCommunicator(w.split(0, w.rank()), gpu, currentGpuStream(gpu), gpus >= w.size());
+  checkAgainstUnsharded(1, *group, torch::Device(torch::kCUDA, c10::DeviceIndex(gpu)));
+}
 
 TEST(TensorParallel, CollectivesOfTheGroup) {
   comm::Communicator &group = world();
