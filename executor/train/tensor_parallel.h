@@ -24,6 +24,10 @@
 //     position holds all of it, and sums it with its peers);
 //   - the global gradient norm counts a sharded parameter's slices from every
 //     position of group 0, a replicated one from the leader of group 0 only.
+// Start-up (setup.cpp) refuses a plan where a cut or partial value crosses a
+// tensor-parallel stage's boundary, or a collective's readers lie in another
+// stage than the collective: the leader would send one slice, or a copy's
+// backward would miss the other devices' parts of its gradient.
 #pragma once
 
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-// A hand-built tensor-parallel local graph for the tests of the runtime's
+// The MPI job and a hand-built tensor-parallel local graph for the tests of the runtime's
 // collectives and the trainer's tensor-parallel parts: a column- then
 // row-parallel MLP followed by a vocabulary-parallel output layer, as
 // sharding::localGraph writes one, beside its unsharded graph.
@@ -7,9 +7,11 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "executor/comm/comm.h"
 #include "executor/runtime/collectives.h"
 #include "executor/runtime/stage.h"
 #include "executor/schedule/schedule.h"
@@ -20,6 +22,17 @@ namespace rannc::tptest {
 using ir::Dim;
 using ir::DType;
 using ir::ValueKind;
+
+/// The MPI job the test runs in (one rank without mpirun), initialized once
+/// per process and finalized at exit: one tensor-parallel group.
+inline comm::Communicator &world() {
+  static std::unique_ptr<comm::Communicator> c = [] {
+    int argc = 0;
+    char **argv = nullptr;
+    return comm::createMpiCommunicator(&argc, &argv);
+  }();
+  return *c;
+}
 
 inline constexpr int64_t kD = 8, kH = 12, kV = 6;
 

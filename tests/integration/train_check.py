@@ -151,6 +151,9 @@ def check_training(args):
             sys.exit(f"--zero 1: the plan's replicated stages have zero {sharded}")
         if "optimizer state sharded in stage(s)" not in p.stderr:
             sys.exit("--zero 1: rannc-exec did not say it shards the optimizer state")
+    if "--tensor-parallel" in args.plan_args and "tensor-parallel stage(s)" not in p.stderr:
+        # Note [tensor parallel ranks]: a plan without a tensor-parallel stage would pass unnoticed.
+        sys.exit("--tensor-parallel: rannc-exec did not say it runs tensor-parallel stages")
     if "rannc-exec: done: " not in p.stderr:
         sys.exit("rannc-exec printed no final summary")
     if len(steps) != ref["steps"]:

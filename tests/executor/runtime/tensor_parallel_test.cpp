@@ -27,14 +27,7 @@ using tptest::kH;
 using tptest::kV;
 using tptest::Mlp;
 
-comm::Communicator &world() {
-  static std::unique_ptr<comm::Communicator> c = [] {
-    int argc = 0;
-    char **argv = nullptr;
-    return comm::createMpiCommunicator(&argc, &argv);
-  }();
-  return *c;
-}
+using tptest::world;
 
 /// Trains nothing: two micro-batches forward and backward, gradients
 /// accumulated, on the unsharded graph and on this rank's shard; compares.

@@ -22,14 +22,7 @@ namespace {
 
 using tptest::Mlp;
 
-comm::Communicator &world() {
-  static std::unique_ptr<comm::Communicator> c = [] {
-    int argc = 0;
-    char **argv = nullptr;
-    return comm::createMpiCommunicator(&argc, &argv);
-  }();
-  return *c;
-}
+using tptest::world;
 
 TEST(TensorParallelRanks, GroupsAreConsecutiveRunsOfTheDegree) {
   const std::vector<int> ranks{4, 5, 6, 7, 8, 9}; // a stage of 3 replicas x TP 2 from rank 4
