@@ -7,6 +7,42 @@
 namespace rannc::planner {
 namespace {
 
+// Note [tensor parallel lowering]
+// The sharding analysis (planner/sharding) says which nodes run on slices and
+// how each value lies over a group; lowering turns that into each block's
+// Block::Split (Note [tensor parallel stages] in planner/partition/evaluate.cpp):
+// - compute: the unit's fitted fwd/bwd lines scaled by the split nodes' share
+//   of the unit's analytic time (estimateOpCosts: FLOPs and bytes on the
+//   device's roofline, at the largest costed micro-batch), so a measured
+//   profile keeps its own totals;
+// - parameters: those whose sharding has an axis (each device holds 1/t);
+//   their low-precision copies in the same proportion;
+// - activations and working bytes: the share of the unit's output bytes that
+//   its nodes write cut along an axis (a partial sum is full-sized);
+//   activations never below what the unit makes unsaved (never split);
+// - collectives: a SumOverGroup (forward) or CopyToGroup (backward) all-reduces
+//   its value, a GatherAxis all-gathers it, half an all-reduce's traffic; the
+//   total over a step, charged half to each pass, goes to the unit of the
+//   collective's first reader;
+// - cut i is whole unless a float value crossing it is cut or partial.
+// A degree is allowed when it divides every cut size and fits a node.
+
+/// Bytes per sample of a value (its size at 8 samples / 8); 0 when unknown.
+double perSample(const ir::Value &val) {
+  constexpr int64_t kProbe = 8;
+  return val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.runtimeDType())) / kProbe : 0.0;
+}
+
+/// The degrees in [1, max_degree] that divide every cut size of `a` (1 always).
+std::vector<int> allowedDegrees(const sharding::Analysis *a, int max_degree) {
+  std::vector<int> out{1};
+  if (!a || !a->any()) return out;
+  for (int t = 2; t <= max_degree; ++t)
+    if (std::all_of(a->cut_sizes.begin(), a->cut_sizes.end(), [t](int64_t size) { return size % t == 0; }))
+      out.push_back(t);
+  return out;
+}
+
 /// Least-squares line through (b_i, y_i), clamped to non-negative terms.
 partition::Affine fit(const std::vector<int64_t> &bs, const std::vector<double> &ys) {
   const size_t n = bs.size();
@@ -53,6 +89,80 @@ std::vector<int64_t> perUnitSum(const ir::Graph &g, const std::vector<cost::Unit
   return sums;
 }
 
+/// Fills p's tensor-parallel numbers from `a` (Note [tensor parallel
+/// lowering]) and checks the pinned degrees; `made` is each unit's unsaved
+/// bytes per sample, `crosses` whether a value crosses cuts.
+template <typename Crosses>
+Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
+                           const PlanOptions &opts, const sharding::Analysis *a, const std::vector<double> &made,
+                           Crosses crosses, partition::Problem &p) {
+  const std::vector<int> degrees = allowedDegrees(a, cluster.devices_per_node);
+  for (int t : opts.tensor_parallel)
+    if (std::find(degrees.begin(), degrees.end(), t) == degrees.end()) {
+      std::string allowed;
+      for (int d : degrees) allowed += (allowed.empty() ? "" : ", ") + std::to_string(d);
+      return Error{"--tensor-parallel " + std::to_string(t) + ": " +
+                   (!a || !a->any() ? std::string("nothing in the model can be split across devices")
+                    : t > cluster.devices_per_node
+                        ? "a node has only " + std::to_string(cluster.devices_per_node) + " devices"
+                        : "it does not divide the model's split sizes") +
+                   " (allowed: " + allowed + ")"};
+    }
+  p.constraints.tensor_parallel = opts.tensor_parallel;
+  if (degrees.size() < 2) return Status::success(); // nothing to split: the problem stays as it was
+  p.tp_degrees = degrees;
+
+  const auto &units = costs.units;
+  const int n = int(units.size());
+  const std::vector<int> unit_of = cost::unitOfNode(g, units);
+  const std::vector<cost::OpCost> ops = cost::estimateOpCosts(g, cluster.device, costs.batch_sizes.back());
+  std::vector<double> fwd(n, 0), fwd_split(n, 0), bwd(n, 0), bwd_split(n, 0), out(n, 0), out_split(n, 0);
+  for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v) {
+    const int u = unit_of[v];
+    const bool split = v < ir::NodeId(a->node_split.size()) && a->node_split[v];
+    fwd[u] += ops[v].fwd_time_s, bwd[u] += ops[v].bwd_time_s, out[u] += double(ops[v].output_bytes);
+    if (split) fwd_split[u] += ops[v].fwd_time_s, bwd_split[u] += ops[v].bwd_time_s;
+    for (ir::ValueId o : g.nodes[v].outputs)
+      if (o != ir::kNoValue && o < ir::ValueId(a->values.size()) && a->values[o].axis >= 0) {
+        out_split[u] += double(ops[v].output_bytes);
+        break;
+      }
+  }
+  auto share = [](double part, double whole) { return whole > 0 ? std::min(1.0, part / whole) : 0.0; };
+  const std::vector<int64_t> split_params = perUnitSum(g, units, ir::ValueKind::Parameter, [&](const ir::Value &val) {
+    const ir::ValueId id = ir::ValueId(&val - g.values.data());
+    return id < ir::ValueId(a->values.size()) && a->values[id].axis >= 0 ? ir::numelAt(val.shape, 1) : int64_t{0};
+  });
+  for (int u = 0; u < n; ++u) {
+    partition::Block &b = p.blocks[u];
+    partition::Block::Split &t = b.tp;
+    const double f = share(fwd_split[u], fwd[u]), w = share(bwd_split[u], bwd[u]), o = share(out_split[u], out[u]);
+    t.fwd = {b.fwd.fixed_s * f, b.fwd.per_sample_s * f};
+    t.bwd = {b.bwd.fixed_s * w, b.bwd.per_sample_s * w};
+    t.param_bytes = std::min(b.param_bytes, double(split_params[u]) * 4); // float32 parameters
+    t.lowp_weight_bytes = b.lowp_weight_bytes * share(t.param_bytes, b.param_bytes);
+    t.activation_bytes_per_sample = std::max(0.0, std::min(b.activation_bytes_per_sample * o,
+                                                           b.activation_bytes_per_sample - made[u]));
+    t.working_bytes_per_sample = b.working_bytes_per_sample * o;
+    t.working_fixed_bytes = b.working_fixed_bytes * o;
+  }
+  for (const sharding::Collective &c : a->collectives) {
+    if (c.value < 0 || c.value >= ir::ValueId(g.values.size())) continue;
+    const ir::Value &val = g.values[c.value];
+    const int u = !c.readers.empty() ? unit_of[c.readers.front()] : val.producer >= 0 ? unit_of[val.producer] : -1;
+    if (u < 0) continue;
+    const double weight = c.kind == sharding::CollectiveKind::GatherAxis ? 0.5 : 1.0;
+    p.blocks[u].tp.collective_bytes_per_sample += weight * perSample(val) / 2; // half to each pass
+    p.blocks[u].tp.collectives += 0.5;
+  }
+  const std::vector<int> last_reader = cost::lastReaderUnit(g, units);
+  p.cut_whole.assign(n + 1, true);
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v)
+    if (crosses(v) && v < ir::ValueId(a->values.size()) && !a->values[v].replicated())
+      for (int i = unit_of[g.values[v].producer] + 1; i <= last_reader[v]; ++i) p.cut_whole[i] = false;
+  return Status::success();
+}
+
 } // namespace
 
 std::vector<int64_t> unitParameterCounts(const ir::Graph &g, const std::vector<cost::Unit> &units) {
@@ -77,7 +187,8 @@ int64_t rangeParameterCount(const ir::Graph &g, int op_begin, int op_end) {
 }
 
 Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::CostTable &costs,
-                                            const cluster::ClusterSpec &cluster, const PlanOptions &opts) {
+                                            const cluster::ClusterSpec &cluster, const PlanOptions &opts,
+                                            const sharding::Analysis *analysis) {
   const auto &units = costs.units;
   const int n = int(units.size());
   partition::Problem p;
@@ -116,10 +227,6 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     const ir::Value &val = g.values[v];
     return val.kind == ir::ValueKind::Intermediate && ir::isFloating(val.dtype) && last_reader[v] >= 0 &&
            !g.nodes[val.producer].inputs.empty(); // not a Constant: those are recomputed
-  };
-  constexpr int64_t kProbe = 8; // bytes per sample from the size at 8 samples
-  auto perSample = [&](const ir::Value &val) {
-    return val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.runtimeDType())) / kProbe : 0.0;
   };
   for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
     if (!crosses(v)) continue;
@@ -174,6 +281,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.constraints.microbatches = opts.microbatches;
   p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
   p.constraints.schedule = opts.schedule;
+  if (Status st = lowerTensorParallel(g, costs, cluster, opts, analysis, made, crosses, p); !st) return Error{st.message()};
   if (Status st = partition::validate(p); !st) return Error{st.message()};
   return p;
 }

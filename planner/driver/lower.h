@@ -7,6 +7,7 @@
 #include "planner/driver/planner.h"
 #include "planner/ir/ir.h"
 #include "planner/partition/problem.h"
+#include "planner/sharding/sharding.h"
 #include "planner/support/status.h"
 
 namespace rannc::planner {
@@ -17,8 +18,13 @@ namespace rannc::planner {
 /// and i carries every floating-point activation made before unit i and read
 /// at or after it (integer values and constants are recomputed, Note
 /// [recomputed values], and data inputs are read locally, so they cost nothing).
+/// With the sharding `analysis` of `g`, each block also gets its
+/// tensor-parallel parts and the problem the degrees it may take (Note
+/// [tensor parallel lowering]); without it, or when nothing can be cut, every
+/// stage keeps degree 1 and a pinned degree above 1 is an error.
 Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::CostTable &costs,
-                                            const cluster::ClusterSpec &cluster, const PlanOptions &opts);
+                                            const cluster::ClusterSpec &cluster, const PlanOptions &opts,
+                                            const sharding::Analysis *analysis = nullptr);
 
 /// Parameter elements each unit reads, a parameter counted once in every unit
 /// that reads it: a shared (tied) parameter is held, with its gradient and

@@ -1,5 +1,7 @@
 #include "planner/driver/options.h"
 
+#include <algorithm>
+
 #include "planner/cluster/cluster.h"
 #include "planner/cost/precision.h"
 #include "planner/driver/planner.h"
@@ -34,6 +36,26 @@ Expected<Zero> parseZero(std::string_view text) {
   return Error{"--zero must be auto, 0 or 1 (got '" + std::string(text) + "')"};
 }
 
+Expected<std::vector<int>> parseTensorParallel(std::string_view text) {
+  auto bad = [&] {
+    return Error{"--tensor-parallel must be auto, a degree N or one degree per stage N1,N2,... (got '" +
+                 std::string(text) + "')"};
+  };
+  if (text == "auto") return std::vector<int>{};
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string_view item = text.substr(start, end - start);
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string_view::npos) return bad();
+    const int t = std::stoi(std::string(item));
+    if (t < 1) return bad();
+    out.push_back(t);
+    start = end + 1;
+  }
+  return out;
+}
+
 std::vector<std::string> recomputeNames() { return wordList(kRecompute); }
 std::vector<std::string> zeroNames() { return wordList(kZero); }
 
@@ -56,6 +78,13 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   auto zero = parseZero(flags.zero);
   if (!zero) return zero.error();
   opts.zero = *zero;
+  auto tp = parseTensorParallel(flags.tensor_parallel);
+  if (!tp) return tp.error();
+  opts.tensor_parallel = *tp;
+  if (opts.tensor_parallel.size() > 1 && opts.replicas.size() > 1 &&
+      opts.tensor_parallel.size() != opts.replicas.size())
+    return Error{"--tensor-parallel gives " + std::to_string(opts.tensor_parallel.size()) +
+                 " per-stage degrees but --replicas " + std::to_string(opts.replicas.size()) + " per-stage counts"};
   auto optimizer = cost::parseOptimizer(flags.optimizer);
   if (!optimizer) return Error{"--optimizer " + optimizer.error().message};
   opts.optimizer = *optimizer;

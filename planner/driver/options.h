@@ -25,6 +25,9 @@ enum class Zero { Auto, Off, On };
 Expected<Recompute> parseRecompute(std::string_view text);
 /// Parses "auto", "0" or "1".
 Expected<Zero> parseZero(std::string_view text);
+/// Parses --tensor-parallel: "auto" (empty: the degrees the model allows, up to
+/// a node), "N" (every stage N) or "N1,N2,..." (one per stage); each >= 1.
+Expected<std::vector<int>> parseTensorParallel(std::string_view text);
 /// The words each option reads, in the order --help lists them.
 std::vector<std::string> recomputeNames();
 std::vector<std::string> zeroNames();
@@ -37,6 +40,7 @@ struct PlanFlags {
   std::string precision = "fp32"; ///< fp32 | bf16 | fp16
   std::string recompute = "auto"; ///< auto | on | off
   std::string zero = "auto";      ///< auto | 0 | 1
+  std::string tensor_parallel = "auto"; ///< auto | N | N1,N2,... (--tensor-parallel, --tp)
   std::string schedule;           ///< a pipeline::scheduleName; empty: the partitioner chooses
   std::string optimizer = "adam"; ///< a cost::optimizerName
 };

@@ -13,6 +13,7 @@
 #include "planner/partition/evaluate.h"
 #include "planner/partition/solve.h"
 #include "planner/plan/model_ref.h"
+#include "planner/plan/sharding_record.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/show.h"
 #include "planner/support/files.h"
@@ -93,7 +94,8 @@ void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
 }
 
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
-                                const PlanOptions &opts, const std::string &model_sha256, std::ostream *log) {
+                                const PlanOptions &opts, const std::string &model_sha256, std::ostream *log,
+                                const sharding::Analysis *analysis) {
   if (opts.batch_size < 1) return Error{"--batch-size must be at least 1"};
   if (opts.microbatches < 0) return Error{"--microbatches must be at least 1"};
   if (opts.microbatches > 0 && opts.batch_size % opts.microbatches != 0)
@@ -102,7 +104,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   if (costs.units.empty()) return Error{"the model has no ops"};
   auto strategy = partition::parseStrategy(opts.strategy);
   if (!strategy) return strategy.error();
-  auto units = lowerToProblem(g, costs, cluster, opts);
+  auto units = lowerToProblem(g, costs, cluster, opts, analysis);
   if (!units) return units.error();
   // Per-unit blocks up to a few hundred keep the DP exact and fast; beyond
   // that, coarsen (docs/partitioner.md measures the trade-off).
@@ -145,15 +147,18 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     const partition::StageCost &c = ev.stages[s];
     proto::Stage *st = plan.add_stages();
     st->set_id(s);
-    for (int j = 0; j < stage.replicas; ++j) st->add_ranks(plan_units.firstRank(s) + j);
+    for (int j = 0; j < stage.devices(); ++j) st->add_ranks(plan_units.firstRank(s) + j);
+    if (stage.tensor_parallel > 1) st->set_tensor_parallel(stage.tensor_parallel);
     st->set_op_begin(costs.units[stage.block_begin].op_begin);
     st->set_op_end(costs.units[stage.block_end - 1].op_end);
     st->set_recompute(stage.recompute);
     st->set_zero(c.zero ? 1 : 0);
     const int64_t num_params = rangeParameterCount(g, st->op_begin(), st->op_end());
     fillStageEstimates(c, ev.capacity_bytes, num_params, st->mutable_estimates());
-    // A sharded stage updates only its replica's share of the parameters.
-    optimizer = std::max(optimizer, double(num_params) / (c.zero ? c.replicas : 1) * costs.optimizer_s_per_param);
+    // A sharded stage updates only its replica's share of the parameters, a
+    // tensor-parallel one its device's shards.
+    optimizer = std::max(optimizer, double(num_params) * c.param_share / (c.zero ? c.replicas : 1) *
+                                        costs.optimizer_s_per_param);
   }
   // The partitioner's step (pipeline, transfers, all-reduce) plus the slowest
   // stage's optimizer step, which every stage takes after the all-reduce.
@@ -161,6 +166,9 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.mutable_estimates()->set_optimizer(cost::optimizerName(opts.optimizer));
   fillModelFlops(g, plan.mutable_estimates());
   *plan.mutable_graph() = plan::graphToProto(g);
+  const bool uses_tp = std::any_of(plan_units.stages.begin(), plan_units.stages.end(),
+                                   [](const partition::Stage &s) { return s.tensor_parallel > 1; });
+  if (uses_tp && analysis) plan::recordSharding(g, *analysis, *plan.mutable_graph()); // plans without TP stay as they were
   plan.set_format_version(plan::requiredFormatVersion(plan)); // Note [plan format versions]
   return plan;
 }

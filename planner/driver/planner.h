@@ -18,6 +18,7 @@
 #include "planner/ir/ir.h"
 #include "planner/partition/evaluate.h"
 #include "planner/pipeline/schedule.h"
+#include "planner/sharding/sharding.h"
 #include "planner/support/status.h"
 
 namespace rannc::planner {
@@ -53,6 +54,10 @@ struct PlanOptions {
   int microbatches = 0;
   int stages = 0;
   std::vector<int> replicas;   ///< one count for every stage, or one per stage
+  /// Tensor-parallel degrees (--tensor-parallel): empty (auto): the degrees
+  /// the model's sharding allows, up to devices per node, chosen per stage;
+  /// one degree for every stage, or one per stage.
+  std::vector<int> tensor_parallel;
   std::optional<pipeline::Schedule> schedule; ///< unset: searched
   Recompute recompute = Recompute::Auto; ///< Auto: chosen per stage where memory needs it
   Zero zero = Zero::Auto;                ///< Auto: sharded per stage where memory needs it
@@ -94,10 +99,13 @@ Expected<cluster::ClusterSpec> clusterFor(const PlanOptions &opts);
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log);
 
 /// Builds a plan for an imported graph from a cost table over its units: the
-/// pure part of makePlan. With `log`, says what the search took.
+/// pure part of makePlan. With `log`, says what the search took. With the
+/// sharding `analysis` of `g`, stages may be tensor-parallel (Note [tensor
+/// parallel lowering]); a plan that uses it records the analysis in its graph.
 Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs,
                                 const cluster::ClusterSpec &cluster, const PlanOptions &opts,
-                                const std::string &model_sha256, std::ostream *log = nullptr);
+                                const std::string &model_sha256, std::ostream *log = nullptr,
+                                const sharding::Analysis *analysis = nullptr);
 
 /// Sets the model's forward and training FLOPs per sample (Note [flop counts]).
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e);

@@ -19,6 +19,7 @@
 #include "planner/plan/trace.h"
 #include "planner/support/files.h"
 #include "planner/plan/model_ref.h"
+#include "planner/plan/sharding_record.h"
 
 namespace rannc::planner {
 namespace {
@@ -148,7 +149,7 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   PlanOptions sizes; // the micro-batch sizes to cost at: this plan's
   sizes.batch_size = plan.global_batch_size();
   sizes.microbatches = plan.microbatches();
-  for (const auto &s : plan.stages()) sizes.replicas.push_back(std::max(1, s.ranks_size()));
+  for (const auto &s : plan.stages()) sizes.replicas.push_back(std::max(1, plan::stageReplicas(s)));
   m.costs = cost::analyticCosts(m.graph, units, m.cluster.device, costBatchSizes(sizes));
   m.costs.optimizer = plan.estimates().optimizer().empty() ? "adam" : plan.estimates().optimizer();
   // A word no optimizer has (a hand edit) keeps no state, as before the enum.
@@ -161,7 +162,14 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   // check refuses another precision; until then it counts weight copies, as any non-fp32 one did.
   const auto precision = cost::planPrecision(plan);
   lower.precision = precision ? *precision : cost::Precision::BF16;
-  auto problem = lowerToProblem(m.graph, m.costs, m.cluster, lower);
+  // Tensor parallelism: the sharding the plan records (Note [tensor parallel lowering]).
+  std::optional<sharding::Analysis> tp;
+  if (plan::hasSharding(plan.graph())) {
+    auto recorded = plan::shardingFromProto(plan.graph(), m.graph);
+    if (!recorded) return recorded.error();
+    tp = std::move(*recorded);
+  }
+  auto problem = lowerToProblem(m.graph, m.costs, m.cluster, lower, tp ? &*tp : nullptr);
   if (!problem) return Error{"cluster: " + problem.error().message};
   m.problem = std::move(*problem);
 
@@ -174,16 +182,18 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   m.solution.schedule = schedule ? *schedule : pipeline::Schedule::OneFOneB;
   for (const auto &s : plan.stages())
     m.solution.stages.push_back(
-        {unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, s.ranks_size()), s.recompute(),
-         s.zero() > 0});
+        {unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, plan::stageReplicas(s)), s.recompute(),
+         s.zero() > 0, plan::tensorParallel(s)});
   m.evaluation = partition::evaluate(m.problem, m.solution);
 
   double slowest_optimizer = 0;
-  for (const auto &st : plan.stages()) {
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const proto::Stage &st = plan.stages(s);
     const int64_t params = rangeParameterCount(m.graph, st.op_begin(), st.op_end());
     m.stage_params.push_back(params);
-    const int shards = st.zero() > 0 ? std::max(1, st.ranks_size()) : 1; // a sharded stage updates its share
-    m.stage_optimizer_s.push_back(double(params) / shards * m.costs.optimizer_s_per_param);
+    const int shards = st.zero() > 0 ? std::max(1, plan::stageReplicas(st)) : 1; // a sharded stage updates its share
+    const double share = s < int(m.evaluation.stages.size()) ? m.evaluation.stages[s].param_share : 1.0;
+    m.stage_optimizer_s.push_back(double(params) * share / shards * m.costs.optimizer_s_per_param);
     slowest_optimizer = std::max(slowest_optimizer, m.stage_optimizer_s.back());
   }
   m.step_time_s = m.evaluation.step_time_s + slowest_optimizer;
@@ -264,6 +274,11 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
       if (plan::worldSize(plan) <= cluster->worldSize())
         for (const auto &v : ev.violations) problems.push_back("stages: " + v);
     } else {
+      for (int s = 0; s < int(ev.stages.size()); ++s) // Note [tensor parallel stages]
+        if (std::string why = partition::tensorParallelProblem(model_est->problem, model_est->solution.stages[s],
+                                                               ev.stages[s].first_rank);
+            !why.empty())
+          problems.push_back("stages[" + std::to_string(s) + "]: " + why);
       for (int s = 0; s < int(ev.stages.size()); ++s) {
         const partition::StageMemory &mem = ev.stages[s].memory;
         if (mem.total() > ev.capacity_bytes)
@@ -343,7 +358,7 @@ Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::o
   const int world = m->solution.devicesUsed();
   std::vector<int> stage_of_rank(world, 0);
   for (int s = 0; s < m->solution.numStages(); ++s)
-    for (int r = 0; r < m->solution.stages[s].replicas; ++r) stage_of_rank[m->solution.firstRank(s) + r] = s;
+    for (int r = 0; r < m->solution.stages[s].devices(); ++r) stage_of_rank[m->solution.firstRank(s) + r] = s;
   std::vector<std::map<std::string, double>> by_kind(world);
   std::vector<double> last_end(world, 0);
   std::vector<plan::TraceEvent> events;
@@ -391,7 +406,13 @@ Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::o
       << " (analytic costs" << (opts.overlap_allreduce ? ", all-reduce overlapped" : "") << ")\n";
   out << "predicted step time " << plan::timeText(step) << " (" << formatFixed(plan->global_batch_size() / step, 1)
       << " samples/s); closed form " << plan::timeText(m->step_time_s) << ", the plan says "
-      << plan::timeText(plan->estimates().step_time_s()) << "\n\n";
+      << plan::timeText(plan->estimates().step_time_s()) << "\n";
+  for (const partition::StageCost &c : m->evaluation.stages) // Note [tensor parallel stages]
+    if (c.tensor_parallel > 1)
+      out << "ranks " << c.first_rank << ".." << c.first_rank + c.devices() - 1 << ": tensor-parallel "
+          << c.tensor_parallel << " in " << counted(c.replicas, "group") << ", "
+          << plan::timeText(c.tp_collective_s) << " of collectives in each forward and each backward\n";
+  out << "\n";
   const plan::TimeUnit unit = plan::timeUnitFor(step);
   out << std::left << std::setw(6) << "rank" << std::setw(7) << "stage" << std::right;
   static const char *kKinds[] = {"forward", "backward", "recv", "recompute", "all-reduce", "optimizer"};

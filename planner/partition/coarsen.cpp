@@ -86,8 +86,10 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
   out.problem.blocks.clear();
   out.problem.cut_bytes_per_sample.clear();
   out.problem.unsaved_cut_bytes_per_sample.clear();
+  out.problem.cut_whole.clear();
   for (int b = 0; b < K; ++b) {
     Block blk;
+    blk.tp.working_bytes_per_sample = blk.tp.working_fixed_bytes = std::numeric_limits<double>::infinity();
     for (int i = chosen[b]; i < chosen[b + 1]; ++i) {
       const Block &u = units.blocks[i];
       blk.fwd.fixed_s += u.fwd.fixed_s;
@@ -102,8 +104,23 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       // The largest of the units' affine working bytes, bounded by one line.
       blk.working_bytes_per_sample = std::max(blk.working_bytes_per_sample, u.working_bytes_per_sample);
       blk.working_fixed_bytes = std::max(blk.working_fixed_bytes, u.working_fixed_bytes);
+      // Tensor-parallel parts add up, but of the working bytes only the least
+      // split part is sure to divide (the whole being the units' largest).
+      Block::Split &t = blk.tp;
+      t.fwd.fixed_s += u.tp.fwd.fixed_s;
+      t.fwd.per_sample_s += u.tp.fwd.per_sample_s;
+      t.bwd.fixed_s += u.tp.bwd.fixed_s;
+      t.bwd.per_sample_s += u.tp.bwd.per_sample_s;
+      t.param_bytes += u.tp.param_bytes;
+      t.lowp_weight_bytes += u.tp.lowp_weight_bytes;
+      t.activation_bytes_per_sample += u.tp.activation_bytes_per_sample;
+      t.collective_bytes_per_sample += u.tp.collective_bytes_per_sample;
+      t.collectives += u.tp.collectives;
+      t.working_bytes_per_sample = std::min(t.working_bytes_per_sample, u.tp.working_bytes_per_sample);
+      t.working_fixed_bytes = std::min(t.working_fixed_bytes, u.tp.working_fixed_bytes);
     }
     out.problem.blocks.push_back(blk);
+    if (!units.cut_whole.empty()) out.problem.cut_whole.push_back(units.cut_whole[chosen[b]]);
     out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[chosen[b]]);
     if (!units.unsaved_cut_bytes_per_sample.empty())
       out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(chosen[b]));
@@ -111,6 +128,7 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
   out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[n]);
   if (!units.unsaved_cut_bytes_per_sample.empty())
     out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(n));
+  if (!units.cut_whole.empty()) out.problem.cut_whole.push_back(units.cut_whole[n]);
   return out;
 }
 

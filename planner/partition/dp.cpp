@@ -21,8 +21,10 @@ namespace {
 //           GPipe: (max F, max G),    w = (M-1, M-1)
 //     Psi = max_s AR_s                               (all-reduce after the drain)
 // (Note [partition cost model]). Every per-stage number depends only on the
-// stage's own blocks, replicas, recomputation, first rank (link placement)
-// and number of stages after it (1F1B memory), so the state
+// stage's own blocks, replicas, tensor-parallel degree t, recomputation,
+// first rank (link placement, and whether its t-device groups lie inside
+// nodes: Note [tensor parallel stages]) and number of stages after it (1F1B
+// memory), so the state
 //   (k = stages still to place, a = blocks placed, d = devices used)
 // holds everything a later stage needs. Because V mixes a sum with maxima it
 // is not a shortest path; each state keeps the Pareto front of its partial
@@ -37,7 +39,9 @@ namespace {
 // [Psi_X, tau) has V >= V_X and so T >= V_X + Psi_X; record X and continue
 // with tau = Psi_X. Plans are only dropped when they cannot beat the best T
 // found (below), so the loop is exact over the search space (contiguous
-// ranges, replica counts from replicaCandidates, recomputation per stage,
+// ranges, replica counts from replicaCandidates, tensor-parallel degrees from
+// tpCandidates (a stage of r replicas and degree t taking r t devices),
+// recomputation per stage,
 // every stage count and micro-batch count) and stops when no plan is left.
 //
 // Exact reductions that keep it fast:
@@ -68,6 +72,7 @@ struct Point {
   int32_t prev_point;
   bool recompute;
   bool zero;
+  int16_t tp; // the stage's tensor-parallel degree
 };
 
 /// Per-stage numbers of one candidate stage (placement included).
@@ -77,16 +82,18 @@ struct StageVals {
   double ar;
   bool recompute;
   bool zero;
+  int16_t tp;
 };
 
 class MicrobatchDP {
 public:
   MicrobatchDP(const Problem &p, int microbatches, Schedule schedule, const std::vector<int> &stage_counts)
       : p_(p), n_(p.numBlocks()), D_(p.devices.count), M_(microbatches), sched_(schedule),
-        R_(replicaCandidates(p, microbatches)), cap_(p.devices.capacity()) {
+        R_(replicaCandidates(p, microbatches)), T_(tpCandidates(p)), cap_(p.devices.capacity()) {
     nc_ = sched_ == Schedule::GPipe ? 2 : 1;
     w_[0] = w_[1] = M_ - 1;
     if (p.constraints.replicas.size() > 1) per_stage_ = &p.constraints.replicas;
+    if (p.constraints.tensor_parallel.size() > 1) per_stage_tp_ = &p.constraints.tensor_parallel;
     // Note [stage count classes]: k counts the stages still to place only as
     // far as a stage's cost depends on it. 1F1B keeps min(M, k) micro-batches
     // in flight, GPipe M, so unless the stage count is pinned the states with
@@ -94,7 +101,7 @@ public:
     // "at least kmax_ left", which may stay in itself; pinned counts stay exact.
     int smax = 0;
     for (int s : stage_counts) smax = std::max(smax, s);
-    const bool exact = per_stage_ || p.constraints.stages > 0;
+    const bool exact = per_stage_ || per_stage_tp_ || p.constraints.stages > 0;
     kmax_ = exact ? smax : std::min(smax, sched_ == Schedule::GPipe ? 1 : M_);
     top_open_ = kmax_ < smax;
     source_.assign(kmax_ + 1, false);
@@ -102,7 +109,11 @@ public:
     per_microbatch_ = (p.batch_size + M_ - 1) / M_;
     for (int r : R_) samples_.push_back(static_cast<double>(replicaSamples(p.batch_size, M_, r)));
 
-    f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = act_ = f0_;
+    // Prefix sums of the whole numbers and of their tensor-parallel parts
+    // (Note [tensor parallel stages]); a stage of degree t takes whole - (1 -
+    // 1/t) split.
+    f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = f0_;
+    tf0_ = tf1_ = tg0_ = tg1_ = tparams_ = tlowp_ = coll_ = ncoll_ = f0_;
     for (int i = 0; i < n_; ++i) {
       const Block &b = p.blocks[i];
       f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
@@ -111,12 +122,26 @@ public:
       g1_[i + 1] = g1_[i] + b.bwd.per_sample_s;
       params_[i + 1] = params_[i] + b.param_bytes;
       bufs_[i + 1] = bufs_[i] + b.buffer_bytes + b.lowp_weight_bytes; // both fixed per stage
-      act_[i + 1] = act_[i] + b.activation_bytes_per_sample - b.unsaved_freed_bytes_per_sample; // Note [unsaved values]
+      tf0_[i + 1] = tf0_[i] + b.tp.fwd.fixed_s;
+      tf1_[i + 1] = tf1_[i] + b.tp.fwd.per_sample_s;
+      tg0_[i + 1] = tg0_[i] + b.tp.bwd.fixed_s;
+      tg1_[i + 1] = tg1_[i] + b.tp.bwd.per_sample_s;
+      tparams_[i + 1] = tparams_[i] + b.tp.param_bytes;
+      tlowp_[i + 1] = tlowp_[i] + b.tp.lowp_weight_bytes;
+      coll_[i + 1] = coll_[i] + b.tp.collective_bytes_per_sample;
+      ncoll_[i + 1] = ncoll_[i] + b.tp.collectives;
     }
     // stageWorking from range maxima, one pair of sparse tables per
-    // micro-batch size: of w_u, and of w_u + b kept_[u+1], where S_u =
-    // act_[e] - kept_[u+1] and kept_[k] = act_[k] - X_k.
-    for (int k = 0; k <= n_; ++k) kept_.push_back(act_[k] - p.unsavedCutAt(k));
+    // micro-batch size and degree: of w_u, and of w_u + b kept_[u+1], where
+    // S_u = act_[e] - kept_[u+1] and kept_[k] = act_[k] - X_k.
+    act_.resize(T_.size()), kept_.resize(T_.size());
+    for (size_t ti = 0; ti < T_.size(); ++ti) {
+      std::vector<double> &act = act_[ti], &kept = kept_[ti];
+      act.assign(n_ + 1, 0);
+      for (int i = 0; i < n_; ++i) // Note [unsaved values]
+        act[i + 1] = act[i] + p.blocks[i].activationAt(T_[ti]) - p.blocks[i].unsaved_freed_bytes_per_sample;
+      for (int k = 0; k <= n_; ++k) kept.push_back(act[k] - p.unsavedCutAt(k));
+    }
     auto sparse = [this](std::vector<double> row) {
       std::vector<std::vector<double>> table{std::move(row)};
       for (int len = 2; len <= n_; len *= 2) {
@@ -127,15 +152,17 @@ public:
       }
       return table;
     };
-    for (double b : samples_) {
-      std::vector<double> work, keyed;
-      for (int u = 0; u < n_; ++u) {
-        work.push_back(p.blocks[u].workingAt(b));
-        keyed.push_back(work.back() + b * kept_[u + 1]);
+    work_.resize(T_.size()), keyed_work_.resize(T_.size());
+    for (size_t ti = 0; ti < T_.size(); ++ti)
+      for (double b : samples_) {
+        std::vector<double> work, keyed;
+        for (int u = 0; u < n_; ++u) {
+          work.push_back(p.blocks[u].workingAt(b, T_[ti]));
+          keyed.push_back(work.back() + b * kept_[ti][u + 1]);
+        }
+        work_[ti].push_back(sparse(std::move(work)));
+        keyed_work_[ti].push_back(sparse(std::move(keyed)));
       }
-      work_.push_back(sparse(std::move(work)));
-      keyed_work_.push_back(sparse(std::move(keyed)));
-    }
     num_states_ = static_cast<int64_t>(kmax_ + 1) * (n_ + 1) * (D_ + 1);
   }
 
@@ -162,30 +189,35 @@ public:
     for (int a = n_ - 1; a >= 0; --a)
       for (int e = a + 1; e <= n_; ++e) {
         if (!paramsFit(a, e)) break;
-        for (size_t ri = 0; ri < R_.size(); ++ri) {
-          const int r = R_[ri];
-          if (r > per_microbatch_) break;
-          StageVals cache[4][8];
-          bool cached[4][8] = {};
-          for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
-            if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
-            const int choice = memoryChoice(a, e, ri, inflightFor(k));
-            if (choice < 0) continue;
-            int next[2];
-            const int num_next = nextClasses(k, e, next);
-            for (int j = 0; j < num_next; ++j) {
-              const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, r);
-              for (int d = 0; d + r <= D_ - (k - 1); ++d) {
-                const int64_t s = s0 + d, t = t0 + d;
-                if (lb_a_[t] == kInf) continue;
-                const int flags = placement(a, e, r, d);
-                if (!cached[choice][flags])
-                  cache[choice][flags] = values(a, e, ri, choice, flags), cached[choice][flags] = true;
-                const StageVals &v = cache[choice][flags];
-                if (!(v.ar < ar_limit_)) continue;
-                lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
-                lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
-                for (int i = 0; i < nc_; ++i) lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
+        for (size_t ti = 0; ti < T_.size(); ++ti) {
+          const int tp = T_[ti];
+          if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
+          for (size_t ri = 0; ri < R_.size(); ++ri) {
+            const int r = R_[ri], devices = r * tp;
+            if (r > per_microbatch_) break;
+            StageVals cache[4][8];
+            bool cached[4][8] = {};
+            for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
+              if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
+              if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
+              const int choice = memoryChoice(a, e, ri, ti, inflightFor(k));
+              if (choice < 0) continue;
+              int next[2];
+              const int num_next = nextClasses(k, e, next);
+              for (int j = 0; j < num_next; ++j) {
+                const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, devices);
+                for (int d = 0; d + devices <= D_ - (k - 1); ++d) {
+                  const int64_t s = s0 + d, t = t0 + d;
+                  if (lb_a_[t] == kInf || !p_.devices.groupsInsideNodes(d, r, tp)) continue;
+                  const int flags = placement(a, e, devices, d);
+                  if (!cached[choice][flags])
+                    cache[choice][flags] = values(a, e, ri, ti, choice, flags), cached[choice][flags] = true;
+                  const StageVals &v = cache[choice][flags];
+                  if (!(v.ar < ar_limit_)) continue;
+                  lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
+                  lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
+                  for (int i = 0; i < nc_; ++i) lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
+                }
               }
             }
           }
@@ -206,7 +238,7 @@ public:
     for (int k = 1; k <= kmax_; ++k) {
       const int64_t s = sid(k, 0, 0);
       if (!source_[k] || lb_a_[s] == kInf) continue;
-      Point root{0, {0, 0}, 0, -1, -1, false, false};
+      Point root{0, {0, 0}, 0, -1, -1, false, false, 1};
       for (int i = 0; i < nc_; ++i) root.c[i] = lb_c_[i][s];
       fronts_[s].push_back(root);
     }
@@ -222,7 +254,7 @@ public:
             for (size_t pi = 0; pi < from.size(); ++pi) {
               const Point &pt = from[pi];
               Point q{pt.a + v.a, {0, 0}, std::max(pt.psi, v.ar), static_cast<int32_t>(s), static_cast<int32_t>(pi),
-                      v.recompute, v.zero};
+                      v.recompute, v.zero, v.tp};
               for (int i = 0; i < nc_; ++i) q.c[i] = std::max(std::max(pt.c[i], v.c[i]), lb_c_[i][t]);
               if (boundAt(t, q.a, q.c) >= incumbent) continue;
               if (insert(fronts_[t], q)) ++stats.points;
@@ -274,7 +306,7 @@ private:
     while (fronts_[t][pi].prev_state >= 0) {
       const Point &q = fronts_[t][pi];
       const int64_t s = q.prev_state;
-      sol.stages.push_back(Stage{aOf(s), aOf(t), dOf(t) - dOf(s), q.recompute, q.zero});
+      sol.stages.push_back(Stage{aOf(s), aOf(t), (dOf(t) - dOf(s)) / q.tp, q.recompute, q.zero, q.tp});
       pi = q.prev_point;
       t = s;
     }
@@ -300,28 +332,32 @@ private:
     return std::max(table[level][a], table[level][e - (1 << level)]);
   }
 
-  /// stageWorking(p, a, e, b) for b = samples_[ri]: block u < e-1 counts
-  /// w_u - b max(0, S_u - cut[e]). kept_ never decreases (Note [unsaved
-  /// values]; partition::validate holds it), so S_u >= cut[e] holds for a
-  /// prefix [a, m) of the blocks, found by bisection.
-  double maxWork(int a, int e, size_t ri) const {
+  /// stageWorking(p, a, e, b, T_[ti]) for b = samples_[ri]: block u < e-1
+  /// counts w_u - b max(0, S_u - cut[e]). kept_ never decreases (Note
+  /// [unsaved values]; partition::validate holds it at every degree), so
+  /// S_u >= cut[e] holds for a prefix [a, m) of the blocks, found by bisection.
+  double maxWork(int a, int e, size_t ri, size_t ti) const {
     const double b = samples_[ri];
-    double w = p_.blocks[e - 1].workingAt(b);
+    double w = p_.blocks[e - 1].workingAt(b, T_[ti]);
     if (e - a < 2) return w;
-    const double total = act_[e], cut = p_.cut_bytes_per_sample[e]; // S_u = total - kept_[u+1]
-    const int m = static_cast<int>(std::upper_bound(kept_.begin() + a + 1, kept_.begin() + e, total - cut) -
-                                   (kept_.begin() + 1));
-    if (m > a) w = std::max(w, rangeMax(keyed_work_[ri], a, m) - b * (total - cut));
-    if (m < e - 1) w = std::max(w, rangeMax(work_[ri], m, e - 1));
+    const std::vector<double> &kept = kept_[ti];
+    const double total = act_[ti][e], cut = p_.cut_bytes_per_sample[e]; // S_u = total - kept[u+1]
+    const int m = static_cast<int>(std::upper_bound(kept.begin() + a + 1, kept.begin() + e, total - cut) -
+                                   (kept.begin() + 1));
+    if (m > a) w = std::max(w, rangeMax(keyed_work_[ti][ri], a, m) - b * (total - cut));
+    if (m < e - 1) w = std::max(w, rangeMax(work_[ti][ri], m, e - 1));
     return w;
   }
+
+  /// 1 - 1/t for T_[ti]: the share of a split number one device does not hold.
+  double keep(size_t ti) const { return 1 - 1.0 / T_[ti]; }
 
   int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
 
   /// Parameters, gradients and optimizer state of blocks [a, e) fit at all
   /// (false for every longer range too), the state sharded as far as it can be.
   bool paramsFit(int a, int e) const {
-    const double params = params_[e] - params_[a];
+    const double params = params_[e] - params_[a] - keep(T_.size() - 1) * (tparams_[e] - tparams_[a]);
     const double opt = p_.optimizer_bytes_per_param_byte * params;
     const int max_r = R_.empty() ? 1 : R_.back();
     return params + params + (p_.allow_zero && max_r > 1 ? opt / max_r : opt) + (bufs_[e] - bufs_[a]) <= cap_;
@@ -335,13 +371,13 @@ private:
   /// model]), so it is taken only where memory needs it; recomputation costs
   /// a forward, so it comes last. evaluateStage's formula (stageMemory) on
   /// the same sums, from prefix sums.
-  int memoryChoice(int a, int e, size_t ri, int inflight) const {
+  int memoryChoice(int a, int e, size_t ri, size_t ti, int inflight) const {
     StageMemoryInputs in;
-    in.param_bytes = params_[e] - params_[a];
+    in.param_bytes = params_[e] - params_[a] - keep(ti) * (tparams_[e] - tparams_[a]);
     in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
-    in.model_buffers = bufs_[e] - bufs_[a];
-    in.act_per_sample = act_[e] - act_[a] + p_.unsavedCutAt(a); // K (Note [unsaved values])
-    in.working = maxWork(a, e, ri);
+    in.model_buffers = bufs_[e] - bufs_[a] - keep(ti) * (tlowp_[e] - tlowp_[a]);
+    in.act_per_sample = act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a); // K (Note [unsaved values])
+    in.working = maxWork(a, e, ri, ti);
     in.cut_in = p_.cut_bytes_per_sample[a];
     in.cut_out = p_.cut_bytes_per_sample[e];
     in.samples = samples_[ri];
@@ -357,9 +393,9 @@ private:
     return -1;
   }
 
-  /// Which links a stage [a, e) on ranks d .. d+r-1 uses: bit 0 its inputs
-  /// arrive inside a node, bit 1 its output gradients do, bit 2 its all-reduce
-  /// stays inside a node (Note [partition cost model]).
+  /// Which links a stage [a, e) on ranks d .. d+r-1 (r: its devices) uses:
+  /// bit 0 its inputs arrive inside a node, bit 1 its output gradients do,
+  /// bit 2 its all-reduce stays inside a node (Note [partition cost model]).
   int placement(int a, int e, int r, int d) const {
     int flags = 0;
     if (a > 0 && node(d - 1) == node(d + r - 1)) flags |= 1;
@@ -369,11 +405,17 @@ private:
   }
 
   /// The stage's numbers (see StageVals) for a placement from placement().
-  StageVals values(int a, int e, size_t ri, int choice, int flags) const {
+  StageVals values(int a, int e, size_t ri, size_t ti, int choice, int flags) const {
     const bool rec = choice & kRecompute;
-    const int r = R_[ri];
-    const double b = samples_[ri], params = params_[e] - params_[a];
-    const double fwd = (f0_[e] - f0_[a]) + (f1_[e] - f1_[a]) * b, bwd = (g0_[e] - g0_[a]) + (g1_[e] - g1_[a]) * b;
+    const int r = R_[ri], tp = T_[ti];
+    const double b = samples_[ri], k = keep(ti);
+    const double params = params_[e] - params_[a] - k * (tparams_[e] - tparams_[a]);
+    double fwd = (f0_[e] - f0_[a]) + (f1_[e] - f1_[a]) * b - k * ((tf0_[e] - tf0_[a]) + (tf1_[e] - tf1_[a]) * b);
+    double bwd = (g0_[e] - g0_[a]) + (g1_[e] - g1_[a]) * b - k * ((tg0_[e] - tg0_[a]) + (tg1_[e] - tg1_[a]) * b);
+    if (tp > 1) { // the group's collectives, in both passes (Note [tensor parallel stages])
+      const double coll = ringAllReduce((coll_[e] - coll_[a]) * b, tp, p_.devices.intra_node, ncoll_[e] - ncoll_[a]);
+      fwd += coll, bwd += coll;
+    }
     double recv_act = 0, recv_grad = 0, ar = 0;
     if (a > 0) {
       const Link &l = link(flags & 1);
@@ -383,12 +425,9 @@ private:
       const Link &l = link(flags & 2);
       recv_grad = l.latency_s + p_.cut_bytes_per_sample[e] * b / l.bandwidth;
     }
-    if (r > 1) {
-      const Link &l = link(flags & 4);
-      ar = 2.0 * (r - 1) / r * params / l.bandwidth + 2.0 * (r - 1) * l.latency_s;
-    }
+    if (r > 1) ar = ringAllReduce(params, r, link(flags & 4), 2.0 * (r - 1));
     const double f = recv_act + fwd, g = recv_grad + (rec ? fwd : 0) + bwd;
-    StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0};
+    StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0, static_cast<int16_t>(tp)};
     if (sched_ == Schedule::GPipe) {
       v.c[0] = f, v.c[1] = g;
     } else {
@@ -400,23 +439,32 @@ private:
   /// Calls fn(target state, stage numbers) for every stage that can follow state (k, a, d).
   template <typename Fn> void forEachStage(int k, int a, int d, Fn &&fn) const {
     const int inflight = inflightFor(k);
-    const int stage_index = per_stage_ ? static_cast<int>(per_stage_->size()) - k : -1;
+    const int num_pinned = per_stage_ ? static_cast<int>(per_stage_->size())
+                           : per_stage_tp_ ? static_cast<int>(per_stage_tp_->size())
+                                           : 0;
+    const int stage_index = num_pinned - k; // with per-stage counts pinned, k is exact
     for (int e = a + 1; e <= n_ - (k - 1); ++e) {
       if (!paramsFit(a, e)) break; // more blocks only add parameters
-      for (size_t ri = 0; ri < R_.size(); ++ri) {
-        const int r = R_[ri];
-        if (d + r > D_ - (k - 1)) break; // the later stages need a device each
-        if (r > per_microbatch_) break;  // a replica without samples (only pinned counts get here)
-        if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
-        const int choice = memoryChoice(a, e, ri, inflight);
-        if (choice < 0) continue;
-        const StageVals v = values(a, e, ri, choice, placement(a, e, r, d));
-        if (!(v.ar < ar_limit_)) continue;
-        int next[2];
-        const int num_next = nextClasses(k, e, next);
-        for (int j = 0; j < num_next; ++j) {
-          const int64_t t = sid(next[j], e, d + r);
-          if (lb_a_[t] != kInf) fn(t, v);
+      for (size_t ti = 0; ti < T_.size(); ++ti) {
+        const int tp = T_[ti];
+        if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
+        if (per_stage_tp_ && (*per_stage_tp_)[stage_index] != tp) continue;
+        for (size_t ri = 0; ri < R_.size(); ++ri) {
+          const int r = R_[ri], devices = r * tp;
+          if (d + devices > D_ - (k - 1)) break; // the later stages need a device each
+          if (r > per_microbatch_) break;        // a replica without samples (only pinned counts get here)
+          if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
+          if (!p_.devices.groupsInsideNodes(d, r, tp)) continue;
+          const int choice = memoryChoice(a, e, ri, ti, inflight);
+          if (choice < 0) continue;
+          const StageVals v = values(a, e, ri, ti, choice, placement(a, e, devices, d));
+          if (!(v.ar < ar_limit_)) continue;
+          int next[2];
+          const int num_next = nextClasses(k, e, next);
+          for (int j = 0; j < num_next; ++j) {
+            const int64_t t = sid(next[j], e, d + devices);
+            if (lb_a_[t] != kInf) fn(t, v);
+          }
         }
       }
     }
@@ -442,6 +490,7 @@ private:
   const int n_, D_, M_;
   const Schedule sched_;
   const std::vector<int> R_;
+  const std::vector<int> T_; // tensor-parallel degrees, ascending
   const double cap_;
   int nc_ = 1;
   double w_[2] = {0, 0};
@@ -450,12 +499,15 @@ private:
   bool top_open_ = false; // class kmax_ means "at least kmax_ stages left"
   std::vector<bool> source_;
   const std::vector<int> *per_stage_ = nullptr;
+  const std::vector<int> *per_stage_tp_ = nullptr;
   int64_t per_microbatch_ = 0;
   std::vector<double> samples_;
-  std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_, act_; // act_: of act_i - fr_i
-  std::vector<double> kept_; ///< act_[k] - X_k (Note [unsaved values])
-  std::vector<std::vector<std::vector<double>>> work_; // work_[ri][j][i] = max over blocks [i, i + 2^j)
-  std::vector<std::vector<std::vector<double>>> keyed_work_; // the same of w_u + b kept_[u+1]
+  std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_;
+  std::vector<double> tf0_, tf1_, tg0_, tg1_, tparams_, tlowp_, coll_, ncoll_; // tensor-parallel parts
+  std::vector<std::vector<double>> act_;  ///< per degree: of act_i - fr_i at that degree
+  std::vector<std::vector<double>> kept_; ///< per degree: act_[k] - X_k (Note [unsaved values])
+  std::vector<std::vector<std::vector<std::vector<double>>>> work_; // work_[ti][ri][j][i] = max over blocks [i, i + 2^j)
+  std::vector<std::vector<std::vector<std::vector<double>>>> keyed_work_; // the same of w_u + b kept_[u+1]
   int64_t num_states_ = 0;
   std::vector<double> lb_a_, lb_psi_, lb_c_[2];
   std::vector<std::vector<Point>> fronts_;

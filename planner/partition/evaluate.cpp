@@ -38,7 +38,7 @@ namespace rannc::partition {
 //     (docs/partitioner.md gives measured gaps).
 //   Then every replica group all-reduces its gradients, after the pipeline has
 //   drained (a synchronous optimizer step):
-//     AR_s = 2 (r-1)/r * param_bytes / bw + 2 (r-1) lat, bw intra-node when the
+//     AR_s = 2 (r-1)/r * param_bytes / bw + 2 (r-1) lat (ringAllReduce), bw intra-node when the
 //     group's ranks share a node; the step pays max_s AR_s. A sharded stage
 //     (ZeRO-1) reduce-scatters the gradients and all-gathers the updated
 //     parameters instead: (r-1)/r * param_bytes each way, the same bytes and
@@ -93,6 +93,34 @@ namespace rannc::partition {
 //   being what a GPU's runtime holds outside tensors (Note [runtime reserve]
 //   in planner/cluster/cluster.cpp; 0 on cpu).
 
+// Note [tensor parallel stages]
+// A stage of degree t and r replicas runs on r t consecutive ranks; replica g
+// is the tensor-parallel group of ranks o + g t .. o + g t + t-1, which must
+// lie inside one node (t <= devices per node, no group across a node
+// boundary): its collectives take the intra-node link. Every device of a group
+// runs the same local graph on the replica's b samples (Note [tensor parallel
+// sharding] in planner/sharding/sharding.h). Each block says which part of its
+// numbers divides by t (Block::Split, filled by planner/driver/lower.cpp from
+// the sharding analysis); with keep = 1 - 1/t, one device has
+//   fwd_i(b) - keep split_fwd_i(b), and the same for bwd, working bytes, the
+//   parameters (so gradients and optimizer state too) and their low-precision
+//   copies, and the saved activations (values cut along an axis). Unsaved
+//   values (Note [unsaved values]) are never counted split, so K keeps its
+//   prefix form and stays >= 0.
+// The group all-reduces coll_i bytes per sample in n_i collectives a forward
+// (Megatron's g; the backward's f the same bytes), each a ring on the
+// intra-node link, one latency each:
+//   TP = sum_i n_i lat_intra + 2 (t-1)/t * b sum_i coll_i / bw_intra
+// added to the forward and to the backward slot (and to a recomputed forward).
+// Values crossing into or out of the stage are whole on every device of a
+// group (each device receives and sends the replica's whole values, as a
+// replica of a t = 1 stage does): a cut whose crossing values are not whole
+// (Problem::cut_whole) may not border a stage with t > 1. The data-parallel
+// all-reduce runs over the r devices holding the same shard: its bytes are the
+// stage's per-device parameter bytes, over the link that joins ranks o .. o +
+// r t - 1. Transfers between stages use the links of the first rank before
+// and after the stage's r t ranks, as for t = 1.
+
 // Note [unsaved values]
 // A block's activation bytes act_i are measured with the block alone
 // (executor/profile/profiler.cpp): what autograd saves in it, plus its outputs
@@ -137,17 +165,21 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   return m;
 }
 
-double stageWorking(const Problem &p, int a, int e, double b) {
-  double working = p.blocks[static_cast<size_t>(e - 1)].workingAt(b);
+double stageWorking(const Problem &p, int a, int e, double b, int degree) {
+  double working = p.blocks[static_cast<size_t>(e - 1)].workingAt(b, degree);
   const double sent = p.cut_bytes_per_sample[static_cast<size_t>(e)];
   double after = 0; // sum_{u<j<e} (act_j - fr_j)
   for (int u = e - 2; u >= a; --u) {
     const Block &next = p.blocks[static_cast<size_t>(u + 1)];
-    after += next.activation_bytes_per_sample - next.unsaved_freed_bytes_per_sample;
+    after += next.activationAt(degree) - next.unsaved_freed_bytes_per_sample;
     const double freed = std::max(0.0, after + p.unsavedCutAt(u + 1) - sent); // S_u - cut[e]
-    working = std::max(working, p.blocks[static_cast<size_t>(u)].workingAt(b) - b * freed);
+    working = std::max(working, p.blocks[static_cast<size_t>(u)].workingAt(b, degree) - b * freed);
   }
   return working;
+}
+
+double ringAllReduce(double bytes, int n, const Link &link, double latencies) {
+  return 2.0 * (n - 1) / n * bytes / link.bandwidth + latencies * link.latency_s;
 }
 
 namespace {
@@ -162,6 +194,30 @@ std::string stageName(int s) { return "stage " + std::to_string(s); }
 
 } // namespace
 
+std::string tensorParallelProblem(const Problem &p, const Stage &stage, int first_rank) {
+  const int t = stage.tensor_parallel;
+  if (t == 1) return "";
+  if (!p.tpDegreeAllowed(t)) {
+    std::string allowed;
+    for (int d : p.tp_degrees.empty() ? std::vector<int>{1} : p.tp_degrees)
+      allowed += (allowed.empty() ? "" : ", ") + std::to_string(d);
+    return "has tensor-parallel degree " + std::to_string(t) + ", not one the model allows (" + allowed + ")";
+  }
+  if (t > p.devices.per_node)
+    return "has tensor-parallel degree " + std::to_string(t) + ", more than the " +
+           std::to_string(p.devices.per_node) + " devices of a node";
+  if (!p.devices.groupsInsideNodes(first_rank, stage.replicas, t))
+    for (int g = 0; g < stage.replicas; ++g)
+      if (!sameNode(p, first_rank + g * t, first_rank + g * t + t - 1))
+        return "has tensor-parallel group " + std::to_string(g) + " (ranks " + std::to_string(first_rank + g * t) +
+               ".." + std::to_string(first_rank + g * t + t - 1) + ") across a node boundary";
+  for (int cut : {stage.block_begin, stage.block_end})
+    if (!p.cutWhole(cut))
+      return "has tensor-parallel degree " + std::to_string(t) + " but values crossing its boundary at block " +
+             std::to_string(cut) + " are split or partial there";
+  return "";
+}
+
 StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num_stages, int first_rank,
                         int microbatches, Schedule schedule) {
   StageCost c;
@@ -169,28 +225,37 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.block_end = stage.block_end;
   c.first_rank = first_rank;
   c.replicas = stage.replicas;
+  c.tensor_parallel = stage.tensor_parallel;
   c.recompute = stage.recompute;
   c.zero = stage.zero && stage.replicas > 1;
   c.samples = replicaSamples(p.batch_size, microbatches, stage.replicas);
   const double b = static_cast<double>(c.samples);
+  const int t = stage.tensor_parallel;
+  const double keep = 1 - 1.0 / t; // Note [tensor parallel stages]
 
   StageMemoryInputs mem;
+  double collective_bytes = 0, collectives = 0, whole_params = 0;
   for (int i = stage.block_begin; i < stage.block_end; ++i) {
     const Block &blk = p.blocks[i];
-    c.fwd_s += blk.fwd.at(b);
-    c.bwd_s += blk.bwd.at(b);
-    c.param_bytes += blk.param_bytes;
+    c.fwd_s += blk.fwd.at(b) - keep * blk.tp.fwd.at(b);
+    c.bwd_s += blk.bwd.at(b) - keep * blk.tp.bwd.at(b);
+    c.param_bytes += blk.param_bytes - keep * blk.tp.param_bytes;
+    whole_params += blk.param_bytes;
     mem.model_buffers += blk.buffer_bytes;
-    mem.lowp_weights += blk.lowp_weight_bytes;
-    mem.act_per_sample += blk.activation_bytes_per_sample - blk.unsaved_freed_bytes_per_sample;
+    mem.lowp_weights += blk.lowp_weight_bytes - keep * blk.tp.lowp_weight_bytes;
+    mem.act_per_sample += blk.activationAt(t) - blk.unsaved_freed_bytes_per_sample;
+    collective_bytes += blk.tp.collective_bytes_per_sample;
+    collectives += blk.tp.collectives;
   }
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
-  mem.working = stageWorking(p, stage.block_begin, stage.block_end, b);
-  if (stage.recompute) c.recompute_s = c.fwd_s;
+  mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
+  if (t > 1) c.tp_collective_s = ringAllReduce(collective_bytes * b, t, p.devices.intra_node, collectives);
+  if (t > 1 && whole_params > 0) c.param_share = c.param_bytes / whole_params;
+  if (stage.recompute) c.recompute_s = c.fwd_s + c.tp_collective_s;
 
   const double cut_in = p.cut_bytes_per_sample[stage.block_begin];
   const double cut_out = p.cut_bytes_per_sample[stage.block_end];
-  const int last_rank = first_rank + stage.replicas - 1;
+  const int last_rank = first_rank + stage.devices() - 1;
   if (index > 0) {
     c.recv_intra_node = sameNode(p, first_rank - 1, last_rank);
     const Link &l = linkFor(p, c.recv_intra_node);
@@ -202,11 +267,9 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     c.recv_gradients_s = l.latency_s + cut_out * b / l.bandwidth;
   }
   c.allreduce_intra_node = sameNode(p, first_rank, last_rank);
-  if (stage.replicas > 1) {
-    const Link &l = linkFor(p, c.allreduce_intra_node);
-    const double r = stage.replicas;
-    c.allreduce_s = 2 * (r - 1) / r * c.param_bytes / l.bandwidth + 2 * (r - 1) * l.latency_s;
-  }
+  if (stage.replicas > 1)
+    c.allreduce_s = ringAllReduce(c.param_bytes, stage.replicas, linkFor(p, c.allreduce_intra_node),
+                                  2.0 * (stage.replicas - 1));
 
   c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches);
   mem.param_bytes = c.param_bytes;
@@ -247,6 +310,8 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
       malformed(stageName(s) + " has block range [" + std::to_string(st.block_begin) + ", " +
                 std::to_string(st.block_end) + ") outside [0, " + std::to_string(n) + ") or empty");
     if (st.replicas < 1) malformed(stageName(s) + " has " + std::to_string(st.replicas) + " replicas");
+    if (st.tensor_parallel < 1)
+      malformed(stageName(s) + " has tensor-parallel degree " + std::to_string(st.tensor_parallel));
     expect_begin = st.block_end;
   }
   if (S > 0 && expect_begin != n)
@@ -272,6 +337,8 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                                                          "has a single replica"
                                                        : " does not shard its optimizer state but every replicated "
                                                          "stage must"));
+    if (std::string why = tensorParallelProblem(p, st, c.first_rank); !why.empty())
+      ev.violations.push_back(stageName(s) + " " + why);
     if (!p.recomputeAllowed(st.recompute))
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes but recomputation is not allowed"
                                                             : " does not recompute but every stage must"));
@@ -299,12 +366,15 @@ void Evaluation::print(std::ostream &os) const {
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageCost &c = stages[s];
     std::snprintf(buf, sizeof buf, "%-6zu [%d,%d)%*s %d..%d%*s %-3lld %-2d %-8.3f %-8.3f %-8.3f %-8.3f %s%s%s\n", s,
-                  c.block_begin, c.block_end, 1, "", c.first_rank, c.first_rank + c.replicas - 1, 1, "",
+                  c.block_begin, c.block_end, 1, "", c.first_rank, c.first_rank + c.devices() - 1, 1, "",
                   static_cast<long long>(c.samples), c.inflight, c.fwd_s * 1e3,
                   (c.bwd_s + c.recompute_s) * 1e3, (c.recv_activations_s + c.recv_gradients_s) * 1e3,
                   c.allreduce_s * 1e3, formatBytes(c.memory.total()).c_str(), c.recompute ? " recompute" : "",
                   c.zero ? " zero" : "");
     os << buf;
+    if (c.tensor_parallel > 1)
+      os << "       tensor-parallel " << c.tensor_parallel << ", collectives " << c.tp_collective_s * 1e3
+         << " ms a pass\n";
   }
   std::snprintf(buf, sizeof buf, "step %.6f s = fill/drain %.6f + steady %.6f + all-reduce %.6f\n", step_time_s,
                 fill_drain_s, steady_s, allreduce_s);

@@ -46,10 +46,18 @@ struct StageMemoryInputs {
   int replicas = 1;
 };
 
-/// The working bytes of blocks [a, e) at micro-batch size b: the largest
-/// block's, less what the blocks after it have freed by its backward (Note
-/// [partition cost model]).
-double stageWorking(const Problem &p, int a, int e, double b);
+/// The working bytes of blocks [a, e) at micro-batch size b on one device of
+/// a `degree`-way tensor-parallel group: the largest block's, less what the
+/// blocks after it have freed by its backward (Note [partition cost model]).
+double stageWorking(const Problem &p, int a, int e, double b, int degree = 1);
+
+/// Ring all-reduce of `bytes` over `n` devices: 2 (n-1)/n bytes / bw, plus
+/// `latencies` link latencies (Note [partition cost model]).
+double ringAllReduce(double bytes, int n, const Link &link, double latencies);
+
+/// What is wrong with the tensor-parallel degree of `stage` placed from
+/// `first_rank` (Note [tensor parallel stages]): "" when nothing.
+std::string tensorParallelProblem(const Problem &p, const Stage &stage, int first_rank);
 
 /// One device's memory with these choices (Note [partition cost model]): the
 /// one formula the evaluator and the DP share.
@@ -59,30 +67,35 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero);
 struct StageCost {
   int block_begin = 0;          ///< the stage's blocks [block_begin, block_end)
   int block_end = 0;
-  int first_rank = 0;           ///< its ranks are first_rank .. first_rank + replicas - 1
+  int first_rank = 0;           ///< its ranks are first_rank .. first_rank + replicas x tensor_parallel - 1
   int replicas = 1;
+  int tensor_parallel = 1;      ///< devices per replica
   bool recompute = false;
   bool zero = false;            ///< optimizer state sharded over the replicas
   int64_t samples = 0;          ///< per-replica micro-batch b = ceil(B / (M r))
   int inflight = 0;             ///< micro-batches whose activations are alive at once
-  double fwd_s = 0;             ///< forward compute
+  double fwd_s = 0;             ///< forward compute (one device's share under tensor parallelism)
   double bwd_s = 0;             ///< backward compute, without the recomputation
-  double recompute_s = 0;       ///< the extra forward when recomputing, else 0
+  double tp_collective_s = 0;   ///< the tensor-parallel all-reduces of one forward (and of one backward); 0 for t = 1
+  double recompute_s = 0;       ///< the extra forward (with its collectives) when recomputing, else 0
   double recv_activations_s = 0; ///< receiving the stage inputs (0 for stage 0)
   double recv_gradients_s = 0;   ///< receiving the gradients of the outputs (0 for the last stage)
   double allreduce_s = 0;        ///< ring all-reduce of the gradients over the replicas (0 if 1 replica)
   bool recv_intra_node = true;   ///< link used for the stage's input transfers
   bool send_intra_node = true;   ///< link used for the stage's output transfers
   bool allreduce_intra_node = true;
-  double param_bytes = 0;        ///< parameters of the stage's blocks
+  double param_bytes = 0;        ///< parameters of the stage's blocks one device holds (its shards)
+  double param_share = 1;        ///< param_bytes over the blocks' whole parameters (1 without tensor parallelism)
   StageMemory memory;            ///< one device's peak, by kind
   double recompute_saves_bytes = 0; ///< activation bytes recomputation saves (0 when the stage keeps them)
   double zero_saves_bytes = 0;      ///< optimizer state bytes sharding saves (0 when the stage does not shard)
 
   /// Device time of one forward slot: receive inputs, then compute.
-  double forwardSlot() const { return recv_activations_s + fwd_s; }
+  double forwardSlot() const { return recv_activations_s + fwd_s + tp_collective_s; }
   /// Device time of one backward slot: receive output gradients, recompute, compute.
-  double backwardSlot() const { return recv_gradients_s + recompute_s + bwd_s; }
+  double backwardSlot() const { return recv_gradients_s + recompute_s + bwd_s + tp_collective_s; }
+  /// Devices of the stage.
+  int devices() const { return replicas * tensor_parallel; }
 };
 
 /// Time and memory of a Solution, with every reason it does not fit or is malformed.

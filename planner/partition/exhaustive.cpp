@@ -18,6 +18,9 @@ Expected<SolveResult> solveExhaustive(const Problem &p, int64_t max_solutions) {
   result.step_time_s = std::numeric_limits<double>::infinity();
   bool found = false, too_many = false;
   const std::vector<int> *per_stage = p.constraints.replicas.size() > 1 ? &p.constraints.replicas : nullptr;
+  const std::vector<int> *per_stage_tp =
+      p.constraints.tensor_parallel.size() > 1 ? &p.constraints.tensor_parallel : nullptr;
+  const std::vector<int> degrees = tpCandidates(p);
 
   for (int m : microbatchCandidates(p)) {
     const std::vector<int> replicas = replicaCandidates(p, m);
@@ -46,20 +49,23 @@ Expected<SolveResult> solveExhaustive(const Problem &p, int64_t max_solutions) {
           }
           const int last_end = s == num_stages - 1 ? n : n - (num_stages - s - 1);
           for (int e = (s == num_stages - 1 ? n : a + 1); e <= last_end; ++e)
-            for (int r : replicas) {
-              if (per_stage && (*per_stage)[s] != r) continue;
-              if (rank + r + (num_stages - s - 1) > p.devices.count) continue;
-              for (bool rec : {false, true})
-                for (bool zero : {false, true}) {
-                  if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, r)) continue;
-                  Stage st{a, e, r, rec, zero};
-                  StageCost c = evaluateStage(p, st, s, num_stages, rank, m, sched);
-                  if (c.memory.total() > p.devices.capacity()) continue;
-                  sol.stages.push_back(st);
-                  place(s + 1, e, rank + r);
-                  sol.stages.pop_back();
-                }
-            }
+            for (int r : replicas)
+              for (int tp : degrees) {
+                if (per_stage && (*per_stage)[s] != r) continue;
+                if (per_stage_tp && (*per_stage_tp)[s] != tp) continue;
+                if (rank + r * tp + (num_stages - s - 1) > p.devices.count) continue;
+                for (bool rec : {false, true})
+                  for (bool zero : {false, true}) {
+                    if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, r)) continue;
+                    Stage st{a, e, r, rec, zero, tp};
+                    if (!tensorParallelProblem(p, st, rank).empty()) continue; // evaluate() would refuse it
+                    StageCost c = evaluateStage(p, st, s, num_stages, rank, m, sched);
+                    if (c.memory.total() > p.devices.capacity()) continue;
+                    sol.stages.push_back(st);
+                    place(s + 1, e, rank + r * tp);
+                    sol.stages.pop_back();
+                  }
+              }
         };
         place(0, 0, 0);
       }

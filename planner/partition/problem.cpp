@@ -42,9 +42,26 @@ void Problem::print(std::ostream &os) const {
                : std::string())
        << (b.unsaved_freed_bytes_per_sample > 0
                ? ", frees " + std::to_string(b.unsaved_freed_bytes_per_sample) + " B/sample unsaved"
-               : std::string())
-       << "\n";
+               : std::string());
+    const Block::Split &t = b.tp;
+    if (t.fwd.fixed_s > 0 || t.fwd.per_sample_s > 0 || t.param_bytes > 0 || t.activation_bytes_per_sample > 0 ||
+        t.collectives > 0)
+      os << "; tp split: fwd " << t.fwd.fixed_s << "+" << t.fwd.per_sample_s << "b s, bwd " << t.bwd.fixed_s << "+"
+         << t.bwd.per_sample_s << "b s, params " << t.param_bytes << " B, act " << t.activation_bytes_per_sample
+         << " B/sample, work " << t.working_fixed_bytes << " B + " << t.working_bytes_per_sample << " B/sample, "
+         << t.collectives << " collectives of " << t.collective_bytes_per_sample << " B/sample";
+    if (!cut_whole.empty() && !cut_whole[i]) os << "; cut before is not whole";
+    os << "\n";
   }
+  if (!tp_degrees.empty()) {
+    os << "  tensor-parallel degrees";
+    for (int t : tp_degrees) os << " " << t;
+    os << "\n";
+  }
+}
+
+bool Problem::tpDegreeAllowed(int degree) const {
+  return degree == 1 || std::find(tp_degrees.begin(), tp_degrees.end(), degree) != tp_degrees.end();
 }
 
 Status validate(const Problem &p) {
@@ -62,6 +79,20 @@ Status validate(const Problem &p) {
         errs.push_back("block " + std::to_string(i) + ": times and sizes must be finite and >= 0");
         break;
       }
+    // Note [tensor parallel stages]: each split part lies within its whole.
+    const Block::Split &t = b.tp;
+    auto within = [](double part, double whole) {
+      return finiteNonNegative(part) && part <= whole + 1e-9 * (1 + std::fabs(whole));
+    };
+    if (!within(t.fwd.fixed_s, b.fwd.fixed_s) || !within(t.fwd.per_sample_s, b.fwd.per_sample_s) ||
+        !within(t.bwd.fixed_s, b.bwd.fixed_s) || !within(t.bwd.per_sample_s, b.bwd.per_sample_s) ||
+        !within(t.param_bytes, b.param_bytes) || !within(t.lowp_weight_bytes, b.lowp_weight_bytes) ||
+        !within(t.activation_bytes_per_sample, b.activation_bytes_per_sample) ||
+        !within(t.working_bytes_per_sample, b.working_bytes_per_sample) ||
+        !within(t.working_fixed_bytes, b.working_fixed_bytes) || !finiteNonNegative(t.collective_bytes_per_sample) ||
+        !finiteNonNegative(t.collectives))
+      errs.push_back("block " + std::to_string(i) +
+                     ": its tensor-parallel parts must be finite, >= 0 and within the block's own numbers");
   }
   if (p.cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
     errs.push_back("cut_bytes_per_sample has " + std::to_string(p.cut_bytes_per_sample.size()) +
@@ -85,8 +116,11 @@ Status validate(const Problem &p) {
       const double x = p.unsavedCutAt(i), next = p.unsavedCutAt(i + 1);
       const double freed = p.blocks[i].unsaved_freed_bytes_per_sample;
       const double made = next - x + freed;
+      // What a block makes unsaved is never split (Block::Split), so it
+      // fits the activation bytes left at every degree.
+      const double unsplit = p.blocks[i].activation_bytes_per_sample - p.blocks[i].tp.activation_bytes_per_sample;
       if (!finiteNonNegative(x) || !finiteNonNegative(next) || !finiteNonNegative(freed) ||
-          above(x, p.cut_bytes_per_sample[i]) || above(made, p.blocks[i].activation_bytes_per_sample)) {
+          above(x, p.cut_bytes_per_sample[i]) || above(made, unsplit)) {
         errs.push_back("block " + std::to_string(i) +
                        ": unsaved bytes must be finite, >= 0, within the cut before it, and what it makes within "
                        "its activation bytes");
@@ -109,6 +143,17 @@ Status validate(const Problem &p) {
       break;
     }
   if (!finiteNonNegative(p.optimizer_bytes_per_param_byte)) errs.push_back("optimizer state factor must be >= 0");
+  for (size_t i = 0; i < p.tp_degrees.size(); ++i) {
+    const int t = p.tp_degrees[i];
+    if ((i == 0 && t != 1) || (i > 0 && t <= p.tp_degrees[i - 1]) || t > d.per_node) {
+      errs.push_back("tensor-parallel degrees must be ascending, start at 1 and fit a node of " +
+                     std::to_string(d.per_node) + " devices");
+      break;
+    }
+  }
+  if (!p.cut_whole.empty() && p.cut_whole.size() != static_cast<size_t>(n) + 1)
+    errs.push_back("cut_whole has " + std::to_string(p.cut_whole.size()) + " entries, expected none or blocks+1 = " +
+                   std::to_string(n + 1));
 
   const Constraints &c = p.constraints;
   if (c.stages < 0) errs.push_back("stages must be >= 0 (0 = search)");
@@ -138,6 +183,30 @@ Status validate(const Problem &p) {
   if (c.replicas.size() == 1 && c.stages > 0 && static_cast<long>(c.replicas[0]) * c.stages > d.count)
     errs.push_back(std::to_string(c.stages) + " stages x " + std::to_string(c.replicas[0]) +
                    " replicas need more than " + std::to_string(d.count) + " devices");
+  for (int t : c.tensor_parallel)
+    if (!p.tpDegreeAllowed(t)) {
+      errs.push_back("tensor-parallel degree " + std::to_string(t) + " is not one of the allowed degrees");
+      break;
+    }
+  if (c.tensor_parallel.size() > 1) {
+    const size_t stages = c.replicas.size() > 1 ? c.replicas.size() : static_cast<size_t>(c.stages);
+    if (stages > 0 && c.tensor_parallel.size() != stages)
+      errs.push_back(std::to_string(c.tensor_parallel.size()) + " per-stage tensor-parallel degrees for " +
+                     std::to_string(stages) + " stages");
+    if (static_cast<int>(c.tensor_parallel.size()) > n && n > 0)
+      errs.push_back(std::to_string(c.tensor_parallel.size()) + " per-stage tensor-parallel degrees but only " +
+                     std::to_string(n) + " blocks");
+  }
+  if (!c.tensor_parallel.empty()) { // the least devices the pinned degrees need: one replica a stage
+    const size_t stages = std::max({c.tensor_parallel.size(), c.replicas.size(), static_cast<size_t>(c.stages), size_t{1}});
+    long total = 0;
+    for (size_t s = 0; s < stages; ++s)
+      total += static_cast<long>(c.tensor_parallel.size() > 1 ? c.tensor_parallel[s] : c.tensor_parallel[0]) *
+               (c.replicas.size() > 1 ? c.replicas[s] : c.replicas.empty() ? 1 : c.replicas[0]);
+    if (total > d.count)
+      errs.push_back("the pinned tensor-parallel degrees and replicas need " + std::to_string(total) +
+                     " devices, have " + std::to_string(d.count));
+  }
   if (c.microbatches < 0) errs.push_back("micro-batches must be >= 0 (0 = search)");
   if (c.microbatches > 0 && c.microbatches > p.batch_size)
     errs.push_back(std::to_string(c.microbatches) + " micro-batches exceed the batch size " +
@@ -149,22 +218,35 @@ Status validate(const Problem &p) {
   return Error{"invalid partition problem: " + msg};
 }
 
-int Solution::devicesUsed() const {
-  int total = 0;
-  for (const Stage &s : stages) total += s.replicas;
-  return total;
+bool Devices::groupsInsideNodes(int first, int groups, int size) const {
+  if (size <= 1 || groups <= 0) return true;
+  if (size > per_node) return false;
+  if (per_node % size == 0) {
+    // Group starts step by `size` through the node's positions; the only
+    // position that straddles among those of this residue is per_node - size + c.
+    const int c = first % size;
+    if (c == 0) return true;
+    const int steps = ((per_node - size + c) - first % per_node + per_node) % per_node / size;
+    return steps >= groups;
+  }
+  for (int g = 0; g < groups; ++g)
+    if ((first + g * size) / per_node != (first + g * size + size - 1) / per_node) return false;
+  return true;
 }
+
+int Solution::devicesUsed() const { return firstRank(numStages()); }
 
 int Solution::firstRank(int s) const {
   int rank = 0;
-  for (int i = 0; i < s; ++i) rank += stages[i].replicas;
+  for (int i = 0; i < s; ++i) rank += stages[i].devices();
   return rank;
 }
 
 void Solution::print(std::ostream &os) const {
   os << scheduleName(schedule) << " M=" << microbatches;
   for (const Stage &s : stages)
-    os << " [" << s.block_begin << "," << s.block_end << ")x" << s.replicas << (s.zero ? "z" : "") << (s.recompute ? "r" : "");
+    os << " [" << s.block_begin << "," << s.block_end << ")x" << s.replicas << (s.zero ? "z" : "")
+       << (s.recompute ? "r" : "") << (s.tensor_parallel != 1 ? "t" + std::to_string(s.tensor_parallel) : "");
 }
 
 int64_t replicaSamples(int64_t batch_size, int microbatches, int replicas) {
@@ -197,6 +279,16 @@ std::vector<int> replicaCandidates(const Problem &p, int microbatches) {
     prev_samples = samples;
   }
   return out;
+}
+
+std::vector<int> tpCandidates(const Problem &p) {
+  const std::vector<int> &pinned = p.constraints.tensor_parallel;
+  if (!pinned.empty()) {
+    std::set<int> distinct(pinned.begin(), pinned.end());
+    return {distinct.begin(), distinct.end()};
+  }
+  if (p.tp_degrees.empty()) return {1};
+  return p.tp_degrees;
 }
 
 std::string formatBytes(double bytes) { return rannc::formatBytes(bytes, ByteStyle::Long); }

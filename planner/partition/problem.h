@@ -41,8 +41,32 @@ struct Block {
   double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs, per sample,
   double working_fixed_bytes = 0;          ///< plus this at any batch size (parameter gradients being made)
 
+  /// Of the numbers above, the parts that divide by a stage's tensor-parallel
+  /// degree t (Note [tensor parallel stages] in evaluate.cpp); all 0 when
+  /// nothing in the block can be split.
+  struct Split {
+    Affine fwd, bwd;                         ///< compute of the split ops
+    double param_bytes = 0;                  ///< sharded parameters (axis >= 0)
+    double lowp_weight_bytes = 0;            ///< their low-precision copies
+    double activation_bytes_per_sample = 0;  ///< saved values cut along an axis (never unsaved ones)
+    double working_bytes_per_sample = 0;
+    double working_fixed_bytes = 0;
+    /// Bytes per sample the group all-reduces in one forward (backward the same), and how many collectives.
+    double collective_bytes_per_sample = 0;
+    double collectives = 0;
+  } tp;
+
   /// The block's working bytes at `samples` per micro-batch.
   double workingAt(double samples) const { return working_fixed_bytes + working_bytes_per_sample * samples; }
+  /// The same on one device of a `degree`-way tensor-parallel group.
+  double workingAt(double samples, int degree) const {
+    const double keep = 1 - 1.0 / degree;
+    return workingAt(samples) - keep * (tp.working_fixed_bytes + tp.working_bytes_per_sample * samples);
+  }
+  /// Activation bytes per sample on one device of a `degree`-way group.
+  double activationAt(int degree) const {
+    return activation_bytes_per_sample - (1 - 1.0 / degree) * tp.activation_bytes_per_sample;
+  }
 };
 
 /// One direction of a device-to-device link, as seen by one device.
@@ -63,6 +87,8 @@ struct Devices {
 
   /// What a stage's tensors may use: memory_bytes * (1 - memory_margin) - reserve_bytes.
   double capacity() const { return memory_bytes * (1 - memory_margin) - reserve_bytes; }
+  /// Whether `groups` runs of `size` consecutive ranks from `first` each lie inside one node.
+  bool groupsInsideNodes(int first, int groups, int size) const;
 };
 
 // The pipeline schedule is the one of the pipeline model (planner/pipeline).
@@ -77,6 +103,9 @@ struct Constraints {
   int max_microbatches = 0;        ///< 0: no cap on the searched micro-batch counts
   bool power_of_two_replicas = false;
   std::optional<Schedule> schedule; ///< unset: searched
+  /// Tensor-parallel degrees, like replicas: empty: searched among
+  /// Problem::tp_degrees; {t}: every stage t; {t0, t1, ...}: per stage (fixes stages).
+  std::vector<int> tensor_parallel;
 };
 
 /// The whole numeric problem. Blocks are in topological order.
@@ -102,6 +131,13 @@ struct Problem {
   bool force_recompute = false;              ///< must every stage recompute (--recompute on); needs allow_recompute
   bool allow_zero = true;                    ///< may a replicated stage shard its optimizer state (ZeRO-1)
   bool force_zero = false;                   ///< must every replicated stage shard it (--zero 1); needs allow_zero
+  /// The tensor-parallel degrees a stage may take, ascending, 1 first (the
+  /// sharding analysis's valid degrees up to devices per node); empty: {1}.
+  std::vector<int> tp_degrees;
+  /// Empty (every cut whole), or blocks.size()+1 entries: [i] = every value
+  /// crossing cut i is whole on each device of a group, so a stage with
+  /// tensor-parallel degree > 1 may start or end there.
+  std::vector<bool> cut_whole;
   Constraints constraints;
 
   /// n, the number of blocks.
@@ -113,6 +149,10 @@ struct Problem {
   bool zeroAllowed(bool zero, int replicas) const {
     return zero ? allow_zero && replicas > 1 : !(force_zero && replicas > 1);
   }
+  /// Whether a stage with tensor-parallel degree > 1 may start or end at cut i.
+  bool cutWhole(int i) const { return cut_whole.empty() || cut_whole[static_cast<size_t>(i)]; }
+  /// Whether `degree` is one of tp_degrees (1 always is).
+  bool tpDegreeAllowed(int degree) const;
   /// Deterministic text form, one block per line.
   void print(std::ostream &os) const;
 };
@@ -120,25 +160,30 @@ struct Problem {
 /// All that is wrong with the Problem, in one error: sizes, signs, finiteness, constraints.
 Status validate(const Problem &p);
 
-/// One pipeline stage: blocks [block_begin, block_end) on `replicas` data-parallel devices.
+/// One pipeline stage: blocks [block_begin, block_end) on `replicas`
+/// data-parallel groups of `tensor_parallel` devices each.
 struct Stage {
   int block_begin = 0; ///< first block
   int block_end = 0;   ///< one past the last block
-  int replicas = 1;    ///< data-parallel devices running this stage
+  int replicas = 1;    ///< data-parallel replicas running this stage
   bool recompute = false; ///< keep only the stage inputs per micro-batch, recompute the rest in backward
   bool zero = false;      ///< shard the optimizer state over the replicas (ZeRO-1)
+  int tensor_parallel = 1; ///< devices per replica, splitting the stage's layers (a group inside one node)
 
-  /// Same range, replicas, recomputation and sharding.
+  /// Devices the stage runs on: replicas x tensor_parallel.
+  int devices() const { return replicas * tensor_parallel; }
+  /// Same range, replicas, recomputation, sharding and tensor-parallel degree.
   bool operator==(const Stage &o) const {
     return block_begin == o.block_begin && block_end == o.block_end && replicas == o.replicas &&
-           recompute == o.recompute && zero == o.zero;
+           recompute == o.recompute && zero == o.zero && tensor_parallel == o.tensor_parallel;
   }
 };
 
 /// A plan: stages in pipeline order. Stage s owns ranks [sum of earlier
-/// replicas, + replicas_s): ranks are handed out in stage order from rank 0,
-/// and the devices after the last stage's ranks stay idle (a plan may use
-/// fewer than Devices::count devices; run it on devicesUsed() ranks).
+/// stages' devices, + replicas_s x tensor_parallel_s): ranks are handed out in
+/// stage order from rank 0, a replica's tensor-parallel group being t
+/// consecutive ranks, and the devices after the last stage's ranks stay idle
+/// (a plan may use fewer than Devices::count devices; run it on devicesUsed() ranks).
 struct Solution {
   std::vector<Stage> stages;  ///< in pipeline order, covering the blocks
   int microbatches = 1;       ///< M
@@ -146,11 +191,12 @@ struct Solution {
 
   /// S, the number of stages.
   int numStages() const { return static_cast<int>(stages.size()); }
-  /// Ranks the plan runs on: the sum of the replicas.
+  /// Ranks the plan runs on: the sum of the stages' devices.
   int devicesUsed() const;
-  /// First rank of stage s (the sum of the replicas before it).
+  /// First rank of stage s (the sum of the devices of the stages before it).
   int firstRank(int s) const;
-  /// One line: "1f1b M=8 [0,3)x2z [3,5)x1r ...", an `r` marking recomputation, a `z` sharding.
+  /// One line: "1f1b M=8 [0,3)x2z [3,5)x1r [5,6)x2t4 ...", an `r` marking
+  /// recomputation, a `z` sharding, `tN` a tensor-parallel degree N > 1.
   void print(std::ostream &os) const;
   /// Same stages, micro-batches and schedule.
   bool operator==(const Solution &o) const {
@@ -170,6 +216,10 @@ std::vector<int> microbatchCandidates(const Problem &p);
 /// per-replica micro-batch compared with r-1 (more replicas at the same size
 /// would only add all-reduce traffic), powers of two only if asked. Ascending.
 std::vector<int> replicaCandidates(const Problem &p, int microbatches);
+
+/// The tensor-parallel degrees the solvers search: the pinned ones, or
+/// tp_degrees ({1} when empty). Ascending.
+std::vector<int> tpCandidates(const Problem &p);
 
 /// "12.0 GiB", for messages.
 std::string formatBytes(double bytes);

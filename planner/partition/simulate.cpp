@@ -48,7 +48,7 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
   Simulation sim;
   auto record = [&](int s, EventKind kind, int mb, double start, double end) {
     if (end <= start) return; // a zero-length phase (nothing to receive) is not an event
-    for (int r = 0; r < ev.stages[s].replicas; ++r)
+    for (int r = 0; r < ev.stages[s].devices(); ++r)
       sim.timeline.push_back({ev.stages[s].first_rank + r, s, kind, mb, start, end});
   };
 
@@ -64,7 +64,8 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
     const StageCost &c = ev.stages[s];
     if (forward) {
       if (s > 0 && fwd_done[s - 1][mb] < 0) return;
-      const double t1 = now + c.recv_activations_s, t2 = t1 + c.fwd_s;
+      // A tensor-parallel stage's collectives are part of its passes (Note [tensor parallel stages]).
+      const double t1 = now + c.recv_activations_s, t2 = t1 + c.fwd_s + c.tp_collective_s;
       record(s, EventKind::RecvActivations, mb, now, t1);
       record(s, EventKind::Forward, mb, t1, t2);
       busy[s] = true;
@@ -72,7 +73,7 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
     } else {
       const double ready = s < S - 1 ? bwd_done[s + 1][mb] : fwd_done[s][mb];
       if (ready < 0) return;
-      const double t1 = now + c.recv_gradients_s, t2 = t1 + c.recompute_s, t3 = t2 + c.bwd_s;
+      const double t1 = now + c.recv_gradients_s, t2 = t1 + c.recompute_s, t3 = t2 + c.bwd_s + c.tp_collective_s;
       record(s, EventKind::RecvGradients, mb, now, t1);
       record(s, EventKind::Recompute, mb, t1, t2);
       record(s, EventKind::Backward, mb, t2, t3);

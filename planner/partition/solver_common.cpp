@@ -17,6 +17,7 @@ std::vector<Schedule> schedulesToSearch(const Problem &p) {
 std::vector<int> stageCountsToSearch(const Problem &p) {
   const Constraints &c = p.constraints;
   if (c.replicas.size() > 1) return {static_cast<int>(c.replicas.size())};
+  if (c.tensor_parallel.size() > 1) return {static_cast<int>(c.tensor_parallel.size())};
   if (c.stages > 0) return {c.stages};
   std::vector<int> out;
   for (int s = 1; s <= std::min(p.numBlocks(), p.devices.count); ++s) out.push_back(s);
@@ -39,10 +40,12 @@ Error noFeasiblePlan(const Problem &p) {
     for (int m : microbatchCandidates(p))
       for (Schedule sched : schedulesToSearch(p))
         for (int r : replicaCandidates(p, m))
+          for (int tp : tpCandidates(p))
           for (int choice = 0; choice < 4; ++choice) {
             const bool rec = choice & 1, zero = choice & 2;
             if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, r)) continue;
-            Stage st{j, j + 1, r, rec, zero};
+            Stage st{j, j + 1, r, rec, zero, tp};
+            if (!tensorParallelProblem(p, st, 0).empty()) continue;
             double mem = evaluateStage(p, st, 0, 1, 0, m, sched).memory.total();
             if (mem < need) {
               need = mem;
@@ -62,7 +65,9 @@ Error noFeasiblePlan(const Problem &p) {
   std::snprintf(margin, sizeof margin, "%g", p.devices.memory_margin);
   if (worst_need > cap)
     return Error{"no plan fits in memory: the smallest stage (block " + std::to_string(worst_block) + " alone, " +
-                 std::to_string(worst_stage.replicas) + " replicas, " + std::to_string(worst_m) + " micro-batches" +
+                 std::to_string(worst_stage.replicas) + " replicas, " +
+                 (worst_stage.tensor_parallel > 1 ? "tensor-parallel " + std::to_string(worst_stage.tensor_parallel) + ", " : "") +
+                 std::to_string(worst_m) + " micro-batches" +
                  (worst_stage.recompute ? ", recomputing" : "") + (worst_stage.zero ? ", sharding the optimizer state" : "") + ") needs " + formatBytes(worst_need) +
                  " but a device holds " + formatBytes(cap) + " (" + formatBytes(p.devices.memory_bytes) + " x (1 - " +
                  margin + ")" + (p.devices.reserve_bytes > 0 ? " - " + formatBytes(p.devices.reserve_bytes) + " runtime reserve" : "") + ")"};

@@ -10,7 +10,8 @@
 //  - every value an op reads is computed by an earlier op of the same or an
 //    earlier stage: values only ever flow forward through the pipeline (a
 //    stage never waits for a later one, which would deadlock the schedule);
-//  - the ranks are 0..W-1, each in exactly one stage (W = the number listed);
+//  - the ranks are 0..W-1, each in exactly one stage (W = the number listed),
+//    a stage of tensor-parallel degree t listing a multiple of t (replicas x t);
 //  - the micro-batches divide the global batch and every replica gets samples.
 // The checks collect every problem rather than stopping at the first, so a
 // hand edit can be fixed in one go; each message starts with the plan field to
@@ -83,7 +84,7 @@ void coverageProblems(const proto::Plan &plan, std::vector<std::string> &problem
 /// values are recomputed, Note [recomputed values]).
 void unsplittable(const proto::Plan &plan, const proto::Op &producer, const std::string &value, int from, int to,
                   std::vector<std::string> &problems) {
-  const int a = plan.stages(from).ranks_size(), b = plan.stages(to).ranks_size();
+  const int a = stageReplicas(plan.stages(from)), b = stageReplicas(plan.stages(to));
   if (a == b) return;
   for (const auto &out : producer.outputs())
     if (auto dtype = ir::parseDType(out.dtype());
@@ -197,8 +198,8 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
   if (auto schedule = scheduleFromProto(plan.schedule()); !schedule) problems.push_back(schedule.error().message);
   if (plan.microbatches() >= 1 && plan.global_batch_size() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)
     for (int i = 0; i < plan.stages_size(); ++i)
-      if (plan.stages(i).ranks_size() > plan.global_batch_size() / plan.microbatches())
-        problems.push_back("stages[" + std::to_string(i) + "].ranks: " + std::to_string(plan.stages(i).ranks_size()) +
+      if (stageReplicas(plan.stages(i)) > plan.global_batch_size() / plan.microbatches())
+        problems.push_back("stages[" + std::to_string(i) + "].ranks: " + std::to_string(stageReplicas(plan.stages(i))) +
                            " replicas for micro-batches of " +
                            std::to_string(plan.global_batch_size() / plan.microbatches()) +
                            " samples leaves a replica without samples");
@@ -236,11 +237,18 @@ std::vector<std::string> structuralProblems(const proto::Plan &plan) {
       problems.push_back(where + ": op range [" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) +
                          ") is outside the graph's ops [0, " + std::to_string(num_ops) + ")");
     if (s.ranks_size() == 0) problems.push_back(where + ".ranks: the stage has no ranks");
+    if (s.tensor_parallel() < 0)
+      problems.push_back(where + ".tensor_parallel: is " + std::to_string(s.tensor_parallel()) +
+                         ", expected a degree of at least 1");
+    else if (s.ranks_size() % tensorParallel(s) != 0)
+      problems.push_back(where + ".ranks: " + std::to_string(s.ranks_size()) + " ranks are not replicas x " +
+                         "tensor_parallel " + std::to_string(tensorParallel(s)) + "; list a multiple of " +
+                         std::to_string(tensorParallel(s)) + " ranks");
     if (s.zero() != 0 && s.zero() != 1)
       problems.push_back(where + ".zero: is " + std::to_string(s.zero()) + ", expected 0 or 1 (ZeRO stage)");
-    else if (s.zero() == 1 && s.ranks_size() < 2)
+    else if (s.zero() == 1 && stageReplicas(s) < 2)
       problems.push_back(where + ".zero: 1 shards the optimizer state over the stage's replicas, but it has " +
-                         std::to_string(s.ranks_size()) + "; set zero: 0 or give it more ranks");
+                         std::to_string(stageReplicas(s)) + "; set zero: 0 or give it more ranks");
   }
   coverageProblems(plan, problems);
   dependencyProblems(plan, problems);

@@ -107,9 +107,12 @@ private:
     }
     if (ranks(x) != ranks(y)) {
       os_ << stage << ": ranks " << ranks(x) << " -> " << ranks(y);
-      if (x.ranks_size() != y.ranks_size()) os_ << " (replicas " << x.ranks_size() << " -> " << y.ranks_size() << ")";
+      if (stageReplicas(x) != stageReplicas(y))
+        os_ << " (replicas " << stageReplicas(x) << " -> " << stageReplicas(y) << ")";
       os_ << "\n";
     }
+    if (tensorParallel(x) != tensorParallel(y))
+      os_ << stage << ": tensor_parallel " << tensorParallel(x) << " -> " << tensorParallel(y) << "\n";
   }
 
   void stageEstimates(int i) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "planner/plan/plan.h"
 #include "planner/plan/show.h"
 
 namespace rannc::plan {
@@ -53,12 +54,17 @@ void printPlanDot(const proto::Plan &plan, const ir::Graph &g, const DotOptions 
   os << "  node [shape=box, style=\"rounded,filled\", fillcolor=white, fontname=\"Helvetica\", fontsize=10];\n";
   os << "  edge [fontname=\"Helvetica\", fontsize=9, color=\"#808080\"];\n";
 
+  const std::set<int> split(plan.graph().sharding().split_ops().begin(), plan.graph().sharding().split_ops().end());
   for (int s = 0; s < plan.stages_size(); ++s) {
     const auto &st = plan.stages(s);
     std::string ranks;
     for (int r : st.ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
     os << "  subgraph cluster_" << s << " {\n";
-    os << "    label=" << quoted("stage " + std::to_string(s) + " (ranks " + ranks + ")") << ";\n";
+    const int tp = tensorParallel(st); // a tensor-parallel stage says so, and marks the ops run on slices
+    os << "    label="
+       << quoted("stage " + std::to_string(s) + " (ranks " + ranks +
+                 (tp > 1 ? "; tensor-parallel " + std::to_string(tp) : std::string()) + ")")
+       << ";\n";
     os << "    style=filled; color=\"#a0a0a0\"; fillcolor=" << quoted(kFill[s % 8]) << ";\n";
     for (int k = 0; k < int(nodes.size()); ++k) {
       const auto [begin, end] = nodes[k];
@@ -67,6 +73,7 @@ void printPlanDot(const proto::Plan &plan, const ir::Graph &g, const DotOptions 
       std::string label = grouped ? std::to_string(end - begin) + (end - begin == 1 ? " op" : " ops") + " from\n" +
                                         first.name + " (" + first.op_type + ")"
                                   : first.name + "\n" + first.op_type;
+      if (tp > 1 && !grouped && split.count(begin)) label += "\n(split " + std::to_string(tp) + " ways)";
       os << "    " << nodeId(k) << " [label=" << quoted(label) << "];\n";
     }
     os << "  }\n";

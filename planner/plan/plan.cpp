@@ -340,6 +340,9 @@ std::vector<VersionedField> versionedFields(const proto::Plan &plan) {
                      "keep the whole optimizer state on every replica, beyond the planned memory"});
     if (s.recompute())
       out.push_back({where + ".recompute: true", 2, "keep every activation, beyond the planned memory"});
+    if (s.tensor_parallel() > 1)
+      out.push_back({where + ".tensor_parallel: " + std::to_string(s.tensor_parallel()), 3,
+                     "run each of its ranks as a whole replica of the stage"});
   }
   std::string first;
   int64_t layouts = 0;
@@ -418,5 +421,9 @@ int worldSize(const proto::Plan &plan) {
   for (const auto &s : plan.stages()) n += s.ranks_size();
   return n;
 }
+
+int tensorParallel(const proto::Stage &s) { return s.tensor_parallel() > 0 ? s.tensor_parallel() : 1; }
+
+int stageReplicas(const proto::Stage &s) { return s.ranks_size() / tensorParallel(s); }
 
 } // namespace rannc::plan

@@ -21,7 +21,9 @@ namespace rannc::plan {
 /// data hashes). Version 2 adds fields a version-1 reader would silently run
 /// differently, as an fp32, unsharded, non-recomputing plan with contiguous
 /// samples: precision bf16|fp16, stages[*].zero, stages[*].recompute and
-/// graph.ops[*].outputs[*].batch_blocks. A plan is written with the oldest
+/// graph.ops[*].outputs[*].batch_blocks. Version 3 adds stages[*].tensor_parallel
+/// above 1 (with graph.sharding), which an older reader would run as that many
+/// whole replicas. A plan is written with the oldest
 /// version that holds the fields it uses (never below the version it says), so
 /// a plan using none of them stays readable by older tools, and an older
 /// reader refuses one it would misread ("newer than this rannc understands").
@@ -29,7 +31,7 @@ namespace rannc::plan {
 /// structural problem, each field named; `rannc-plan convert` rewrites it.
 /// Bump kFormatVersion with a new entry in versionedFields() whenever a field
 /// is added that an older rannc-exec would misread.
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;
 
 /// A field in use that needs a format version newer than 1.
 struct VersionedField {
@@ -75,5 +77,10 @@ std::vector<std::string> structuralProblems(const proto::Plan &plan);
 
 /// Total number of ranks the plan's stages use.
 int worldSize(const proto::Plan &plan);
+
+/// A stage's tensor-parallel degree: its field, 1 when absent (0).
+int tensorParallel(const proto::Stage &s);
+/// A stage's data-parallel replicas: its ranks over its tensor-parallel degree.
+int stageReplicas(const proto::Stage &s);
 
 } // namespace rannc::plan

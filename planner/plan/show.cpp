@@ -150,7 +150,12 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
 
   const TimeUnit unit = timeUnitFor(step);
   const std::string u = std::string(" ") + unit.name;
-  os << std::left << std::setw(6) << "stage" << std::setw(8) << "ranks" << std::setw(6) << "ops" << std::setw(13)
+  // A "tp" column only where a stage is tensor-parallel: other plans print as before.
+  bool any_tp = false;
+  for (const auto &s : plan.stages()) any_tp |= tensorParallel(s) > 1;
+  os << std::left << std::setw(6) << "stage" << std::setw(8) << "ranks";
+  if (any_tp) os << std::setw(4) << "tp";
+  os << std::setw(6) << "ops" << std::setw(13)
      << "range" << std::setw(32) << "first op" << std::setw(32) << "last op" << std::right << std::setw(10) << "params"
      << std::setw(10) << "fwd" + u << std::setw(10) << "bwd" + u << std::setw(10) << "ar" + u << std::setw(10)
      << "busy" + u << std::setw(7) << "util"
@@ -159,8 +164,9 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
     const auto &s = plan.stages(i);
     const auto &e = s.estimates();
     const double busy = stageBusyTime(plan, i);
-    os << std::left << std::setw(6) << s.id() << std::setw(8) << rankList(s) << std::setw(6)
-       << (s.op_end() - s.op_begin()) << std::setw(13)
+    os << std::left << std::setw(6) << s.id() << std::setw(8) << rankList(s);
+    if (any_tp) os << std::setw(4) << tensorParallel(s);
+    os << std::setw(6) << (s.op_end() - s.op_begin()) << std::setw(13)
        << ("[" + std::to_string(s.op_begin()) + ", " + std::to_string(s.op_end()) + ")") << std::setw(32)
        << opName(plan, s.op_begin(), 30) << std::setw(32) << opName(plan, s.op_end() - 1, 30) << std::right
        << std::setw(10) << e.num_params() << std::setw(10) << timeIn(e.fwd_time_s(), unit) << std::setw(10)
@@ -205,8 +211,26 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
          << "forward before backward, saving " << bytesText(double(s.estimates().recompute_saved_bytes()))
          << " of activations\n";
   for (const auto &s : plan.stages())
+    if (const int t = tensorParallel(s); t > 1) {
+      os << "tensor-parallel: stage " << s.id() << " splits its layers over " << stageReplicas(s)
+         << (stageReplicas(s) == 1 ? " group" : " groups") << " of " << t << " ranks (";
+      for (int g = 0; g < stageReplicas(s); ++g)
+        os << (g ? ", " : "") << s.ranks(g * t) << "-" << s.ranks(g * t + t - 1);
+      os << ")";
+      if (plan.graph().has_sharding()) {
+        const auto &sh = plan.graph().sharding();
+        int split = 0, collectives = 0;
+        for (int n : sh.split_ops()) split += n >= s.op_begin() && n < s.op_end();
+        for (const auto &c : sh.collectives())
+          collectives += !c.readers().empty() && c.readers(0) >= s.op_begin() && c.readers(0) < s.op_end();
+        os << ": " << split << " of its " << (s.op_end() - s.op_begin()) << " ops run on slices, " << collectives
+           << (collectives == 1 ? " collective" : " collectives");
+      }
+      os << "\n";
+    }
+  for (const auto &s : plan.stages())
     if (s.zero() > 0)
-      os << "zero: stage " << s.id() << " shards its optimizer state over its " << s.ranks_size()
+      os << "zero: stage " << s.id() << " shards its optimizer state over its " << stageReplicas(s)
          << " replicas (each updates its share, then they all-gather the parameters), saving "
          << bytesText(double(s.estimates().zero_saved_bytes())) << " per device\n";
 
@@ -259,6 +283,8 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     nlohmann::ordered_json st;
     st["id"] = s.id();
     st["ranks"] = std::vector<int>(s.ranks().begin(), s.ranks().end());
+    st["tensor_parallel"] = tensorParallel(s);
+    st["replicas"] = stageReplicas(s);
     st["num_ops"] = s.op_end() - s.op_begin();
     st["op_begin"] = s.op_begin();
     st["op_end"] = s.op_end();

@@ -91,6 +91,10 @@ Verb addPlan(CLI::App &app, bool planning) {
                  "data-parallel replicas: one count for every stage, or one per stage, e.g. 2,1,1 "
                  "(default: the partitioner chooses)")
       ->delimiter(',');
+  app.add_option("--tensor-parallel,--tp", flags->tensor_parallel,
+                 "tensor-parallel degree, splitting each stage's layers over devices of one node: auto (the degrees "
+                 "the model allows, chosen per stage), one degree for every stage, or one per stage, e.g. 8,8,4")
+      ->capture_default_str();
   app.add_flag("--power-of-two-replicas", o->power_of_two_replicas,
                "only search replica counts that are powers of two");
   app.add_option("--recompute", flags->recompute,

@@ -79,6 +79,35 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b"}));
 }
 
+TEST(PlanOptions, TensorParallelLikeReplicas) {
+  PlanOptions o;
+  PlanFlags flags;
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_TRUE(o.tensor_parallel.empty()); // auto: the partitioner chooses per stage
+  flags.tensor_parallel = "8";
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_EQ(o.tensor_parallel, std::vector<int>{8});
+  flags.tensor_parallel = "8,8,4";
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_EQ(o.tensor_parallel, (std::vector<int>{8, 8, 4}));
+  flags.tensor_parallel = "auto";
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_TRUE(o.tensor_parallel.empty());
+  for (const char *bad : {"0", "-2", "two", "8,", ",8", "8,,4", "", "1e3"}) {
+    flags.tensor_parallel = bad;
+    EXPECT_EQ(finishPlanOptions(flags, o).message(),
+              std::string("--tensor-parallel must be auto, a degree N or one degree per stage N1,N2,... (got '") +
+                  bad + "')");
+  }
+  // Per-stage degrees and per-stage replicas must agree on the stage count.
+  flags.tensor_parallel = "2,2";
+  o.replicas = {1, 2, 1};
+  EXPECT_EQ(finishPlanOptions(flags, o).message(),
+            "--tensor-parallel gives 2 per-stage degrees but --replicas 3 per-stage counts");
+  o.replicas = {1, 2};
+  EXPECT_TRUE(finishPlanOptions(flags, o).ok());
+}
+
 TEST(PlanOptions, OptimizerSetsTheStateTheEstimateCounts) {
   PlanOptions o;
   PlanFlags flags;

@@ -1,0 +1,344 @@
+// Tensor-parallel stages in the numeric problem: evaluate()'s figures by hand
+// from Note [tensor parallel stages], the placement rules, the baselines with
+// a pinned degree, and the DP against exhaustive search with degrees searched.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "planner/partition/evaluate.h"
+#include "planner/partition/solve.h"
+
+namespace rannc::partition {
+namespace {
+
+std::string str(const Solution &s) {
+  std::ostringstream os;
+  s.print(os);
+  return os.str();
+}
+
+double relDiff(double a, double b) { return std::fabs(a - b) / std::max({std::fabs(a), std::fabs(b), 1e-300}); }
+
+/// One block: fwd 4 s/sample (3 of it split), bwd 8 (6 split), 100 parameter
+/// bytes (80 sharded), 50 activation bytes/sample (40 split), working 10
+/// B/sample (6 split), 2 collectives of 20 B/sample a pass; one node of 8
+/// devices, intra-node 100 B/s + 0.5 s, Adam (optimizer state 2x).
+Problem oneBlock() {
+  Problem p;
+  Block b;
+  b.fwd.per_sample_s = 4;
+  b.bwd.per_sample_s = 8;
+  b.param_bytes = 100;
+  b.activation_bytes_per_sample = 50;
+  b.working_bytes_per_sample = 10;
+  b.tp.fwd.per_sample_s = 3;
+  b.tp.bwd.per_sample_s = 6;
+  b.tp.param_bytes = 80;
+  b.tp.activation_bytes_per_sample = 40;
+  b.tp.working_bytes_per_sample = 6;
+  b.tp.collective_bytes_per_sample = 20;
+  b.tp.collectives = 2;
+  p.blocks = {b};
+  p.cut_bytes_per_sample = {0, 0};
+  p.batch_size = 8;
+  p.devices.count = 8;
+  p.devices.per_node = 8;
+  p.devices.memory_bytes = 1e6;
+  p.devices.intra_node = {100, 0.5};
+  p.devices.inter_node = {10, 1};
+  p.optimizer_bytes_per_param_byte = 2;
+  p.tp_degrees = {1, 2, 4, 8};
+  return p;
+}
+
+TEST(TensorParallel, EvaluateMatchesTheFormulaByHand) {
+  // Two replicas of degree 4 on ranks 0..7, M = 1: b = 8 / 2 = 4 samples,
+  // keep = 1 - 1/4 = 0.75.
+  Problem p = oneBlock();
+  Solution sol;
+  sol.stages = {Stage{0, 1, 2, false, false, 4}};
+  const Evaluation ev = evaluate(p, sol);
+  ASSERT_TRUE(ev.feasible()) << ev.violations.front();
+  ASSERT_EQ(ev.stages.size(), 1u);
+  const StageCost &c = ev.stages[0];
+  EXPECT_EQ(sol.devicesUsed(), 8);
+  EXPECT_EQ(c.samples, 4);
+  EXPECT_DOUBLE_EQ(c.fwd_s, 16 - 0.75 * 12); // 4*4 - 0.75*3*4 = 7
+  EXPECT_DOUBLE_EQ(c.bwd_s, 32 - 0.75 * 24); // 14
+  // 2 latencies of 0.5 + 2*(3/4) * 20*4 B / 100 B/s = 1 + 1.2 = 2.2
+  EXPECT_DOUBLE_EQ(c.tp_collective_s, 2.2);
+  EXPECT_DOUBLE_EQ(c.forwardSlot(), 9.2);
+  EXPECT_DOUBLE_EQ(c.backwardSlot(), 16.2);
+  // Per device 100 - 0.75*80 = 40 parameter bytes; the all-reduce over the 2
+  // replicas holding the same shard, inside the node: 2*(1/2)*40/100 + 2*1*0.5 = 1.4.
+  EXPECT_DOUBLE_EQ(c.param_bytes, 40);
+  EXPECT_DOUBLE_EQ(c.allreduce_s, 1.4);
+  EXPECT_DOUBLE_EQ(c.memory.params, 40);
+  EXPECT_DOUBLE_EQ(c.memory.grads, 40);
+  EXPECT_DOUBLE_EQ(c.memory.optimizer, 80);
+  EXPECT_DOUBLE_EQ(c.memory.activations, 4 * (50 - 30)); // k = 1, b = 4
+  EXPECT_DOUBLE_EQ(c.memory.working, 4 * (10 - 4.5));
+  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 40 + 40 + 80 + 80 + 22);
+  // One stage, M = 1: F + G + the all-reduce = 9.2 + 16.2 + 1.4.
+  EXPECT_DOUBLE_EQ(ev.step_time_s, 26.8);
+
+  // Recomputation repeats the forward with its collectives: 7 + 2.2.
+  sol.stages[0].recompute = true;
+  EXPECT_DOUBLE_EQ(evaluate(p, sol).stages[0].recompute_s, 9.2);
+  // Degree 1 is the plain stage: 8 replicas of b = 1.
+  Solution plain;
+  plain.stages = {Stage{0, 1, 8}};
+  const StageCost d1 = evaluate(p, plain).stages[0];
+  EXPECT_DOUBLE_EQ(d1.fwd_s, 4);
+  EXPECT_DOUBLE_EQ(d1.tp_collective_s, 0);
+  EXPECT_DOUBLE_EQ(d1.param_bytes, 100);
+}
+
+TEST(TensorParallel, EvaluateRefusesInvalidDegreesAndPlacements) {
+  Problem p = oneBlock();
+  auto violation = [&](const Solution &s) {
+    const Evaluation ev = evaluate(p, s);
+    return ev.violations.empty() ? std::string() : ev.violations.front();
+  };
+  Solution sol;
+  sol.stages = {Stage{0, 1, 1, false, false, 3}}; // 3 does not divide the cut sizes
+  EXPECT_NE(violation(sol).find("not one the model allows"), std::string::npos) << violation(sol);
+  p.devices.per_node = 4;
+  p.tp_degrees = {1, 2, 4};
+  sol.stages = {Stage{0, 1, 1, false, false, 8}};
+  EXPECT_NE(violation(sol).find("not one the model allows"), std::string::npos) << violation(sol);
+  // Two stages: [0,1) on rank 0..1 (degree 2), [1,2) degree 4 from rank 2
+  // straddles the node boundary between ranks 3 and 4.
+  p.blocks.push_back(p.blocks[0]);
+  p.cut_bytes_per_sample = {0, 0, 0};
+  sol.stages = {Stage{0, 1, 1, false, false, 2}, Stage{1, 2, 1, false, false, 4}};
+  EXPECT_NE(violation(sol).find("across a node boundary"), std::string::npos) << violation(sol);
+  sol.stages = {Stage{0, 1, 1, false, false, 4}, Stage{1, 2, 1, false, false, 4}};
+  EXPECT_EQ(violation(sol), "");
+  // A cut whose values are split may not border a stage of degree > 1.
+  p.cut_whole = {true, false, true};
+  EXPECT_NE(violation(sol).find("split or partial"), std::string::npos) << violation(sol);
+  sol.stages = {Stage{0, 1, 1}, Stage{1, 2, 1}};
+  EXPECT_EQ(violation(sol), "");
+  sol.stages = {Stage{0, 2, 1, false, false, 4}};
+  EXPECT_EQ(violation(sol), "");
+}
+
+TEST(TensorParallel, GroupsInsideNodesMatchesTheLoop) {
+  for (int per_node : {1, 2, 3, 4, 6, 8})
+    for (int size = 1; size <= 8; ++size)
+      for (int first = 0; first < 20; ++first)
+        for (int groups = 0; groups <= 6; ++groups) {
+          Devices d;
+          d.per_node = per_node;
+          bool inside = size <= per_node || groups == 0 || size == 1;
+          for (int g = 0; g < groups && inside; ++g)
+            inside = (first + g * size) / per_node == (first + g * size + size - 1) / per_node;
+          EXPECT_EQ(d.groupsInsideNodes(first, groups, size), inside)
+              << "per_node " << per_node << " size " << size << " first " << first << " groups " << groups;
+        }
+}
+
+TEST(TensorParallel, DPSplitsALayerThatDoesNotFitOneDevice) {
+  // The block's state needs 100*(2+2) = 400 B whole; a device holds 250. At
+  // degree 2 it needs (100 - 40)*4 = 240 + activations 1*(50-20) = 270 > 250;
+  // at degree 4: 40*4 + 20 + working (10 - 4.5) = 185.5 fits; at 8: 30*4 + ... fits too.
+  Problem p = oneBlock();
+  p.batch_size = 1;
+  p.devices.memory_bytes = 250;
+  auto dp = solveDP(p);
+  ASSERT_TRUE(dp.ok()) << dp.error().message;
+  ASSERT_EQ(dp->solution.numStages(), 1);
+  EXPECT_GE(dp->solution.stages[0].tensor_parallel, 4) << str(dp->solution);
+  auto ex = solveExhaustive(p);
+  ASSERT_TRUE(ex.ok());
+  EXPECT_LT(relDiff(dp->step_time_s, ex->step_time_s), 1e-12);
+  EXPECT_DOUBLE_EQ(evaluate(p, dp->solution).step_time_s, dp->step_time_s);
+  // Without tensor parallelism nothing fits.
+  p.tp_degrees.clear();
+  EXPECT_FALSE(solveDP(p).ok());
+  // Pinned, every stage takes the degree: --tensor-parallel 2 does not fit, 8 does.
+  p.tp_degrees = {1, 2, 4, 8};
+  p.constraints.tensor_parallel = {2};
+  EXPECT_FALSE(solveDP(p).ok());
+  p.constraints.tensor_parallel = {8};
+  auto eight = solveDP(p);
+  ASSERT_TRUE(eight.ok()) << eight.error().message;
+  EXPECT_EQ(str(eight->solution), "1f1b M=1 [0,1)x1t8");
+}
+
+TEST(TensorParallel, BaselinesKeepAPinnedDegreeAndWholeCuts) {
+  // Four equal blocks; only the cut before block 2 is whole. Pinned degree 2
+  // on 8 devices of one node: the baselines cut only there.
+  Problem p = oneBlock();
+  p.blocks.assign(4, p.blocks[0]);
+  p.cut_bytes_per_sample.assign(5, 1);
+  p.cut_whole = {true, false, true, false, true};
+  p.constraints.tensor_parallel = {2};
+  p.constraints.stages = 2;
+  for (Strategy s : {Strategy::Uniform, Strategy::Parameters, Strategy::Time}) {
+    auto base = solveBaseline(p, s);
+    ASSERT_TRUE(base.ok()) << strategyName(s) << ": " << base.error().message;
+    ASSERT_EQ(base->solution.numStages(), 2);
+    EXPECT_EQ(base->solution.stages[0].block_end, 2) << str(base->solution);
+    for (const Stage &st : base->solution.stages) EXPECT_EQ(st.tensor_parallel, 2);
+    EXPECT_TRUE(evaluate(p, base->solution).feasible());
+    auto dp = solveDP(p);
+    ASSERT_TRUE(dp.ok());
+    EXPECT_LE(dp->step_time_s, base->step_time_s * (1 + 1e-12));
+  }
+  // Per-stage degrees fix the stage count.
+  p.constraints.stages = 0;
+  p.constraints.tensor_parallel = {4, 2};
+  auto dp = solveDP(p);
+  ASSERT_TRUE(dp.ok()) << dp.error().message;
+  ASSERT_EQ(dp->solution.numStages(), 2);
+  EXPECT_EQ(dp->solution.stages[0].tensor_parallel, 4);
+  EXPECT_EQ(dp->solution.stages[1].tensor_parallel, 2);
+  auto base = solveBaseline(p, Strategy::Uniform);
+  ASSERT_TRUE(base.ok()) << base.error().message;
+  EXPECT_EQ(base->solution.stages[0].tensor_parallel, 4);
+}
+
+/// A small random problem with tensor-parallel parts, degrees and whole cuts.
+Problem randomProblem(std::mt19937 &rng, int trial) {
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Problem p;
+  const int n = pick(1, 6);
+  p.devices.count = pick(1, 8);
+  static const int per_node[] = {2, 4, 8};
+  p.devices.per_node = per_node[pick(0, 2)];
+  static const int batches[] = {1, 2, 4, 6, 8};
+  p.batch_size = batches[pick(0, 4)];
+  double hardest = 0, total = 0;
+  for (int i = 0; i < n; ++i) {
+    Block b;
+    b.fwd = {pick(0, 1) ? uni(0, 0.2) : 0.0, uni(0.01, 1)};
+    b.bwd = {pick(0, 1) ? uni(0, 0.4) : 0.0, b.fwd.per_sample_s * uni(1, 3)};
+    b.param_bytes = pick(0, 100);
+    b.activation_bytes_per_sample = pick(0, 60);
+    b.working_bytes_per_sample = pick(0, 20);
+    b.working_fixed_bytes = pick(0, 1) ? pick(0, 20) : 0;
+    if (pick(0, 3) > 0) { // most blocks split some of their work
+      const double f = uni(0, 1);
+      b.tp.fwd = {b.fwd.fixed_s * f, b.fwd.per_sample_s * f};
+      b.tp.bwd = {b.bwd.fixed_s * f, b.bwd.per_sample_s * f};
+      b.tp.param_bytes = std::floor(b.param_bytes * uni(0, 1));
+      b.tp.working_bytes_per_sample = std::floor(b.working_bytes_per_sample * uni(0, 1));
+      b.tp.working_fixed_bytes = std::floor(b.working_fixed_bytes * uni(0, 1));
+      b.tp.collective_bytes_per_sample = pick(0, 30);
+      b.tp.collectives = pick(0, 2);
+    }
+    p.blocks.push_back(b);
+  }
+  for (int i = 0; i <= n; ++i) p.cut_bytes_per_sample.push_back(pick(0, 20));
+  std::vector<double> made(n, 0); // unsaved bytes each block makes (never split)
+  if (pick(0, 1)) {
+    p.unsaved_cut_bytes_per_sample.assign(n + 1, 0);
+    for (int i = 0; i + 1 < n; ++i) {
+      const int bytes = pick(0, static_cast<int>(p.blocks[i].activation_bytes_per_sample) / 2);
+      const int last = pick(i + 1, n - 1);
+      for (int j = i + 1; j <= last; ++j) {
+        p.unsaved_cut_bytes_per_sample[j] += bytes;
+        p.cut_bytes_per_sample[j] += bytes;
+      }
+      p.blocks[last].unsaved_freed_bytes_per_sample += bytes;
+      made[i] += bytes;
+    }
+  }
+  for (int i = 0; i < n; ++i)
+    if (p.blocks[i].tp.param_bytes > 0 || p.blocks[i].tp.fwd.per_sample_s > 0)
+      p.blocks[i].tp.activation_bytes_per_sample =
+          std::floor((p.blocks[i].activation_bytes_per_sample - made[i]) * uni(0, 1));
+  p.optimizer_bytes_per_param_byte = pick(0, 2);
+  for (int i = 0; i < n; ++i) {
+    const Block &b = p.blocks[i];
+    const double need = b.param_bytes * (2 + p.optimizer_bytes_per_param_byte) + b.activation_bytes_per_sample +
+                        b.working_bytes_per_sample + 3 * (p.cut_bytes_per_sample[i] + p.cut_bytes_per_sample[i + 1]);
+    hardest = std::max(hardest, need);
+    total += need;
+  }
+  const double base = std::max(hardest, total / p.devices.count);
+  p.devices.memory_bytes = std::max(1.0, std::floor(base * std::exp(uni(std::log(0.3), std::log(4.0)))));
+  p.devices.intra_node = {uni(50, 500), uni(0, 0.01)};
+  p.devices.inter_node = {uni(5, 50), uni(0, 0.05)};
+  p.allow_recompute = pick(0, 1);
+  p.force_recompute = p.allow_recompute && pick(0, 3) == 0;
+  p.allow_zero = pick(0, 1);
+  for (int t = 1; t <= p.devices.per_node; t *= 2)
+    if (t == 1 || pick(0, 3) > 0) p.tp_degrees.push_back(t);
+  if (pick(0, 1)) {
+    p.cut_whole.assign(n + 1, true);
+    for (int i = 1; i < n; ++i) p.cut_whole[i] = pick(0, 2) > 0;
+  }
+  Constraints &c = p.constraints;
+  const int max_stages = std::min(n, p.devices.count);
+  switch (trial % 6) {
+  case 1: c.stages = pick(1, max_stages); break;
+  case 2: c.schedule = Schedule::GPipe; break;
+  case 3: c.tensor_parallel = {p.tp_degrees[pick(0, static_cast<int>(p.tp_degrees.size()) - 1)]}; break;
+  case 4: {
+    const int s = pick(1, max_stages);
+    for (int i = 0; i < s; ++i) c.tensor_parallel.push_back(p.tp_degrees[pick(0, int(p.tp_degrees.size()) - 1)]);
+    break;
+  }
+  case 5: c.replicas = {pick(1, 2)}; break;
+  default: break;
+  }
+  if (!validate(p).ok()) c.tensor_parallel.clear(); // the pinned degrees need more devices than there are
+  return p;
+}
+
+TEST(TensorParallel, DPMatchesExhaustiveSearchWithDegreesSearched) {
+  std::mt19937 rng(2025);
+  int feasible = 0, infeasible = 0, tp = 0, tp_replicated = 0, mixed = 0;
+  for (int trial = 0; trial < 500; ++trial) {
+    Problem p = randomProblem(rng, trial);
+    ASSERT_TRUE(validate(p).ok()) << validate(p).message();
+    std::ostringstream where;
+    where << "trial " << trial << "\n";
+    p.print(where);
+    auto dp = solveDP(p);
+    auto ex = solveExhaustive(p);
+    ASSERT_EQ(dp.ok(), ex.ok()) << where.str()
+                                << (dp.ok() ? ex.error().message + "\ndp: " + str(dp->solution) : dp.error().message);
+    if (!dp.ok()) {
+      ++infeasible;
+      continue;
+    }
+    ++feasible;
+    const Evaluation ev = evaluate(p, dp->solution);
+    EXPECT_TRUE(ev.feasible()) << where.str() << str(dp->solution) << "\n" << ev.violations.front();
+    EXPECT_LT(relDiff(ev.step_time_s, dp->step_time_s), 1e-9) << where.str() << str(dp->solution);
+    EXPECT_LT(relDiff(dp->step_time_s, ex->step_time_s), 1e-9)
+        << where.str() << "dp " << str(dp->solution) << " = " << dp->step_time_s << "\nexhaustive "
+        << str(ex->solution) << " = " << ex->step_time_s;
+    for (Strategy s : {Strategy::Uniform, Strategy::Parameters, Strategy::Time}) {
+      auto base = solveBaseline(p, s);
+      if (!base.ok()) continue;
+      EXPECT_LE(dp->step_time_s, base->step_time_s * (1 + 1e-9)) << where.str() << strategyName(s);
+      EXPECT_TRUE(evaluate(p, base->solution).feasible()) << where.str() << strategyName(s);
+    }
+    const auto &st = dp->solution.stages;
+    const bool any_tp = std::any_of(st.begin(), st.end(), [](const Stage &x) { return x.tensor_parallel > 1; });
+    tp += any_tp;
+    tp_replicated += std::any_of(st.begin(), st.end(), [](const Stage &x) {
+      return x.tensor_parallel > 1 && x.replicas > 1;
+    });
+    mixed += any_tp && std::any_of(st.begin(), st.end(), [](const Stage &x) { return x.tensor_parallel == 1; });
+  }
+  EXPECT_GE(feasible, 250);
+  EXPECT_GE(infeasible, 20);
+  EXPECT_GE(tp, 60);
+  EXPECT_GE(tp_replicated, 5);
+  EXPECT_GE(mixed, 5);
+  std::cout << "feasible " << feasible << ", infeasible " << infeasible << ", tensor-parallel " << tp
+            << " (replicated " << tp_replicated << ", mixed with degree 1 " << mixed << ")\n";
+}
+
+} // namespace
+} // namespace rannc::partition
