@@ -12,6 +12,7 @@
 #include "planner/plan/model_ref.h"
 #include "planner/ir/op_set.h"
 #include "planner/plan/plan.h"
+#include "planner/plan/sharding_record.h"
 #include "planner/sharding/sharding.h"
 
 namespace rannc::train {
@@ -35,17 +36,12 @@ Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &
 
 namespace {
 
-/// Stage `st`'s tensor-parallel degree: the plan's Stage.tensor_parallel (1 where unset).
-int stageDegree(const proto::Stage &st) {
-  (void)st; // the plan format's field arrives with the planner's tensor parallelism (branch tpdp)
-  return 1;
-}
-
-/// Replaces s.graph with the local graph of this rank's stage (the analysis
-/// of the model's graph, Note [tensor parallel sharding]), s.ranges with the
-/// stages' ranges in it, and fills s.param_axes.
+/// Replaces s.graph with the local graph of this rank's stage (the sharding
+/// the plan records, else the analysis of its graph: Note [tensor parallel
+/// sharding]), s.ranges with the stages' ranges in it, and fills s.param_axes.
 Status localizeStage(Setup &s) {
-  auto analysis = sharding::analyze(s.graph);
+  auto analysis = plan::hasSharding(s.plan.graph()) ? plan::shardingFromProto(s.plan.graph(), s.graph)
+                                                    : sharding::analyze(s.graph);
   if (!analysis) return Error{analysis.error().message};
   auto local = sharding::localGraph(s.graph, *analysis, s.tp.degree);
   if (!local) return Error{local.error().message};
@@ -132,7 +128,7 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   for (const auto &st : s.plan.stages()) {
     s.ranges.emplace_back(st.op_begin(), st.op_end());
     const std::vector<int> ranks(st.ranks().begin(), st.ranks().end());
-    const int degree = stageDegree(st);
+    const int degree = plan::tensorParallel(st);
     if (degree < 1 || ranks.size() % size_t(degree) != 0)
       return Error{opts.plan + ": stage " + std::to_string(st.id()) + " has " + std::to_string(ranks.size()) +
                    " rank(s), not a multiple of its tensor-parallel degree " + std::to_string(degree)};
