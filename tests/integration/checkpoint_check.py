@@ -37,6 +37,8 @@ import time
 
 import numpy as np
 
+from train_check import edit_tensor_parallel
+
 REL_TOL = 1e-4       # a different plan: floating-point reassociation only (SPEC)
 LOWP_REL_TOL = 1e-2  # a different plan in fp16 (train_check.py's tolerance against autocast)
 RESUME_REL_TOL = 1e-6  # the same plan resumed: should be bit-identical
@@ -64,10 +66,17 @@ PP2 = "--stages 2 --replicas 1 --microbatches 1"
 
 def plan(args, ranks, layout, out, precision=None):
     precision = ["--precision", precision] if precision else []
+    # "--edit-tensor-parallel N": every stage of the written plan gets degree N by hand.
+    edit = re.search(r"--edit-tensor-parallel (\d+)", layout)
+    if edit:
+        layout = layout.replace(edit.group(0), "")
+        out = os.path.splitext(out)[0] + ".pbtxt"
     ok(run([args.plan_tool, os.path.join(args.model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type",
             "cpu", "--batch-size", str(args.ref["batch_size"]), "--profile", "analytic", "-o", out]
            + layout.split() + precision),
        "rannc-plan")
+    if edit:
+        edit_tensor_parallel(out, int(edit.group(1)))
     return out
 
 
@@ -275,10 +284,11 @@ def check_cross_plan(args):
     if args.tensor_parallel:
         # Tensor-parallel stages (Note [tensor parallel ranks]) write whole
         # tensors: written under TP 2, resumed without it; and back.
-        tp2 = "--stages 1 --replicas 1 --tensor-parallel 2 --microbatches 2"
+        tp2 = "--stages 1 --replicas 2 --microbatches 2 --edit-tensor-parallel 2"
         resume_elsewhere(args, ("tp2", 2, tp2), [("1rank", 1, ""), ("pp2", 2, PP2)])
         resume_elsewhere(args, ("pp2", 2, PP2), [("tp2", 2, tp2),
-                                                 ("2x2-tp2", 4, "--stages 2 --tensor-parallel 2 --microbatches 2")])
+                                                 ("2x2-tp2", 4, "--stages 2 --replicas 2,2 --microbatches 2 "
+                                                                "--edit-tensor-parallel 2")])
         return
     layouts = [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2"),
                ("3stages", 4, "--stages 3 --replicas 2,1,1 --microbatches 4")]
