@@ -83,9 +83,10 @@ def plan(args, model_dir, ranks, microbatches, batch, out):
 
 
 def edit_tensor_parallel(plan_path, degree, cut_after=None):
-    """Gives every stage of the text plan tensor-parallel degree `degree`, as
-    a person editing the .pbtxt would: its ranks form groups of `degree`
-    (Note [tensor parallel ranks] in executor/train/tensor_parallel.h). With
+    """Gives every stage of the text plan tensor-parallel degree `degree` (or
+    stage i degree i of "N1,N2,..."), as a person editing the .pbtxt would:
+    its ranks form groups of that size (Note [tensor parallel ranks] in
+    executor/train/tensor_parallel.h). With
     `cut_after`, the first stage ends right after the op of that name (a cut
     where only whole values cross)."""
     text = open(plan_path).read()
@@ -98,7 +99,13 @@ def edit_tensor_parallel(plan_path, degree, cut_after=None):
         text = re.sub(r"^  op_begin: \d+$", f"  op_begin: {cut}", text, count=1, flags=re.M)
     text = re.sub(r"^format_version: \d+", "format_version: 3", text, flags=re.M)
     # After each stage's last `ranks:` line (two-space indent: a Stage field).
-    text = re.sub(r"((?:^  ranks: \d+\n)+)", lambda m: m.group(1) + f"  tensor_parallel: {degree}\n", text, flags=re.M)
+    degrees = iter(str(degree).split(","))
+    last = [None]
+
+    def add_degree(m):
+        last[0] = next(degrees, last[0])
+        return m.group(1) + f"  tensor_parallel: {last[0]}\n"
+    text = re.sub(r"((?:^  ranks: \d+\n)+)", add_degree, text, flags=re.M)
     open(plan_path, "w").write(text)
 
 
@@ -575,8 +582,9 @@ def main():
                     help="fp16: start from reference_<opt>_fp16_overflow.json's loss scale, so GradScaler skips steps, "
                          "and expect rannc-exec to skip the same ones")
     ap.add_argument("--device-memory", help="plan for this much memory per rank and check that ranks stay within it")
-    ap.add_argument("--edit-tensor-parallel", type=int, default=0,
-                    help="write the plan as text and give every stage this tensor-parallel degree by hand")
+    ap.add_argument("--edit-tensor-parallel", default="",
+                    help="write the plan as text and give every stage this tensor-parallel degree by hand "
+                         "(N, or N1,N2,... per stage)")
     ap.add_argument("--edit-cut-after", help="with --edit-tensor-parallel: end the first stage after this op")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
