@@ -36,7 +36,8 @@ namespace rannc::train {
 /// each of its tensors (undefined ones stay undefined): a tensor-parallel
 /// shard's state gathered whole, or a whole state cut to a shard.
 std::unique_ptr<torch::optim::OptimizerParamState>
-mapOptimizerState(const torch::optim::OptimizerParamState &s, const std::function<torch::Tensor(const torch::Tensor &)> &f);
+mapOptimizerState(const torch::optim::OptimizerParamState &s,
+                  const std::function<torch::Tensor(const torch::Tensor &)> &f);
 
 class ShardedOptimizer {
 public:

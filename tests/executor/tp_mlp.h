@@ -88,7 +88,8 @@ struct Mlp {
   }
 
   runtime::StageRunner runner(std::map<ir::ValueId, torch::Tensor> params) const {
-    return runtime::StageRunner(g, schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0), std::move(params), {});
+    return runtime::StageRunner(g, schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0), std::move(params),
+                                {});
   }
 };
 
