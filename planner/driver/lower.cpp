@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
 
 namespace rannc::planner {
@@ -11,10 +12,11 @@ namespace {
 // The sharding analysis (planner/sharding) says which nodes run on slices and
 // how each value lies over a group; lowering turns that into each block's
 // Block::Split (Note [tensor parallel stages] in planner/partition/evaluate.cpp):
-// - compute: the unit's fitted fwd/bwd lines scaled by the split nodes' share
-//   of the unit's analytic time (estimateOpCosts: FLOPs and bytes on the
-//   device's roofline, at the largest costed micro-batch), so a measured
-//   profile keeps its own totals;
+// - compute: the per-sample slope of the unit's fitted fwd/bwd lines, scaled
+//   by the split nodes' share of the unit's analytic time above the kernel
+//   launch overheads (estimateOpCosts: FLOPs and bytes on the device's
+//   roofline, at the largest costed micro-batch), so a measured profile keeps
+//   its own totals; the fixed part (launches) does not divide;
 // - parameters: those whose sharding has an axis (each device holds 1/t);
 //   their low-precision copies in the same proportion;
 // - activations and working bytes: the share of the unit's output bytes that
@@ -33,15 +35,6 @@ double perSample(const ir::Value &val) {
   return val.shape_known ? double(ir::numelAt(val.shape, kProbe) * ir::dtypeSize(val.runtimeDType())) / kProbe : 0.0;
 }
 
-/// The degrees in [1, max_degree] that divide every cut size of `a` (1 always).
-std::vector<int> allowedDegrees(const sharding::Analysis *a, int max_degree) {
-  std::vector<int> out{1};
-  if (!a || !a->any()) return out;
-  for (int t = 2; t <= max_degree; ++t)
-    if (std::all_of(a->cut_sizes.begin(), a->cut_sizes.end(), [t](int64_t size) { return size % t == 0; }))
-      out.push_back(t);
-  return out;
-}
 
 /// Least-squares line through (b_i, y_i), clamped to non-negative terms.
 partition::Affine fit(const std::vector<int64_t> &bs, const std::vector<double> &ys) {
@@ -96,7 +89,7 @@ template <typename Crosses>
 Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
                            const PlanOptions &opts, const sharding::Analysis *a, const std::vector<double> &made,
                            Crosses crosses, partition::Problem &p) {
-  const std::vector<int> degrees = allowedDegrees(a, cluster.devices_per_node);
+  const std::vector<int> degrees = a ? a->degrees(cluster.devices_per_node) : std::vector<int>{1};
   for (int t : opts.tensor_parallel)
     if (std::find(degrees.begin(), degrees.end(), t) == degrees.end()) {
       std::string allowed;
@@ -115,13 +108,17 @@ Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, con
   const auto &units = costs.units;
   const int n = int(units.size());
   const std::vector<int> unit_of = cost::unitOfNode(g, units);
-  const std::vector<cost::OpCost> ops = cost::estimateOpCosts(g, cluster.device, costs.batch_sizes.back());
+  const int64_t largest = costs.batch_sizes.back();
+  const std::vector<cost::OpCost> ops = cost::estimateOpCosts(g, cluster.device, largest);
   std::vector<double> fwd(n, 0), fwd_split(n, 0), bwd(n, 0), bwd_split(n, 0), out(n, 0), out_split(n, 0);
   for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v) {
     const int u = unit_of[v];
     const bool split = v < ir::NodeId(a->node_split.size()) && a->node_split[v];
-    fwd[u] += ops[v].fwd_time_s, bwd[u] += ops[v].bwd_time_s, out[u] += double(ops[v].output_bytes);
-    if (split) fwd_split[u] += ops[v].fwd_time_s, bwd_split[u] += ops[v].bwd_time_s;
+    const cost::OpFlops f = cost::opFlops(g, g.nodes[v], largest);
+    const double launch = f.cls == cost::OpClass::kHost ? 0.0 : cluster.device.op_overhead_s;
+    const double fv = std::max(0.0, ops[v].fwd_time_s - launch), bv = std::max(0.0, ops[v].bwd_time_s - f.bwd_kernels * launch);
+    fwd[u] += fv, bwd[u] += bv, out[u] += double(ops[v].output_bytes);
+    if (split) fwd_split[u] += fv, bwd_split[u] += bv;
     for (ir::ValueId o : g.nodes[v].outputs)
       if (o != ir::kNoValue && o < ir::ValueId(a->values.size()) && a->values[o].axis >= 0) {
         out_split[u] += double(ops[v].output_bytes);
@@ -137,8 +134,8 @@ Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, con
     partition::Block &b = p.blocks[u];
     partition::Block::Split &t = b.tp;
     const double f = share(fwd_split[u], fwd[u]), w = share(bwd_split[u], bwd[u]), o = share(out_split[u], out[u]);
-    t.fwd = {b.fwd.fixed_s * f, b.fwd.per_sample_s * f};
-    t.bwd = {b.bwd.fixed_s * w, b.bwd.per_sample_s * w};
+    t.fwd = {0, b.fwd.per_sample_s * f};
+    t.bwd = {0, b.bwd.per_sample_s * w};
     t.param_bytes = std::min(b.param_bytes, double(split_params[u]) * 4); // float32 parameters
     t.lowp_weight_bytes = b.lowp_weight_bytes * share(t.param_bytes, b.param_bytes);
     t.activation_bytes_per_sample = std::max(0.0, std::min(b.activation_bytes_per_sample * o,

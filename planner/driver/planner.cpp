@@ -9,6 +9,7 @@
 #include "planner/cost/profile_file.h"
 #include "planner/import/model_format.h"
 #include "planner/driver/lower.h"
+#include "planner/driver/tooling.h"
 #include "planner/partition/coarsen.h"
 #include "planner/partition/evaluate.h"
 #include "planner/partition/solve.h"
@@ -258,7 +259,14 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   cost::assignComputeDTypes(graph, opts.precision, cluster->device.type); // Note [autocast dtypes]
   auto costs = loadCosts(graph, units, *cluster, opts, sha, log);
   if (!costs) return costs.error();
-  auto plan = planGraph(graph, *costs, *cluster, opts, sha, &log);
+  // Tensor parallelism where the model's ops allow it (Note [tensor parallel lowering]).
+  auto analysis = sharding::analyze(graph);
+  if (!analysis) {
+    for (int t : opts.tensor_parallel)
+      if (t > 1) return Error{"--tensor-parallel " + std::to_string(t) + ": " + analysis.error().message};
+    log << "rannc-plan: warning: no tensor parallelism: " << analysis.error().message << "\n";
+  }
+  auto plan = planGraph(graph, *costs, *cluster, opts, sha, &log, analysis ? &*analysis : nullptr);
   if (!plan) return plan.error();
   *plan->mutable_model() = imported->ref;
   for (const auto &s : plan->stages())
@@ -320,11 +328,11 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out) {
 }
 
 Status runImport(const std::string &model_path, const std::string &data_dir, const FrontEnds &front_ends,
-                 std::ostream &out, std::ostream &log) {
+                 std::ostream &out, std::ostream &log, int tensor_parallel) {
   auto graph = importAny(model_path, data_dir, front_ends, log);
   if (!graph) return graph.error();
   graph->print(out);
-  return Status::success();
+  return tensor_parallel > 0 ? printTensorParallel(*graph, tensor_parallel, out) : Status::success();
 }
 
 } // namespace rannc::planner

@@ -124,8 +124,9 @@ Status runPlan(const PlanOptions &opts, std::ostream &out, std::ostream &log);
 Status runShow(const std::string &plan_path, bool json, std::ostream &out);
 /// rannc-plan profile MODEL -o PROFILE (measure is the LibTorch profiler)
 Status runProfile(const ProfileCommandOptions &opts, const MeasureFn &measure, std::ostream &log);
-/// rannc-plan import MODEL
+/// rannc-plan import MODEL [--tensor-parallel N]: the graph IR; with N > 0 also
+/// the tensor-parallel analysis and the valid degrees up to N.
 Status runImport(const std::string &model_path, const std::string &data_dir, const FrontEnds &front_ends,
-                 std::ostream &out, std::ostream &log);
+                 std::ostream &out, std::ostream &log, int tensor_parallel = 0);
 
 } // namespace rannc::planner

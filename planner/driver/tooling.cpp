@@ -20,6 +20,7 @@
 #include "planner/support/files.h"
 #include "planner/plan/model_ref.h"
 #include "planner/plan/sharding_record.h"
+#include "planner/sharding/sharding.h"
 
 namespace rannc::planner {
 namespace {
@@ -163,11 +164,18 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   const auto precision = cost::planPrecision(plan);
   lower.precision = precision ? *precision : cost::Precision::BF16;
   // Tensor parallelism: the sharding the plan records (Note [tensor parallel lowering]).
+  // A degree set by hand on a plan that records none is checked against the model's own analysis.
   std::optional<sharding::Analysis> tp;
+  const bool uses_tp = std::any_of(plan.stages().begin(), plan.stages().end(),
+                                   [](const proto::Stage &s) { return plan::tensorParallel(s) > 1; });
   if (plan::hasSharding(plan.graph())) {
     auto recorded = plan::shardingFromProto(plan.graph(), m.graph);
     if (!recorded) return recorded.error();
     tp = std::move(*recorded);
+  } else if (uses_tp) {
+    auto analysed = sharding::analyze(m.graph);
+    if (!analysed) return Error{"stages: tensor_parallel: " + analysed.error().message};
+    tp = std::move(*analysed);
   }
   auto problem = lowerToProblem(m.graph, m.costs, m.cluster, lower, tp ? &*tp : nullptr);
   if (!problem) return Error{"cluster: " + problem.error().message};
@@ -475,6 +483,20 @@ Status runDiff(const std::string &a, const std::string &b, std::ostream &out) {
   if (!pb) return pb.error();
   out << "--- " << a << "\n+++ " << b << "\n";
   plan::printPlanDiff(*pa, *pb, out);
+  return Status::success();
+}
+
+Status printTensorParallel(const ir::Graph &g, int max_degree, std::ostream &out) {
+  auto a = sharding::analyze(g);
+  if (!a) return a.error();
+  a->print(g, out);
+  const std::vector<int> degrees = a->degrees(max_degree);
+  out << "tensor-parallel degrees up to " << max_degree << ':';
+  for (int t : degrees) out << ' ' << t;
+  out << '\n';
+  if (!a->validDegree(max_degree))
+    out << "degree " << max_degree << " does not divide every cut size; the largest valid one is " << degrees.back()
+        << '\n';
   return Status::success();
 }
 

@@ -20,6 +20,10 @@
 
 namespace rannc::planner {
 
+/// What tensor parallelism analyze() finds in `g`, per op, and the valid
+/// degrees up to `max_degree` (rannc-plan import --tensor-parallel).
+Status printTensorParallel(const ir::Graph &g, int max_degree, std::ostream &out);
+
 /// The hardware a plan is re-estimated for.
 struct ReestimateOptions {
   std::string cluster_file;             ///< YAML cluster description; empty: the plan's own cluster

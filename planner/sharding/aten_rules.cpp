@@ -110,10 +110,12 @@ std::optional<size_t> atenShapeArg(const ir::Node &n) {
 }
 
 std::optional<size_t> rowParallelBias(const ir::Node &n, bool output_partial) {
-  if (!output_partial || atenName(n) != "linear") return std::nullopt;
+  if (!output_partial) return std::nullopt;
+  const std::string_view op = atenName(n);
+  const size_t arg = op == "linear" ? 2 : op == "addmm" ? 0 : 99;
   const std::vector<AtenArg> args = atenArgs(n);
-  if (args.size() < 3 || args[2].kind != aa::kTensor || args[2].inputs.size() != 1) return std::nullopt;
-  return static_cast<size_t>(args[2].inputs[0]);
+  if (arg >= args.size() || args[arg].kind != aa::kTensor || args[arg].inputs.size() != 1) return std::nullopt;
+  return static_cast<size_t>(args[arg].inputs[0]);
 }
 
 OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in, bool seed_allowed) {
@@ -144,6 +146,33 @@ OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<
       return r;
     }
     return allOutputs(n, {in[x].sh.axis, false}); // cut rows of x: every row's product is whole
+  }
+  if (op == "addmm") { // bias + x @ W (torch.export's nn.Linear), W [in, out]; alpha = beta = 1 only
+    const int b = input(0), x = input(1), w = input(2);
+    auto one = [&](size_t i) { // beta, alpha
+      if (i >= args.size()) return true;
+      const ir::AttrValue *c = args[i].constant;
+      return c && ((std::holds_alternative<int64_t>(*c) && std::get<int64_t>(*c) == 1) ||
+                   (std::holds_alternative<double>(*c) && std::get<double>(*c) == 1.0));
+    };
+    if (b < 0 || x < 0 || w < 0 || !one(3) || !one(4)) return any_cut ? fail() : allOutputs(n, {});
+    if (!in[w].weight || in[b].sh.axis >= 0 || rankOf(in[x]) != 2 || rankOf(in[w]) != 2)
+      return any_cut ? fail() : allOutputs(n, {});
+    if (in[x].sh.axis == 1) { // row-parallel; localGraph adds the bias after the sum
+      OpResult r = allOutputs(n, {-1, true});
+      r.cut_weights.push_back({static_cast<size_t>(w), 0});
+      return r;
+    }
+    if (in[x].sh.axis >= 0) return fail();
+    const ir::Dim &cols = in[w].value->shape[1];
+    const ir::Shape &bs = in[b].value ? in[b].value->shape : ir::Shape{};
+    if (!seed_allowed || in[x].weight || !cols.isFixed() || cols.offset < 2 || !in[b].weight || bs.empty())
+      return allOutputs(n, {});
+    OpResult r = allOutputs(n, {1, false});
+    r.cut_weights.push_back({static_cast<size_t>(w), 1});
+    if (!(bs.back() == ir::Dim::fixed(1))) r.cut_weights.push_back({static_cast<size_t>(b), static_cast<int>(bs.size()) - 1});
+    r.column = true;
+    return r;
   }
   if (op == "matmul" || op == "mm" || op == "bmm") {
     ir::Node mm = n;

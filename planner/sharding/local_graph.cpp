@@ -81,7 +81,8 @@ Status rewriteTarget(ir::Graph &g, ir::Node &node) {
 // A row-parallel product's partial sums must not each add the bias: t devices
 // would add it t times. ONNX graphs add it in a separate Add, which reads the
 // summed value. aten::linear carries it as an argument: the local graph drops
-// it from the linear and adds it (aten::add) to the summed result instead.
+// it from the linear (addmm becomes mm) and adds it (aten::add) to the summed
+// result instead.
 
 /// Moves the bias of the row-parallel aten::linear producing `partial` after its sum `summed`;
 /// returns the value the sum's readers read instead (kNoValue: no bias to move).
@@ -91,7 +92,15 @@ ir::ValueId moveRowParallelBias(ir::Graph &g, ir::NodeId linear, ir::ValueId sum
   if (!bias_input) return ir::kNoValue;
   const ir::ValueId bias = node.inputs[*bias_input];
   node.inputs.erase(node.inputs.begin() + static_cast<std::ptrdiff_t>(*bias_input));
-  node.attrs[ir::aten_args::kindKey(2)] = ir::aten_args::kConstNone;
+  if (detail::atenName(node) == "addmm") { // addmm(b, x, W) becomes mm(x, W)
+    node.op_type = "aten::mm";
+    node.attrs = {{ir::aten_args::kOverload, std::string()},
+                  {ir::aten_args::kNargs, int64_t{2}},
+                  {ir::aten_args::kindKey(0), ir::aten_args::kTensor},
+                  {ir::aten_args::kindKey(1), ir::aten_args::kTensor}};
+  } else {
+    node.attrs[ir::aten_args::kindKey(2)] = ir::aten_args::kConstNone;
+  }
   ir::Value res = g.values[summed];
   res.name = g.values[summed].name + "/bias";
   const ir::ValueId id = g.addValue(std::move(res));

@@ -293,15 +293,6 @@ bool isBroadcasting(std::string_view op) {
   return kOps.count(op) > 0;
 }
 
-} // namespace
-
-namespace {
-std::optional<std::vector<int64_t>> foldInts(const ir::Graph &g, ir::ValueId v, int depth);
-} // namespace
-
-std::optional<std::vector<int64_t>> constantInts(const ir::Graph &g, ir::ValueId v) { return foldInts(g, v, 0); }
-
-namespace {
 // Exporters write small integer vectors (Slice's axes, Reshape's targets) as
 // Unsqueeze/Concat/Cast of scalar Constants: fold those few ops.
 std::optional<std::vector<int64_t>> foldInts(const ir::Graph &g, ir::ValueId v, int depth) {
@@ -311,13 +302,14 @@ std::optional<std::vector<int64_t>> foldInts(const ir::Graph &g, ir::ValueId v, 
   const ir::Value &val = g.values[v];
   if (!t && val.kind == ir::ValueKind::Intermediate && val.producer >= 0) {
     const ir::Node &p = g.nodes[val.producer];
-    if (!p.domain.empty() || p.inputs.empty()) {
-      if (p.op_type != "Constant" || !p.domain.empty()) return std::nullopt;
-    } else if (p.op_type == "Unsqueeze" || p.op_type == "Squeeze" || p.op_type == "Reshape" ||
-               p.op_type == "Identity" || p.op_type == "Cast" || p.op_type == "Flatten") {
-      if (val.dtype != ir::DType::I64 && val.dtype != ir::DType::I32) return std::nullopt;
+    const std::string_view op = p.op_type;
+    if (!p.domain.empty()) return std::nullopt;
+    if (op == "Unsqueeze" || op == "Squeeze" || op == "Reshape" || op == "Identity" || op == "Cast" ||
+        op == "Flatten") {
+      if (p.inputs.empty() || (val.dtype != ir::DType::I64 && val.dtype != ir::DType::I32)) return std::nullopt;
       return foldInts(g, p.inputs[0], depth + 1);
-    } else if (p.op_type == "Concat") {
+    }
+    if (op == "Concat") {
       std::vector<int64_t> all;
       for (ir::ValueId in : p.inputs) {
         auto part = foldInts(g, in, depth + 1);
@@ -326,7 +318,7 @@ std::optional<std::vector<int64_t>> foldInts(const ir::Graph &g, ir::ValueId v, 
       }
       return all;
     }
-    if (p.op_type != "Constant" || !p.domain.empty()) return std::nullopt;
+    if (op != "Constant") return std::nullopt;
     for (const auto &[k, a] : p.attrs) {
       if (k == "value") t = std::get_if<ir::Tensor>(&a);
       if (k == "value_ints")
@@ -352,6 +344,8 @@ std::optional<std::vector<int64_t>> foldInts(const ir::Graph &g, ir::ValueId v, 
   return out;
 }
 } // namespace
+
+std::optional<std::vector<int64_t>> constantInts(const ir::Graph &g, ir::ValueId v) { return foldInts(g, v, 0); }
 
 bool columnCandidate(const ir::Node &n, const std::vector<OpInput> &in) {
   if (!n.domain.empty() || (n.op_type != "MatMul" && n.op_type != "Gemm")) return false;

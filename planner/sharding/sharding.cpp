@@ -23,6 +23,13 @@ namespace rannc::sharding {
 // a fixed size. Bad regions' seeds are disabled and the pass reruns until no
 // region is bad: seeds only ever get disabled, so it ends, and the result
 // depends on the graph alone (deterministic).
+//
+// Embeddings stay whole. A lookup in a vocabulary-cut table would need each
+// device to shift the ids by its slice's first row and zero the rows it does
+// not hold, and the one local graph every device runs cannot name its
+// device's offset (no op of the graph knows the rank). A table read both by
+// a lookup and by the output layer (tied embeddings) therefore keeps the
+// output layer whole too.
 
 namespace {
 

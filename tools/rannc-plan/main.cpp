@@ -188,11 +188,15 @@ Verb addProfile(CLI::App &app) {
 Verb addImport(CLI::App &app) {
   auto *cmd = app.add_subcommand("import", "Imports a model and prints its graph IR as text");
   auto model = std::make_shared<std::string>(), data_dir = std::make_shared<std::string>();
+  auto tp = std::make_shared<int>(0);
   cmd->add_option("model", *model, "model file (.onnx, TorchScript .pt, torch.export .pt2)")->required();
   cmd->add_option("--data", *data_dir, kDataHelp);
+  cmd->add_option("--tensor-parallel,--tp", *tp,
+                  "also print the tensor parallelism found per op and the valid degrees up to N")
+      ->check(CLI::PositiveNumber);
   return {cmd, [=] {
             return finish(
-                rannc::planner::runImport(*model, *data_dir, libtorchFrontEnds(), std::cout, std::cerr));
+                rannc::planner::runImport(*model, *data_dir, libtorchFrontEnds(), std::cout, std::cerr, *tp));
           }};
 }
 

@@ -21,6 +21,7 @@
 #include "planner/plan/plan.h"
 #include "planner/plan/show.h"
 #include "planner/support/files.h"
+#include "tests/planner/driver/test_cluster.h"
 
 namespace rannc::planner {
 namespace {
@@ -92,21 +93,6 @@ ir::Graph tinyGraph() {
   return g;
 }
 
-/// A fixed 2-device machine (the "cpu" preset depends on this machine's cores
-/// and memory, which golden files must not).
-cluster::ClusterSpec testCluster() {
-  cluster::ClusterSpec c;
-  c.num_nodes = 1;
-  c.devices_per_node = 2;
-  c.device.type = "cpu";
-  c.device.name = "test-cpu";
-  c.device.memory_bytes = int64_t(64) << 20;
-  c.device.peak_flops = 1e11;
-  c.device.memory_bandwidth = 1e10;
-  c.intra_node = {5e9, 2e-6};
-  c.inter_node = {1.25e9, 50e-6};
-  return c;
-}
 
 /// The tiny graph planned for 2 ranks: 2 stages, batch 8 in 2 micro-batches, GPipe.
 proto::Plan tinyPlan() {

@@ -231,6 +231,49 @@ TEST(Baselines, FollowTheirRules) {
 // ---------------------------------------------------------------------------
 // Random small instances: the DP must match exhaustive search exactly.
 
+/// Tensor parallelism on a random problem (Note [tensor parallel stages]):
+/// most blocks split part of their numbers (never what they make unsaved),
+/// degrees up to a node, some cuts not whole, sometimes a pinned degree.
+void addTensorParallelism(Problem &p, std::mt19937 &rng) {
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int n = p.numBlocks();
+  for (int i = 0; i < n; ++i) {
+    Block &b = p.blocks[i];
+    if (pick(0, 3) == 0) continue;
+    const double f = uni(0, 1);
+    b.tp.fwd = {b.fwd.fixed_s * f, b.fwd.per_sample_s * f};
+    b.tp.bwd = {b.bwd.fixed_s * f, b.bwd.per_sample_s * f};
+    b.tp.param_bytes = std::floor(b.param_bytes * uni(0, 1));
+    b.tp.working_bytes_per_sample = std::floor(b.working_bytes_per_sample * uni(0, 1));
+    b.tp.working_fixed_bytes = std::floor(b.working_fixed_bytes * uni(0, 1));
+    const double made = p.unsavedCutAt(i + 1) - p.unsavedCutAt(i) + b.unsaved_freed_bytes_per_sample;
+    b.tp.activation_bytes_per_sample = std::floor(std::max(0.0, b.activation_bytes_per_sample - made) * uni(0, 1));
+    b.tp.collective_bytes_per_sample = pick(0, 30);
+    b.tp.collectives = pick(0, 2);
+  }
+  for (int t = 1; t <= p.devices.per_node; t *= 2)
+    if (t == 1 || pick(0, 3) > 0) p.tp_degrees.push_back(t);
+  if (pick(0, 1)) {
+    p.cut_whole.assign(n + 1, true);
+    for (int i = 1; i < n; ++i) p.cut_whole[i] = pick(0, 2) > 0;
+  }
+  std::vector<int> &pinned = p.constraints.tensor_parallel;
+  const int degrees = static_cast<int>(p.tp_degrees.size());
+  switch (pick(0, 5)) {
+  case 0: pinned = {p.tp_degrees[pick(0, degrees - 1)]}; break;
+  case 1: {
+    const int stages = p.constraints.replicas.size() > 1 ? static_cast<int>(p.constraints.replicas.size())
+                       : p.constraints.stages > 0        ? p.constraints.stages
+                                                         : pick(1, std::min(n, p.devices.count));
+    for (int s = 0; s < stages; ++s) pinned.push_back(p.tp_degrees[pick(0, degrees - 1)]);
+    break;
+  }
+  default: break;
+  }
+  if (!validate(p).ok()) pinned.clear(); // the pinned degrees need more devices than there are
+}
+
 Problem randomProblem(std::mt19937 &rng, int trial) {
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -317,12 +360,14 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
   case 7: c.max_microbatches = pick(1, 4); break;
   default: break;
   }
+  if (trial % 3 == 0) addTensorParallelism(p, rng);
   return p;
 }
 
 TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   std::mt19937 rng(2024);
   int feasible = 0, infeasible = 0, recomputing = 0, sharding = 0, gpipe = 0, unequal = 0, multi_node = 0;
+  int tensor_parallel = 0, tp_replicated = 0, tp_mixed = 0;
   for (int trial = 0; trial < 600; ++trial) {
     Problem p = randomProblem(rng, trial);
     ASSERT_TRUE(validate(p).ok()) << validate(p).message();
@@ -368,6 +413,11 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
     unequal += std::any_of(s.stages.begin(), s.stages.end(),
                            [&](const Stage &x) { return x.replicas != s.stages[0].replicas; });
     multi_node += s.devicesUsed() > p.devices.per_node;
+    auto tp = [](const Stage &x) { return x.tensor_parallel > 1; };
+    const bool any_tp = std::any_of(s.stages.begin(), s.stages.end(), tp);
+    tensor_parallel += any_tp;
+    tp_replicated += std::any_of(s.stages.begin(), s.stages.end(), [&](const Stage &x) { return tp(x) && x.replicas > 1; });
+    tp_mixed += any_tp && !std::all_of(s.stages.begin(), s.stages.end(), tp);
   }
   // The instances exercise what they are meant to.
   EXPECT_GE(feasible, 400);
@@ -377,9 +427,14 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   EXPECT_GE(gpipe, 30);
   EXPECT_GE(unequal, 30);
   EXPECT_GE(multi_node, 50);
+  EXPECT_GE(tensor_parallel, 20);
+  EXPECT_GE(tp_replicated, 5);
+  EXPECT_GE(tp_mixed, 5);
   std::cout << "feasible " << feasible << ", infeasible " << infeasible << ", recomputing " << recomputing
             << ", sharding " << sharding
-            << ", gpipe " << gpipe << ", unequal replicas " << unequal << ", multi-node " << multi_node << "\n";
+            << ", gpipe " << gpipe << ", unequal replicas " << unequal << ", multi-node " << multi_node
+            << ", tensor-parallel " << tensor_parallel << " (replicated " << tp_replicated << ", mixed with degree 1 "
+            << tp_mixed << ")\n";
 }
 
 } // namespace

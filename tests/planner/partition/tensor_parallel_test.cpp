@@ -1,11 +1,11 @@
 // Tensor-parallel stages in the numeric problem: evaluate()'s figures by hand
 // from Note [tensor parallel stages], the placement rules, the baselines with
-// a pinned degree, and the DP against exhaustive search with degrees searched.
+// a pinned degree. (The DP against exhaustive search with degrees searched:
+// solver_test's random instances, a third of them with tensor parallelism.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <sstream>
 
 #include "planner/partition/evaluate.h"
@@ -201,143 +201,6 @@ TEST(TensorParallel, BaselinesKeepAPinnedDegreeAndWholeCuts) {
   auto base = solveBaseline(p, Strategy::Uniform);
   ASSERT_TRUE(base.ok()) << base.error().message;
   EXPECT_EQ(base->solution.stages[0].tensor_parallel, 4);
-}
-
-/// A small random problem with tensor-parallel parts, degrees and whole cuts.
-Problem randomProblem(std::mt19937 &rng, int trial) {
-  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  Problem p;
-  const int n = pick(1, 6);
-  p.devices.count = pick(1, 8);
-  static const int per_node[] = {2, 4, 8};
-  p.devices.per_node = per_node[pick(0, 2)];
-  static const int batches[] = {1, 2, 4, 6, 8};
-  p.batch_size = batches[pick(0, 4)];
-  double hardest = 0, total = 0;
-  for (int i = 0; i < n; ++i) {
-    Block b;
-    b.fwd = {pick(0, 1) ? uni(0, 0.2) : 0.0, uni(0.01, 1)};
-    b.bwd = {pick(0, 1) ? uni(0, 0.4) : 0.0, b.fwd.per_sample_s * uni(1, 3)};
-    b.param_bytes = pick(0, 100);
-    b.activation_bytes_per_sample = pick(0, 60);
-    b.working_bytes_per_sample = pick(0, 20);
-    b.working_fixed_bytes = pick(0, 1) ? pick(0, 20) : 0;
-    if (pick(0, 3) > 0) { // most blocks split some of their work
-      const double f = uni(0, 1);
-      b.tp.fwd = {b.fwd.fixed_s * f, b.fwd.per_sample_s * f};
-      b.tp.bwd = {b.bwd.fixed_s * f, b.bwd.per_sample_s * f};
-      b.tp.param_bytes = std::floor(b.param_bytes * uni(0, 1));
-      b.tp.working_bytes_per_sample = std::floor(b.working_bytes_per_sample * uni(0, 1));
-      b.tp.working_fixed_bytes = std::floor(b.working_fixed_bytes * uni(0, 1));
-      b.tp.collective_bytes_per_sample = pick(0, 30);
-      b.tp.collectives = pick(0, 2);
-    }
-    p.blocks.push_back(b);
-  }
-  for (int i = 0; i <= n; ++i) p.cut_bytes_per_sample.push_back(pick(0, 20));
-  std::vector<double> made(n, 0); // unsaved bytes each block makes (never split)
-  if (pick(0, 1)) {
-    p.unsaved_cut_bytes_per_sample.assign(n + 1, 0);
-    for (int i = 0; i + 1 < n; ++i) {
-      const int bytes = pick(0, static_cast<int>(p.blocks[i].activation_bytes_per_sample) / 2);
-      const int last = pick(i + 1, n - 1);
-      for (int j = i + 1; j <= last; ++j) {
-        p.unsaved_cut_bytes_per_sample[j] += bytes;
-        p.cut_bytes_per_sample[j] += bytes;
-      }
-      p.blocks[last].unsaved_freed_bytes_per_sample += bytes;
-      made[i] += bytes;
-    }
-  }
-  for (int i = 0; i < n; ++i)
-    if (p.blocks[i].tp.param_bytes > 0 || p.blocks[i].tp.fwd.per_sample_s > 0)
-      p.blocks[i].tp.activation_bytes_per_sample =
-          std::floor((p.blocks[i].activation_bytes_per_sample - made[i]) * uni(0, 1));
-  p.optimizer_bytes_per_param_byte = pick(0, 2);
-  for (int i = 0; i < n; ++i) {
-    const Block &b = p.blocks[i];
-    const double need = b.param_bytes * (2 + p.optimizer_bytes_per_param_byte) + b.activation_bytes_per_sample +
-                        b.working_bytes_per_sample + 3 * (p.cut_bytes_per_sample[i] + p.cut_bytes_per_sample[i + 1]);
-    hardest = std::max(hardest, need);
-    total += need;
-  }
-  const double base = std::max(hardest, total / p.devices.count);
-  p.devices.memory_bytes = std::max(1.0, std::floor(base * std::exp(uni(std::log(0.3), std::log(4.0)))));
-  p.devices.intra_node = {uni(50, 500), uni(0, 0.01)};
-  p.devices.inter_node = {uni(5, 50), uni(0, 0.05)};
-  p.allow_recompute = pick(0, 1);
-  p.force_recompute = p.allow_recompute && pick(0, 3) == 0;
-  p.allow_zero = pick(0, 1);
-  for (int t = 1; t <= p.devices.per_node; t *= 2)
-    if (t == 1 || pick(0, 3) > 0) p.tp_degrees.push_back(t);
-  if (pick(0, 1)) {
-    p.cut_whole.assign(n + 1, true);
-    for (int i = 1; i < n; ++i) p.cut_whole[i] = pick(0, 2) > 0;
-  }
-  Constraints &c = p.constraints;
-  const int max_stages = std::min(n, p.devices.count);
-  switch (trial % 6) {
-  case 1: c.stages = pick(1, max_stages); break;
-  case 2: c.schedule = Schedule::GPipe; break;
-  case 3: c.tensor_parallel = {p.tp_degrees[pick(0, static_cast<int>(p.tp_degrees.size()) - 1)]}; break;
-  case 4: {
-    const int s = pick(1, max_stages);
-    for (int i = 0; i < s; ++i) c.tensor_parallel.push_back(p.tp_degrees[pick(0, int(p.tp_degrees.size()) - 1)]);
-    break;
-  }
-  case 5: c.replicas = {pick(1, 2)}; break;
-  default: break;
-  }
-  if (!validate(p).ok()) c.tensor_parallel.clear(); // the pinned degrees need more devices than there are
-  return p;
-}
-
-TEST(TensorParallel, DPMatchesExhaustiveSearchWithDegreesSearched) {
-  std::mt19937 rng(2025);
-  int feasible = 0, infeasible = 0, tp = 0, tp_replicated = 0, mixed = 0;
-  for (int trial = 0; trial < 500; ++trial) {
-    Problem p = randomProblem(rng, trial);
-    ASSERT_TRUE(validate(p).ok()) << validate(p).message();
-    std::ostringstream where;
-    where << "trial " << trial << "\n";
-    p.print(where);
-    auto dp = solveDP(p);
-    auto ex = solveExhaustive(p);
-    ASSERT_EQ(dp.ok(), ex.ok()) << where.str()
-                                << (dp.ok() ? ex.error().message + "\ndp: " + str(dp->solution) : dp.error().message);
-    if (!dp.ok()) {
-      ++infeasible;
-      continue;
-    }
-    ++feasible;
-    const Evaluation ev = evaluate(p, dp->solution);
-    EXPECT_TRUE(ev.feasible()) << where.str() << str(dp->solution) << "\n" << ev.violations.front();
-    EXPECT_LT(relDiff(ev.step_time_s, dp->step_time_s), 1e-9) << where.str() << str(dp->solution);
-    EXPECT_LT(relDiff(dp->step_time_s, ex->step_time_s), 1e-9)
-        << where.str() << "dp " << str(dp->solution) << " = " << dp->step_time_s << "\nexhaustive "
-        << str(ex->solution) << " = " << ex->step_time_s;
-    for (Strategy s : {Strategy::Uniform, Strategy::Parameters, Strategy::Time}) {
-      auto base = solveBaseline(p, s);
-      if (!base.ok()) continue;
-      EXPECT_LE(dp->step_time_s, base->step_time_s * (1 + 1e-9)) << where.str() << strategyName(s);
-      EXPECT_TRUE(evaluate(p, base->solution).feasible()) << where.str() << strategyName(s);
-    }
-    const auto &st = dp->solution.stages;
-    const bool any_tp = std::any_of(st.begin(), st.end(), [](const Stage &x) { return x.tensor_parallel > 1; });
-    tp += any_tp;
-    tp_replicated += std::any_of(st.begin(), st.end(), [](const Stage &x) {
-      return x.tensor_parallel > 1 && x.replicas > 1;
-    });
-    mixed += any_tp && std::any_of(st.begin(), st.end(), [](const Stage &x) { return x.tensor_parallel == 1; });
-  }
-  EXPECT_GE(feasible, 250);
-  EXPECT_GE(infeasible, 20);
-  EXPECT_GE(tp, 60);
-  EXPECT_GE(tp_replicated, 5);
-  EXPECT_GE(mixed, 5);
-  std::cout << "feasible " << feasible << ", infeasible " << infeasible << ", tensor-parallel " << tp
-            << " (replicated " << tp_replicated << ", mixed with degree 1 " << mixed << ")\n";
 }
 
 } // namespace

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 
+#include "planner/driver/tooling.h"
 #include "planner/sharding/sharding.h"
 #include "tests/planner/sharding/model_helpers.h"
 
@@ -55,6 +58,27 @@ TEST(ShardingModels, TiedEmbeddingsKeepTheOutputLayerWhole) {
   checkLocal(g, f.a, 2);
 }
 
+/// Every model (RANNC_TEST_SHARDING_MODELS adds more, comma-separated): the
+/// analysis is deterministic and every local graph it allows verifies.
+TEST(ShardingModels, EveryLocalGraphVerifies) {
+  std::vector<std::string> models = {"mlp", "gpt", "bert", "gpt_tied"};
+  if (const char *more = std::getenv("RANNC_TEST_SHARDING_MODELS")) {
+    std::stringstream list(more);
+    for (std::string m; std::getline(list, m, ',');) models.push_back(m);
+  }
+  for (const std::string &m : models) {
+    SCOPED_TRACE(m);
+    ir::Graph g = load(m);
+    auto a = analyze(g), again = analyze(g);
+    ASSERT_TRUE(a.ok() && again.ok());
+    std::ostringstream one, two;
+    a->print(g, one);
+    again->print(g, two);
+    EXPECT_EQ(one.str(), two.str());
+    for (int t : a->degrees(8)) checkLocal(g, *a, t);
+  }
+}
+
 TEST(ShardingModels, PrintNamesTheRolesAndCollectives) {
   ir::Graph g = load("gpt");
   auto a = analyze(g);
@@ -67,6 +91,20 @@ TEST(ShardingModels, PrintNamesTheRolesAndCollectives) {
   EXPECT_NE(text.find("row-parallel"), std::string::npos) << text;
   EXPECT_NE(text.find("sum(%"), std::string::npos) << text;
   EXPECT_NE(text.find("gather(%"), std::string::npos) << text;
+}
+
+/// rannc-plan import --tensor-parallel N: the analysis, then the degrees.
+TEST(ShardingModels, ImportPrintsTheValidDegrees) {
+  ir::Graph g = load("gpt");
+  std::ostringstream os;
+  ASSERT_TRUE(planner::printTensorParallel(g, 8, os).ok());
+  const std::string text = os.str();
+  EXPECT_NE(text.find("row-parallel"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensor-parallel degrees up to 8: 1 2 4\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("degree 8 does not divide every cut size; the largest valid one is 4"), std::string::npos);
+  std::ostringstream four;
+  ASSERT_TRUE(planner::printTensorParallel(g, 4, four).ok());
+  EXPECT_EQ(four.str().find("does not divide"), std::string::npos);
 }
 
 } // namespace

@@ -320,14 +320,32 @@ TEST(Sharding, AttentionIsCutByHeadsWithGroupedKeyValueHeads) {
   EXPECT_EQ(l.verify(), "");
 }
 
+/// The weights of an nn.Linear pair ([out, in] as PyTorch holds them) and a scaled input.
+struct LinearPair {
+  Builder b;
+  ValueId w1, b1, w2, b2, xs;
+  LinearPair() {
+    ValueId x = b.input("x", {B(), F(8)});
+    ValueId s = b.param("s", {F(8)});
+    w1 = b.param("w1", {F(16), F(8)}), b1 = b.param("b1", {F(16)});
+    w2 = b.param("w2", {F(8), F(16)}), b2 = b.param("b2", {F(8)});
+    xs = b.aten("mul", {x, s}, {B(), F(8)}, {"tensor", "tensor"});
+  }
+  /// Megatron's pair: the first cut by output rows, the second by input columns, its output partial.
+  void expectMegatron(const Analysis &a, ValueId y) const {
+    EXPECT_EQ(a.values[w1].axis, 0);
+    EXPECT_EQ(a.values[b1].axis, 0);
+    EXPECT_EQ(a.values[w2].axis, 1);
+    EXPECT_TRUE(a.values[b2].replicated());
+    EXPECT_TRUE(a.values[y].partial);
+  }
+};
+
 /// TorchScript's nn.Linear pair: the row-parallel bias moves after the sum (Note [row-parallel bias]).
 TEST(Sharding, AtenLinearPairAddsTheRowParallelBiasOnce) {
-  Builder b;
-  ValueId x = b.input("x", {B(), F(8)});
-  ValueId s = b.param("s", {F(8)});
-  ValueId w1 = b.param("w1", {F(16), F(8)}), b1 = b.param("b1", {F(16)});
-  ValueId w2 = b.param("w2", {F(8), F(16)}), b2 = b.param("b2", {F(8)});
-  ValueId xs = b.aten("mul", {x, s}, {B(), F(8)}, {"tensor", "tensor"});
+  LinearPair pair;
+  Builder &b = pair.b;
+  const ValueId xs = pair.xs, w1 = pair.w1, b1 = pair.b1, w2 = pair.w2, b2 = pair.b2;
   ValueId h = b.aten("linear", {xs, w1, b1}, {B(), F(16)}, {"tensor", "tensor", "tensor"});
   // [B,16] -> 4 groups of 4, a softmax within each group, and back
   ValueId v = b.aten("view", {h}, {B(), F(4), F(4)}, {"tensor", "c:ints"}, {{"v1", std::vector<int64_t>{-1, 4, 4}}});
@@ -336,12 +354,8 @@ TEST(Sharding, AtenLinearPairAddsTheRowParallelBiasOnce) {
   ValueId y = b.aten("linear", {back, w2, b2}, {B(), F(8)}, {"tensor", "tensor", "tensor"});
   b.loss(y);
   Analysis a = analyzed(b.g);
-  EXPECT_EQ(a.values[w1].axis, 0);
-  EXPECT_EQ(a.values[b1].axis, 0);
+  pair.expectMegatron(a, y);
   EXPECT_EQ(a.values[v].axis, 1);
-  EXPECT_EQ(a.values[w2].axis, 1);
-  EXPECT_TRUE(a.values[b2].replicated());
-  EXPECT_TRUE(a.values[y].partial);
   EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), 1); // xs only: b2 is added after the sum
   EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{4, 16}));
 
@@ -380,6 +394,74 @@ TEST(Sharding, SliceAlongTheCutAxisMustTakeAllOfIt) {
     EXPECT_EQ(a.values[w1].axis, start == 0 ? 1 : -1);
     EXPECT_EQ(a.values[cut].axis, start == 0 ? 1 : -1);
   }
+}
+
+/// torch.export's nn.Linear pair: addmm(b, x, t(W)); the row-parallel one becomes mm and its bias follows the sum.
+TEST(Sharding, AtenAddmmPairAddsTheRowParallelBiasOnce) {
+  LinearPair pair;
+  Builder &b = pair.b;
+  const ValueId xs = pair.xs, w1 = pair.w1, b1 = pair.b1, w2 = pair.w2, b2 = pair.b2;
+  ValueId w1t = b.aten("t", {w1}, {F(8), F(16)}, {"tensor"});
+  ValueId h = b.aten("addmm", {b1, xs, w1t}, {B(), F(16)}, {"tensor", "tensor", "tensor"});
+  ValueId r = b.aten("relu", {h}, {B(), F(16)}, {"tensor"});
+  ValueId w2t = b.aten("t", {w2}, {F(16), F(8)}, {"tensor"});
+  ValueId y = b.aten("addmm", {b2, r, w2t}, {B(), F(8)}, {"tensor", "tensor", "tensor"});
+  b.loss(y);
+  Analysis a = analyzed(b.g);
+  pair.expectMegatron(a, y);
+  auto local = localGraph(b.g, a, 4);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Node &row = local->nodes[local->values[y].producer];
+  EXPECT_EQ(row.op_type, "aten::mm");
+  EXPECT_EQ(row.inputs, (std::vector<ValueId>{r, w2t}));
+  const ir::Node &add = local->nodes[local->values[y].producer + 2];
+  EXPECT_EQ(add.op_type, "aten::add");
+  EXPECT_EQ(add.inputs[1], b2);
+  EXPECT_EQ(ir::shapeString(local->values[w2t].shape), "[4,8]");
+}
+
+/// A size read from a cut value is local; where the cut axis's size flows into
+/// data (here a scale), the region stays whole; the batch size may flow freely.
+TEST(Sharding, ACutSizeFlowingIntoDataKeepsTheRegionWhole) {
+  for (int64_t axis : {0, 1}) {
+    SCOPED_TRACE(axis);
+    Builder b;
+    ValueId x = b.input("x", {B(), F(8)});
+    ValueId w1 = b.param("w1", {F(8), F(16)}), w2 = b.param("w2", {F(16), F(8)});
+    ValueId h = b.matmul(x, w1, {B(), F(16)});
+    ValueId size = b.op("Shape", {h}, {F(2)}, {}, DType::I64);
+    ValueId n = b.op("Gather", {size, b.ints("i", {axis})}, {F(1)}, {{"axis", int64_t{0}}}, DType::I64);
+    ValueId scale = b.op("Cast", {n}, {F(1)}, {{"to", int64_t{1}}});
+    ValueId y = b.op("Mul", {h, scale}, {B(), F(16)});
+    b.loss(b.matmul(y, w2, {B(), F(8)}));
+    Analysis a = analyzed(b.g);
+    EXPECT_EQ(a.values[w1].axis, axis == 1 ? -1 : 1);
+    EXPECT_EQ(a.values[y].axis, axis == 1 ? -1 : 1);
+  }
+}
+
+/// A deep residual stack of MLP blocks: every block is its own column/row pair,
+/// and one pass finds them all (the analysis stays linear in the graph).
+TEST(Sharding, DeepStackIsOnePairPerBlock) {
+  Builder b;
+  const int layers = 300;
+  ValueId h = b.input("x", {B(), F(8)});
+  for (int l = 0; l < layers; ++l) {
+    const std::string i = std::to_string(l);
+    ValueId s = b.param("s" + i, {F(8)});
+    ValueId w1 = b.param("w1_" + i, {F(8), F(32)}), w2 = b.param("w2_" + i, {F(32), F(8)});
+    ValueId n = b.op("Mul", {h, s}, {B(), F(8)});
+    ValueId y = b.matmul(b.op("Relu", {b.matmul(n, w1, {B(), F(32)})}, {B(), F(32)}), w2, {B(), F(8)});
+    h = b.op("Add", {h, y}, {B(), F(8)});
+  }
+  b.loss(h);
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), layers);
+  EXPECT_EQ(count(a, CollectiveKind::SumOverGroup), layers);
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{32}));
+  auto local = localGraph(b.g, a, 8);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  EXPECT_EQ(local->nodes.size(), b.g.nodes.size() + 2 * layers);
 }
 
 /// A reshape that would split heads (the cut lands inside a head) is refused.
