@@ -284,8 +284,9 @@ def check_cross_plan(args):
     if args.tensor_parallel:
         # Tensor-parallel stages (Note [tensor parallel ranks]) write whole
         # tensors: written under TP 2, resumed without it; and back.
-        tp2 = "--stages 1 --replicas 2 --microbatches 2 --edit-tensor-parallel 2"
+        tp2 = "--stages 1 --replicas 1 --tensor-parallel 2 --microbatches 2"
         resume_elsewhere(args, ("tp2", 2, tp2), [("1rank", 1, ""), ("pp2", 2, PP2)])
+        # The last plan's degrees are set by hand in its .pbtxt (a plan made without TP).
         resume_elsewhere(args, ("pp2", 2, PP2), [("tp2", 2, tp2),
                                                  ("2x2-tp2", 4, "--stages 2 --replicas 2,2 --microbatches 2 "
                                                                 "--edit-tensor-parallel 2")])

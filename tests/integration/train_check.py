@@ -82,21 +82,12 @@ def plan(args, model_dir, ranks, microbatches, batch, out):
     return out
 
 
-def edit_tensor_parallel(plan_path, degree, cut_after=None):
+def edit_tensor_parallel(plan_path, degree):
     """Gives every stage of the text plan tensor-parallel degree `degree` (or
     stage i degree i of "N1,N2,..."), as a person editing the .pbtxt would:
     its ranks form groups of that size (Note [tensor parallel ranks] in
-    executor/train/tensor_parallel.h). With
-    `cut_after`, the first stage ends right after the op of that name (a cut
-    where only whole values cross)."""
+    executor/train/tensor_parallel.h)."""
     text = open(plan_path).read()
-    if cut_after:
-        names = re.findall(r'\n  ops \{\n    name: "([^"]*)"', text)
-        if cut_after not in names:
-            sys.exit(f"--edit-cut-after: the plan has no op '{cut_after}'")
-        cut = names.index(cut_after) + 1
-        text = re.sub(r"^  op_end: \d+$", f"  op_end: {cut}", text, count=1, flags=re.M)
-        text = re.sub(r"^  op_begin: \d+$", f"  op_begin: {cut}", text, count=1, flags=re.M)
     text = re.sub(r"^format_version: \d+", "format_version: 3", text, flags=re.M)
     # After each stage's last `ranks:` line (two-space indent: a Stage field).
     degrees = iter(str(degree).split(","))
@@ -150,7 +141,7 @@ def check_training(args):
     plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"],
                      os.path.join(work, "plan.pbtxt" if args.edit_tensor_parallel else "plan.pb"))
     if args.edit_tensor_parallel:
-        edit_tensor_parallel(plan_path, args.edit_tensor_parallel, args.edit_cut_after)
+        edit_tensor_parallel(plan_path, args.edit_tensor_parallel)
     # The DP may leave devices idle where more ranks would not be faster (a
     # measured profile on a busy machine); the plan runs on its own world size.
     ranks = json.loads(run([args.plan_tool, "show", plan_path, "--json"]).stdout)["world_size"]
@@ -585,7 +576,6 @@ def main():
     ap.add_argument("--edit-tensor-parallel", default="",
                     help="write the plan as text and give every stage this tensor-parallel degree by hand "
                          "(N, or N1,N2,... per stage)")
-    ap.add_argument("--edit-cut-after", help="with --edit-tensor-parallel: end the first stage after this op")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
