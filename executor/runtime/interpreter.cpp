@@ -7,7 +7,8 @@
 
 namespace rannc::runtime {
 
-void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap &env, const NodeHooks &hooks) {
+void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap &env, const NodeHooks &hooks,
+              comm::Communicator *group) {
   std::vector<torch::Tensor> ins;
   for (size_t index = 0; index < nodes.size(); ++index) {
     const ir::NodeId n = nodes[index];
@@ -28,7 +29,7 @@ void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap
     }
     std::vector<torch::Tensor> outs;
     try {
-      outs = runOp(node, ins, g.opset);
+      outs = runOp(node, ins, g.opset, group);
     } catch (const std::exception &e) {
       if (hooks.failed) hooks.failed(node, e);
       throw;

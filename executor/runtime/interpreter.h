@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "executor/comm/comm.h"
 #include "planner/ir/ir.h"
 
 namespace rannc::runtime {
@@ -58,8 +59,10 @@ struct NodeHooks {
 };
 
 /// Runs `nodes` of `g` in that order with runOp, reading inputs from `env`
-/// and writing outputs to it.
-void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap &env, const NodeHooks &hooks = {});
+/// and writing outputs to it; the tensor-parallel collectives run over
+/// `group` (Note [tensor parallel collectives]).
+void runNodes(const ir::Graph &g, const std::vector<ir::NodeId> &nodes, ValueMap &env, const NodeHooks &hooks = {},
+              comm::Communicator *group = nullptr);
 
 /// Every node of `g`, in graph order.
 std::vector<ir::NodeId> allNodes(const ir::Graph &g);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/comm/comm.h"
 #include "executor/runtime/tensor_convert.h"
 #include "planner/ir/ir.h"
 
@@ -18,9 +19,11 @@ namespace rannc::runtime {
 /// Runs `node` on `inputs` (one per node input; an undefined tensor for an
 /// omitted optional input) and returns one tensor per node output (undefined
 /// for an omitted optional output). `opset` is the graph's default-domain
-/// opset. Throws std::runtime_error naming the node and op on bad input.
-std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs,
-                                 int64_t opset);
+/// opset; `group`, the stage's tensor-parallel group, is what the "rannc"
+/// collectives run over (null outside a tensor-parallel stage). Throws
+/// std::runtime_error naming the node and op on bad input.
+std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs, int64_t opset,
+                                 comm::Communicator *group = nullptr);
 
 /// Runs an ATen node (ir::isAten: an ATen or prim operator of a TorchScript or
 /// torch.export graph, Note [torchscript lowering]); runOp hands such nodes here.

@@ -182,7 +182,7 @@ void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool 
         env.erase(it);
       }
     };
-  runNodes(g_, program_.nodes, env, hooks);
+  runNodes(g_, program_.nodes, env, hooks, group_);
 }
 
 const torch::Tensor &StageRunner::value(int mb, ir::ValueId v) const {

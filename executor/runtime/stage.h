@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "executor/comm/comm.h"
 #include "executor/schedule/schedule.h"
 #include "planner/ir/ir.h"
 
@@ -109,6 +110,11 @@ public:
   void setDevice(torch::Device d) { device_ = d; }
   torch::Device device() const { return device_; }
 
+  /// A tensor-parallel stage's group, over which its collectives run (Note
+  /// [tensor parallel collectives] in kernels/tensor_parallel.cpp); it must
+  /// outlive the runner. Null (the default): the stage is not tensor-parallel.
+  void setTensorParallel(comm::Communicator *group) { group_ = group; }
+
 private:
   /// Runs the program's ops on `env` (inputs in, every value out) with
   /// runNodes (Note [one interpreter] in interpreter.h).
@@ -138,6 +144,7 @@ private:
   bool in_place_ = false; ///< the program has in-place ATen ops
   torch::ScalarType autocast_ = torch::kFloat; ///< kFloat: no autocast
   torch::Device device_ = torch::kCPU;
+  comm::Communicator *group_ = nullptr; ///< the tensor-parallel group
   std::map<int, Stash> stash_; ///< recomputing stages: what forward keeps (Note [recomputation])
 };
 

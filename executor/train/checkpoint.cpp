@@ -17,7 +17,9 @@
 #include "executor/checkpoint/checkpoint_dir.h"
 #include "executor/checkpoint/onnx_export.h"
 #include "executor/checkpoint/tensor_file.h"
+#include "executor/runtime/collectives.h"
 #include "executor/runtime/ops.h"
+#include "executor/train/zero.h"
 #include "planner/import/model_format.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
@@ -120,6 +122,15 @@ Checkpointer::Checkpointer(CheckpointContext ctx) : ctx_(std::move(ctx)) {
   for (size_t i = 0; i < ids.size(); ++i) params_.emplace_back(ctx_.graph.values[ids[i]].name, tensors[i]);
   for (const auto &[id, t] : ctx_.runner.buffers()) buffers_.emplace_back(ctx_.graph.values[id].name, t);
   model_path_ = ctx_.opts.model.empty() ? ctx_.plan.model().path() : ctx_.opts.model;
+}
+
+int Checkpointer::axisOf(const std::string &name) const {
+  auto it = ctx_.axes.find(name);
+  return it == ctx_.axes.end() ? -1 : it->second;
+}
+
+torch::Tensor Checkpointer::whole(const torch::Tensor &t, int axis) const {
+  return axis < 0 || !ctx_.tp_group ? t : runtime::allGather(*ctx_.tp_group, t, axis);
 }
 
 Expected<int64_t> Checkpointer::start(std::ostream &log) {
@@ -235,8 +246,13 @@ Status Checkpointer::load(std::ostream &log) {
           if (it == decoded->tensors.end())
             return Error{where + "/" + file + ": has no tensor '" + name + "' (the manifest says it does)"};
           try {
+            // Whole in the file; a tensor-parallel stage keeps its slice.
+            const int axis = kind == kParameter || kind == kOptimizerState ? axisOf(name) : -1;
+            auto slice = [&](const torch::Tensor &t) {
+              return axis < 0 || !ctx_.tp_group ? t : runtime::shardOf(t, axis, ctx_.tp.position, ctx_.tp.degree);
+            };
             if (kind != kOptimizerState) {
-              torch::Tensor t = runtime::toTorch(it->second);
+              torch::Tensor t = slice(runtime::toTorch(it->second));
               if (t.scalar_type() != p.scalar_type() || t.sizes() != p.sizes())
                 return Error{where + "/" + file + ": " + what + " '" + name + "' is " + describe(t) +
                              ", the model's is " + describe(p)};
@@ -250,7 +266,9 @@ Status Checkpointer::load(std::ostream &log) {
               archive.load_from(it->second.data.data(), it->second.data.size(), p.device());
               one->load(archive);
               auto state = one->state().find(stateKey(p));
-              if (state != one->state().end()) ctx_.optimizer.state()[stateKey(p)] = std::move(state->second);
+              if (state != one->state().end())
+                ctx_.optimizer.state()[stateKey(p)] =
+                    axis < 0 ? std::move(state->second) : mapOptimizerState(*state->second, slice);
             }
           } catch (const std::exception &e) {
             return Error{where + "/" + file + ": cannot load the " + what + " '" + name + "': " + firstLine(e.what())};
@@ -347,12 +365,20 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
     }
     for (const auto &[name, p] : params_) {
       names.push_back(name);
-      weights.emplace_back(name, runtime::fromTorch(p));
+      // Whole tensors (Note [tensor parallel ranks]): every rank of the
+      // first group gathers, its leader writes.
+      const int axis = axisOf(name);
+      const torch::Tensor w = whole(p, axis);
+      weights.emplace_back(name, runtime::fromTorch(w));
       // torch::optim's own format, for a one-parameter optimizer of the run's
       // kind and options holding this parameter's state: loadable by any plan.
-      auto one = ctx_.make_optimizer({p});
+      auto one = ctx_.make_optimizer({w});
       const auto &state = ctx_.optimizer.state();
-      if (auto it = state.find(stateKey(p)); it != state.end()) one->state()[stateKey(p)] = it->second->clone();
+      if (auto it = state.find(stateKey(p)); it != state.end())
+        one->state()[stateKey(w)] = axis < 0 ? it->second->clone()
+                                             : mapOptimizerState(*it->second, [&](const torch::Tensor &t) {
+                                                 return whole(t, axis);
+                                               });
       for (const auto &group : ctx_.optimizer.param_groups())
         for (const auto &q : group.params())
           if (q.is_same(p)) one->param_groups()[0].set_options(group.options().clone());
@@ -364,13 +390,14 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
     }
     const std::string stage = std::to_string(ctx_.stage);
     const std::map<std::string, std::string> meta = {{"stage", stage}, {"step", std::to_string(completed)}};
-    write("stage-" + stage + ".safetensors", checkpoint::encodeTensors(weights, meta),
+    if (ctx_.tp.leader()) write("stage-" + stage + ".safetensors", checkpoint::encodeTensors(weights, meta),
           {{"parameters", names}, {"buffers", buffer_names}});
     auto optim_meta = meta;
     optim_meta["format"] =
         "per parameter: torch::optim::Optimizer::save of a one-parameter " + optimizerName(o.optimizer);
-    write("stage-" + stage + ".optim.safetensors", checkpoint::encodeTensors(states, optim_meta),
-          {{"optimizer_state", names}});
+    if (ctx_.tp.leader())
+      write("stage-" + stage + ".optim.safetensors", checkpoint::encodeTensors(states, optim_meta),
+            {{"optimizer_state", names}});
   }
   std::string rng = generatorState(ctx_.runner.device());
   if (rank != 0) {
@@ -442,12 +469,12 @@ Status Checkpointer::exportTrained(std::ostream &log) {
   if (o.export_onnx.empty() && o.export_state.empty()) return Status::success();
   comm::Communicator &comm = ctx_.comm;
   std::string mine;
-  if (ctx_.replica == 0) {
+  if (ctx_.replica == 0) { // whole tensors: the first group gathers, its leader sends
     checkpoint::NamedTensors weights;
-    for (const auto &[name, p] : params_) weights.emplace_back(name, runtime::fromTorch(p));
+    for (const auto &[name, p] : params_) weights.emplace_back(name, runtime::fromTorch(whole(p, axisOf(name))));
     for (const auto &[name, b] : buffers_) weights.emplace_back(name, runtime::fromTorch(b));
-    mine = checkpoint::encodeTensors(weights);
-    if (comm.rank() != 0) comm.send(std::make_shared<std::string>(std::move(mine)), 0, kExportTag);
+    if (ctx_.tp.leader()) mine = checkpoint::encodeTensors(weights);
+    if (ctx_.tp.leader() && comm.rank() != 0) comm.send(std::make_shared<std::string>(std::move(mine)), 0, kExportTag);
   }
   Status st;
   if (comm.rank() == 0) {

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -24,6 +25,7 @@
 #include "executor/comm/comm.h"
 #include "executor/runtime/stage.h"
 #include "executor/train/loss_scale.h"
+#include "executor/train/tensor_parallel.h"
 #include "executor/train/trainer.h"
 #include "plan.pb.h"
 #include "planner/support/status.h"
@@ -47,6 +49,12 @@ struct CheckpointContext {
   int64_t dataset_samples = 0;  ///< samples in --data (0: synthetic)
   int64_t samples_per_step = 0; ///< global batch x accumulation steps
   LossScaler *loss_scaler = nullptr; ///< fp16 plans only; saved, and restored on --resume
+  /// Tensor parallelism (Note [tensor parallel ranks]): the stage's group
+  /// (null: none), this rank's place in it and each sharded parameter's axis
+  /// by name. Checkpoints and exports hold whole tensors, so any plan resumes them.
+  comm::Communicator *tp_group = nullptr;
+  TensorParallelPlace tp = {};
+  std::map<std::string, int> axes = {};
 };
 
 class Checkpointer {
@@ -75,6 +83,11 @@ private:
   Status load(std::ostream &log);
   /// Continues the checkpoint's fp16 loss scaling, where both have it.
   void restoreLossScale(const checkpoint::Manifest &m, std::ostream &log);
+  /// The axis parameter `name` is cut along on this stage, -1: whole.
+  int axisOf(const std::string &name) const;
+  /// `t`, a slice along `axis` of a parameter (or of its optimizer state),
+  /// joined whole over the group (collective over it); `axis` -1: `t`.
+  torch::Tensor whole(const torch::Tensor &t, int axis) const;
 
   CheckpointContext ctx_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;  ///< this stage's, by name

@@ -12,19 +12,27 @@ ParameterUpdate::ParameterUpdate(const TrainOptions &opts, comm::Communicator &c
                                  const GroupMaker &on_device)
     : opts_(opts), comm_(comm), stage_(s.stage), replica_(s.replica), runner_(runner), scaler_(std::move(scaler)),
       make_([&opts](std::vector<torch::Tensor> ps) { return makeOptimizer(opts, std::move(ps)); }),
-      optimizer_(make_(runner.parameters())), shared_(s.graph, s.ranges, s.stage, runner, comm, on_device) {
+      optimizer_(make_(runner.parameters())),
+      shared_(s.graph, s.ranges, s.stage, s.tp.position, runner, comm, on_device) {
   if (group.size() > 1) {
     using Mode = GradientBuckets::Mode;
     const bool shard = s.plan.stages(s.stage).zero() > 0;
-    const Mode mode = !shard ? Mode::AllReduce : shared_.groups.empty() ? Mode::ReduceScatter : Mode::ShardedUpdate;
+    // Reduce-scattered blocks mix sharded and replicated parameters, which
+    // the norm counts differently (Note [tensor parallel ranks]): a
+    // tensor-parallel stage all-reduces and shards only the update.
+    const bool whole_sums = !shared_.groups.empty() || s.tp.degree > 1;
+    const Mode mode = !shard ? Mode::AllReduce : whole_sums ? Mode::ShardedUpdate : Mode::ReduceScatter;
     buckets_ = std::make_unique<GradientBuckets>(group, runner.parameters(), opts.bucket_bytes, mode);
     if (shard) sharded_ = std::make_unique<ShardedOptimizer>(*buckets_, make_);
   }
   // Reduce-scattered, a replica holds the sums of its own blocks only.
   blocks_only_ = buckets_ && buckets_->mode() == GradientBuckets::Mode::ReduceScatter;
-  // The gradient norm counts a shared parameter once: in its first reader stage.
+  // The gradient norm counts a shared parameter once: in its first reader
+  // stage; a replicated parameter of a tensor-parallel stage once: on the
+  // group's leader (Note [tensor parallel ranks]).
   for (ir::ValueId v : runner.program().parameters)
-    if (!shared_.counted_elsewhere.count(v)) norm_params_.push_back(runner.parameter(v));
+    if (!shared_.counted_elsewhere.count(v) && (s.tp.leader() || s.param_axes.count(v)))
+      norm_params_.push_back(runner.parameter(v));
 }
 
 Status ParameterUpdate::step(StepRecord &rec, std::ostream &log) {

@@ -1,5 +1,6 @@
 #include "executor/train/setup.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "executor/runtime/device.h"
@@ -9,7 +10,10 @@
 #include "executor/train/optim.h"
 #include "planner/cost/precision.h"
 #include "planner/plan/model_ref.h"
+#include "planner/ir/op_set.h"
 #include "planner/plan/plan.h"
+#include "planner/plan/sharding_record.h"
+#include "planner/sharding/sharding.h"
 
 namespace rannc::train {
 
@@ -29,6 +33,54 @@ Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &
                    std::to_string(v.shape[i].offset)};
   return Status::success();
 }
+
+namespace {
+
+/// Replaces s.graph with the local graph of this rank's stage (the sharding
+/// the plan records, else the analysis of its graph: Note [tensor parallel
+/// sharding]), s.ranges with the stages' ranges in it, and fills s.param_axes.
+Status localizeStage(Setup &s) {
+  auto analysis = plan::hasSharding(s.plan.graph()) ? plan::shardingFromProto(s.plan.graph(), s.graph)
+                                                    : sharding::analyze(s.graph);
+  if (!analysis) return Error{analysis.error().message};
+  auto local = sharding::localGraph(s.graph, *analysis, s.tp.degree);
+  if (!local) return Error{local.error().message};
+  std::vector<std::pair<int, int>> ranges;
+  try {
+    ranges = localRanges(s.graph, *local, s.ranges);
+  } catch (const std::exception &e) {
+    return Error{e.what()};
+  }
+  // Note [tensor parallel ranks]: a collective runs in the stage of its
+  // readers (a copy's backward must see every device's part of its gradient).
+  const auto readers = local->users();
+  for (int st = 0; st < int(ranges.size()); ++st)
+    for (int n = ranges[size_t(st)].first; n < ranges[size_t(st)].second; ++n) {
+      if (!ir::isRannc(local->nodes[size_t(n)])) continue;
+      for (ir::ValueId out : local->nodes[size_t(n)].outputs)
+        for (ir::NodeId r : out == ir::kNoValue ? std::vector<ir::NodeId>{} : readers[size_t(out)])
+          if (r < ranges[size_t(st)].first || r >= ranges[size_t(st)].second)
+            return Error{"collective '" + local->nodes[size_t(n)].name + "' of stage " + std::to_string(st) +
+                         " has a reader in another stage; move the stage boundary"};
+    }
+  // Values crossing into or out of the stage are whole on every device of
+  // the group (Note [tensor parallel ranks]): a cut or partial one cannot cross.
+  const schedule::StageProgram program = schedule::buildStageProgram(*local, ranges, s.stage);
+  std::vector<ir::ValueId> crossing;
+  for (const auto &r : program.recvs) crossing.push_back(r.value);
+  for (const auto &snd : program.sends) crossing.push_back(snd.value);
+  for (ir::ValueId v : crossing)
+    if (size_t(v) < analysis->values.size() && !analysis->values[size_t(v)].replicated())
+      return Error{"value '" + s.graph.values[size_t(v)].name + "' crosses the boundary of tensor-parallel stage " +
+                   std::to_string(s.stage) + " cut or as a partial sum; move the stage boundary"};
+  for (ir::ValueId p : s.graph.parameters)
+    if (analysis->values[size_t(p)].axis >= 0) s.param_axes[p] = analysis->values[size_t(p)].axis;
+  s.graph = std::move(*local);
+  s.ranges = std::move(ranges);
+  return Status::success();
+}
+
+} // namespace
 
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm) {
   Setup s;
@@ -75,13 +127,23 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   s.graph = std::move(*graph);
   for (const auto &st : s.plan.stages()) {
     s.ranges.emplace_back(st.op_begin(), st.op_end());
-    s.stage_ranks.emplace_back(st.ranks().begin(), st.ranks().end());
-    for (int j = 0; j < st.ranks_size(); ++j)
-      if (st.ranks(j) == comm.rank()) {
-        s.stage = st.id();
-        s.replica = j;
-      }
+    const std::vector<int> ranks(st.ranks().begin(), st.ranks().end());
+    const int degree = plan::tensorParallel(st);
+    if (degree < 1 || ranks.size() % size_t(degree) != 0)
+      return Error{opts.plan + ": stage " + std::to_string(st.id()) + " has " + std::to_string(ranks.size()) +
+                   " rank(s), not a multiple of its tensor-parallel degree " + std::to_string(degree)};
+    s.tensor_parallel.push_back(degree);
+    s.stage_ranks.push_back(groupLeaders(ranks, degree)); // Note [tensor parallel ranks]
+    if (std::find(ranks.begin(), ranks.end(), comm.rank()) != ranks.end()) {
+      s.stage = st.id();
+      s.tp = placeOf(ranks, degree, comm.rank());
+      s.replica = s.tp.replica;
+    }
   }
+  // The model's graph, for the weights; a tensor-parallel stage runs its local graph.
+  const ir::Graph whole = s.graph;
+  if (s.tp.degree > 1)
+    if (Status st = localizeStage(s); !st) return Error{opts.plan + ": " + st.message()};
 
   if (!opts.synthetic) {
     if (opts.data_dir.empty()) return Error{"no training data: pass --data DIR or --synthetic"};
@@ -99,10 +161,12 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   }
 
   auto program = schedule::buildStageProgram(s.graph, s.ranges, s.stage);
-  // Parameters and buffers; a weightless model's made up with --init-weights.
-  auto weights = runtime::loadStageWeights(s.graph, program, model, opts.init_weights);
+  // Parameters and buffers, whole (by name, from the model's graph); a
+  // weightless model's made up with --init-weights; then this rank's slices.
+  auto weights = runtime::loadStageWeights(whole, program, model, opts.init_weights);
   if (!weights) return weights.error();
   s.params = std::move(weights->params);
+  shardParameters(s.params, s.param_axes, s.tp);
   s.buffers = std::move(weights->buffers);
   for (ir::ValueId c : program.constants) s.constants[c] = runtime::toTorch(s.graph.constant_data.at(c));
   if (s.device.is_cuda()) {

@@ -11,6 +11,7 @@
 
 #include "executor/comm/comm.h"
 #include "executor/data/npy.h"
+#include "executor/train/tensor_parallel.h"
 #include "executor/train/trainer.h"
 #include "plan.pb.h"
 #include "planner/ir/ir.h"
@@ -24,8 +25,13 @@ struct Setup {
   ir::Graph graph;
   int stage = -1;
   std::vector<std::pair<int, int>> ranges;
-  std::vector<std::vector<int>> stage_ranks; ///< the ranks (replicas) of each stage, in replica order
-  int replica = 0;                           ///< this rank's index among its stage's ranks
+  /// The replicas of each stage, in replica order: their ranks, or with
+  /// tensor parallelism their groups' leaders (Note [tensor parallel ranks]).
+  std::vector<std::vector<int>> stage_ranks;
+  int replica = 0;                           ///< this rank's index among its stage's replicas
+  std::vector<int> tensor_parallel;          ///< each stage's tensor-parallel degree (1: none)
+  TensorParallelPlace tp;                    ///< this rank's place in its stage's groups
+  ParameterAxes param_axes;                  ///< this stage's sharded parameters (params holds their slices)
   std::map<ir::ValueId, data::NpyArray> data; ///< every data input (validated on every rank)
   int64_t samples = 0;
   std::map<ir::ValueId, torch::Tensor> params, constants, buffers;

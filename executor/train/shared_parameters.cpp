@@ -34,7 +34,7 @@ void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tens
 } // namespace
 
 SharedParameters::SharedParameters(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage,
-                                   const runtime::StageRunner &runner, comm::Communicator &comm,
+                                   int position, const runtime::StageRunner &runner, comm::Communicator &comm,
                                    const GroupMaker &on_device) {
   std::map<std::vector<int>, std::vector<ir::ValueId>> by_stages; // ordered: the same on every rank
   for (int t = 0; t < int(ranges.size()); ++t)
@@ -42,7 +42,7 @@ SharedParameters::SharedParameters(const ir::Graph &g, const std::vector<std::pa
       if (stages.front() == t) by_stages[stages].push_back(v); // listed once, by its first reader
   for (const auto &[stages, values] : by_stages) {
     const bool mine = std::binary_search(stages.begin(), stages.end(), stage);
-    auto c = comm.split(mine ? 1 : 0, comm.rank());
+    auto c = comm.split(mine ? 1 + position : 0, comm.rank());
     if (!mine) continue;
     Group grp;
     for (ir::ValueId v : values) {

@@ -37,8 +37,10 @@ struct SharedParameters {
 
   /// Collective over `comm`: every rank splits once per group of the graph,
   /// in the same order; `on_device` makes a group's communicator one for the
-  /// tensors' device (collective over the group).
-  SharedParameters(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage,
+  /// tensors' device (collective over the group). `position`: the rank's
+  /// place in its tensor-parallel group (Note [tensor parallel ranks]): a
+  /// parameter's copies are summed between ranks holding the same slice.
+  SharedParameters(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage, int position,
                    const runtime::StageRunner &runner, comm::Communicator &comm, const GroupMaker &on_device);
 
   /// Sums each shared parameter's gradient over the stages that read it.

@@ -21,9 +21,11 @@ namespace rannc::train {
 /// values]), and their gradients the other way.
 class StageTransfers {
 public:
+  /// `group`: a tensor-parallel stage's group, whose leader alone exchanges
+  /// values with other stages and shares them (Note [tensor parallel ranks]).
   StageTransfers(Transport &transport, const Setup &s, const schedule::StageProgram &prog,
-                 std::vector<std::vector<schedule::SampleRange>> shards)
-      : transport_(transport), s_(s), prog_(prog), shards_(std::move(shards)) {}
+                 std::vector<std::vector<schedule::SampleRange>> shards, comm::Communicator *group = nullptr)
+      : transport_(transport), s_(s), prog_(prog), shards_(std::move(shards)), group_(group) {}
 
   /// RecvActivations: the values the stage receives for micro-batch `mb`.
   std::unordered_map<ir::ValueId, torch::Tensor> recvActivations(int mb);
@@ -44,6 +46,8 @@ private:
   const Setup &s_;
   const schedule::StageProgram &prog_;
   std::vector<std::vector<schedule::SampleRange>> shards_; ///< every stage's replicas' samples of a micro-batch
+  comm::Communicator *group_;                             ///< the tensor-parallel group, or null
+  bool exchanges() const { return !group_ || group_->rank() == 0; } ///< this rank talks to other stages
 };
 
 } // namespace rannc::train

@@ -37,11 +37,13 @@ namespace {
 
 /// Rank 0's start-up line: layout, schedule, steps and the memory techniques.
 std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64_t K, const TrainOptions &opts,
-                        const std::string &precision) {
-  std::string recomputing, sharding;
+                        const std::string &precision, const std::vector<int> &tensor_parallel) {
+  std::string recomputing, sharding, tp;
   for (const auto &st : plan.stages()) {
     if (st.recompute()) recomputing += (recomputing.empty() ? "" : ",") + std::to_string(st.id());
     if (st.zero() > 0) sharding += (sharding.empty() ? "" : ",") + std::to_string(st.id());
+    if (const int t = tensor_parallel[size_t(st.id())]; t > 1)
+      tp += (tp.empty() ? "" : ",") + std::to_string(st.id()) + " (x" + std::to_string(t) + ")";
   }
   std::ostringstream os;
   os << "rannc-exec: " << world << " rank(s), " << plan.stages_size() << " stage(s), batch "
@@ -50,7 +52,8 @@ std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64
      << " step(s)"
      << (K > 1 ? " of " + std::to_string(K) + " accumulated batches" : "") << ", " << optimizerName(opts.optimizer)
      << (recomputing.empty() ? "" : ", recomputing stage(s) " + recomputing)
-     << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding) << ", precision " << precision
+     << (sharding.empty() ? "" : ", optimizer state sharded in stage(s) " + sharding)
+     << (tp.empty() ? "" : ", tensor-parallel stage(s) " + tp) << ", precision " << precision
      << "\n";
   return os.str();
 }
@@ -81,12 +84,18 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   for (const auto &r : ranks_of) shards.push_back(schedule::splitSamples(b, int(r.size())));
   const schedule::SampleRange mine = shards[s.stage][s.replica];
   GpuComms gpu(comm, s, opts.host_staged); // collective
-  auto group = gpu.onDevice(comm.split(s.stage, rank)); // this stage's replicas
+  // Note [tensor parallel ranks]: the replicas of this rank's shard, and
+  // (only in a job with tensor parallelism: every rank splits alike) its group.
+  auto group = gpu.onDevice(comm.split(s.stage * comm.size() + s.tp.position, rank));
+  std::unique_ptr<comm::Communicator> tp_group;
+  if (*std::max_element(s.tensor_parallel.begin(), s.tensor_parallel.end()) > 1)
+    tp_group = gpu.onDevice(comm.split(s.stage * comm.size() + s.tp.replica, rank));
 
   runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
                               std::move(s.constants), std::move(s.buffers));
   runner.setDevice(s.device);
   runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
+  if (s.tp.degree > 1) runner.setTensorParallel(tp_group.get()); // Note [tensor parallel collectives]
   const cost::Precision precision = cost::planPrecision(s.plan).value(); // structuralProblems refused others
   // Mixed precision: forward under autocast; values cross stages in the
   // dtype autocast gave them (their header carries it), and their gradients
@@ -108,8 +117,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].kind == schedule::ActionKind::Backward) last_backward = i;
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
+  std::map<std::string, int> axes; // Note [tensor parallel ranks]: checkpoints hold whole tensors
+  for (const auto &[v, axis] : s.param_axes) axes[s.graph.values[v].name] = axis;
   Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, update.optimizer(),
-                            update.factory(), s.samples, K * B, update.lossScaler()});
+                            update.factory(), s.samples, K * B, update.lossScaler(),
+                            s.tp.degree > 1 ? tp_group.get() : nullptr, s.tp, std::move(axes)});
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
   update.afterLoad();
@@ -118,12 +130,13 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                          steps, s.gpu()},
                         log);
   std::unique_ptr<Transport> transport = gpu.transport();
-  StageTransfers transfers(*transport, s, prog, shards);
+  StageTransfers transfers(*transport, s, prog, shards, s.tp.degree > 1 ? tp_group.get() : nullptr);
   Watchdog watchdog(opts.timeout_s, comm);
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
   if (rank == 0)
-    log << startupLine(s.plan, comm.size(), steps, K, opts, cost::precisionName(precision)) << gpu.describe();
+    log << startupLine(s.plan, comm.size(), steps, K, opts, cost::precisionName(precision), s.tensor_parallel)
+        << gpu.describe();
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
@@ -159,7 +172,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                                 .to(s.device)
                           : gatherSamples(s.data.at(in), order, first, mine.size(), s.device);
         runner.forward(mb, std::move(feeds));
-        if (prog.computes_loss) {
+        if (prog.computes_loss && s.tp.leader()) { // a group's loss counts once
           losses.push_back(runner.loss(mb).detach());
           loss_mbs.push_back(mb);
         }

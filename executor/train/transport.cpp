@@ -4,11 +4,6 @@
 
 namespace rannc::train {
 
-comm::Buffer floatBuffer(const torch::Tensor &t) {
-  return comm::Buffer{t.data_ptr<float>(), t.numel(), comm::DType::Float32,
-                      t.is_cuda() ? comm::Memory::Device : comm::Memory::Host};
-}
-
 namespace {
 
 class HostTransport final : public Transport {

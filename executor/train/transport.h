@@ -12,12 +12,11 @@
 #include <vector>
 
 #include "executor/comm/comm.h"
+#include "executor/runtime/collectives.h"
 
 namespace rannc::train {
 
-/// A float tensor's memory as a communicator buffer, host or device as the
-/// tensor lives.
-comm::Buffer floatBuffer(const torch::Tensor &t);
+using runtime::floatBuffer; // executor/runtime/collectives.h
 
 class Transport {
 public:

@@ -50,6 +50,14 @@ std::unique_ptr<optim::OptimizerParamState> makeLike(const optim::OptimizerParam
 
 } // namespace
 
+std::unique_ptr<optim::OptimizerParamState>
+mapOptimizerState(const optim::OptimizerParamState &s, const std::function<torch::Tensor(const torch::Tensor &)> &f) {
+  Fields fields = fieldsOf(s);
+  for (torch::Tensor &t : fields.tensors)
+    if (t.defined()) t = f(t);
+  return makeLike(s, fields);
+}
+
 ShardedOptimizer::ShardedOptimizer(GradientBuckets &buckets, const Factory &make)
     : buckets_(buckets) {
   if (!buckets.sharded()) throw std::logic_error("ShardedOptimizer needs sharded gradient buckets");

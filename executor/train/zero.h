@@ -32,6 +32,13 @@
 
 namespace rannc::train {
 
+/// One parameter's optimizer state (SGD, Adam, AdamW) with `f` applied to
+/// each of its tensors (undefined ones stay undefined): a tensor-parallel
+/// shard's state gathered whole, or a whole state cut to a shard.
+std::unique_ptr<torch::optim::OptimizerParamState>
+mapOptimizerState(const torch::optim::OptimizerParamState &s,
+                  const std::function<torch::Tensor(const torch::Tensor &)> &f);
+
 class ShardedOptimizer {
 public:
   using Factory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;

@@ -150,6 +150,11 @@ const std::vector<OpInfo> &supportedOps() {
       {"Sum", 6, 17},
       {"Tan", 7, 17},
       {"Tanh", 6, 17},
+      // Domain "rannc": the collectives sharding::localGraph inserts (Note
+      // [tensor parallel sharding] in planner/sharding/sharding.h); never in a model file.
+      {"TensorParallelCopy", 1, 17},
+      {"TensorParallelGather", 1, 17},
+      {"TensorParallelSum", 1, 17},
       {"ThresholdedRelu", 10, 17},
       {"Tile", 6, 17},
       {"TopK", 1, 17}, // 1-9: k attr; 10+: K input; 11: largest, sorted

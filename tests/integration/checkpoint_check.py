@@ -11,6 +11,9 @@
     holds PyTorch's trained parameters (and BatchNorm statistics, if any).
 --case cross-plan --zero: a checkpoint written with sharded optimizer state
     (--zero 1) resumed unsharded, and one written unsharded resumed sharded.
+--case cross-plan --tensor-parallel: a checkpoint written under TP 2 resumed
+    on 1 rank and on 2 stages, and one of 2 stages resumed under TP 2 (one
+    stage, and 2 stages x TP 2): whole tensors in checkpoints and exports.
 --case fp16-scale: an fp16 run (--precision fp16, dynamic loss scaling) from
     a loss scale so large that the first steps overflow, stopped after its
     checkpoint and resumed, logs the uninterrupted run's losses and skips the
@@ -33,6 +36,8 @@ import sys
 import time
 
 import numpy as np
+
+from train_check import edit_tensor_parallel
 
 REL_TOL = 1e-4       # a different plan: floating-point reassociation only (SPEC)
 LOWP_REL_TOL = 1e-2  # a different plan in fp16 (train_check.py's tolerance against autocast)
@@ -61,10 +66,17 @@ PP2 = "--stages 2 --replicas 1 --microbatches 1"
 
 def plan(args, ranks, layout, out, precision=None):
     precision = ["--precision", precision] if precision else []
+    # "--edit-tensor-parallel N": every stage of the written plan gets degree N by hand.
+    edit = re.search(r"--edit-tensor-parallel (\d+)", layout)
+    if edit:
+        layout = layout.replace(edit.group(0), "")
+        out = os.path.splitext(out)[0] + ".pbtxt"
     ok(run([args.plan_tool, os.path.join(args.model_dir, "model.onnx"), "--gpus", str(ranks), "--device-type",
             "cpu", "--batch-size", str(args.ref["batch_size"]), "--profile", "analytic", "-o", out]
            + layout.split() + precision),
        "rannc-plan")
+    if edit:
+        edit_tensor_parallel(out, int(edit.group(1)))
     return out
 
 
@@ -268,6 +280,16 @@ def check_cross_plan(args):
         resume_elsewhere(args, ("dp2-zero", 2, "--stages 1 --replicas 2 --microbatches 1 --zero 1"),
                          [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 0")])
         resume_elsewhere(args, ("pp2", 2, PP2), [("2x2-zero", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 1")])
+        return
+    if args.tensor_parallel:
+        # Tensor-parallel stages (Note [tensor parallel ranks]) write whole
+        # tensors: written under TP 2, resumed without it; and back.
+        tp2 = "--stages 1 --replicas 1 --tensor-parallel 2 --microbatches 2"
+        resume_elsewhere(args, ("tp2", 2, tp2), [("1rank", 1, ""), ("pp2", 2, PP2)])
+        # The last plan's degrees are set by hand in its .pbtxt (a plan made without TP).
+        resume_elsewhere(args, ("pp2", 2, PP2), [("tp2", 2, tp2),
+                                                 ("2x2-tp2", 4, "--stages 2 --replicas 2,2 --microbatches 2 "
+                                                                "--edit-tensor-parallel 2")])
         return
     layouts = [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2"),
                ("3stages", 4, "--stages 3 --replicas 2,1,1 --microbatches 4")]
@@ -522,11 +544,14 @@ def main():
     ap.add_argument("--quick", action="store_true", help="cross-plan: resume on 1 rank only")
     ap.add_argument("--zero", action="store_true",
                     help="cross-plan: between sharded (--zero 1) and unsharded optimizer state")
+    ap.add_argument("--tensor-parallel", action="store_true",
+                    help="cross-plan: between tensor-parallel (--tensor-parallel 2) and other plans")
     args = ap.parse_args()
     args.model_dir = os.path.join(args.models, args.model)
     suffix = "_fp16_overflow" if args.case == "fp16-scale" else ""
     args.ref = json.load(open(os.path.join(args.model_dir, f"reference_{args.optimizer}{suffix}.json")))
-    args.work = os.path.join(args.work, f"{args.model}-{args.optimizer}-{args.case}" + ("-zero" if args.zero else ""))
+    args.work = os.path.join(args.work, f"{args.model}-{args.optimizer}-{args.case}" + ("-zero" if args.zero else "")
+                             + ("-tp" if args.tensor_parallel else ""))
     os.makedirs(args.work, exist_ok=True)
     {"resume": check_resume, "cross-plan": check_cross_plan, "fp16-scale": check_fp16_scale,
      "errors": check_errors}[args.case](args)

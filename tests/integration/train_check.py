@@ -9,6 +9,7 @@ stop every rank with one clear message instead."""
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,24 @@ def plan(args, model_dir, ranks, microbatches, batch, out):
     return out
 
 
+def edit_tensor_parallel(plan_path, degree):
+    """Gives every stage of the text plan tensor-parallel degree `degree` (or
+    stage i degree i of "N1,N2,..."), as a person editing the .pbtxt would:
+    its ranks form groups of that size (Note [tensor parallel ranks] in
+    executor/train/tensor_parallel.h)."""
+    text = open(plan_path).read()
+    text = re.sub(r"^format_version: \d+", "format_version: 3", text, flags=re.M)
+    # After each stage's last `ranks:` line (two-space indent: a Stage field).
+    degrees = iter(str(degree).split(","))
+    last = [None]
+
+    def add_degree(m):
+        last[0] = next(degrees, last[0])
+        return m.group(1) + f"  tensor_parallel: {last[0]}\n"
+    text = re.sub(r"((?:^  ranks: \d+\n)+)", add_degree, text, flags=re.M)
+    open(plan_path, "w").write(text)
+
+
 def cuda_reference(args, model_dir):
     """PyTorch's losses for the model on this machine's GPU (exit 77 without one)."""
     if gpus_visible(args.exec_tool) == 0:
@@ -119,7 +138,10 @@ def check_training(args):
                                    + ("-ts" if args.torchscript else "") + (f"-{args.model_file}" if args.model_file else "")
                                    + (f"-{args.precision}" if lowp else "") + ("-overflow" if args.overflow else ""))
     os.makedirs(work, exist_ok=True)
-    plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"], os.path.join(work, "plan.pb"))
+    plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"],
+                     os.path.join(work, "plan.pbtxt" if args.edit_tensor_parallel else "plan.pb"))
+    if args.edit_tensor_parallel:
+        edit_tensor_parallel(plan_path, args.edit_tensor_parallel)
     # The DP may leave devices idle where more ranks would not be faster (a
     # measured profile on a busy machine); the plan runs on its own world size.
     ranks = json.loads(run([args.plan_tool, "show", plan_path, "--json"]).stdout)["world_size"]
@@ -151,6 +173,10 @@ def check_training(args):
             sys.exit(f"--zero 1: the plan's replicated stages have zero {sharded}")
         if "optimizer state sharded in stage(s)" not in p.stderr:
             sys.exit("--zero 1: rannc-exec did not say it shards the optimizer state")
+    tensor_parallel = "--tensor-parallel" in args.plan_args or args.edit_tensor_parallel
+    if tensor_parallel and "tensor-parallel stage(s)" not in p.stderr:
+        # Note [tensor parallel ranks]: a plan without a tensor-parallel stage would pass unnoticed.
+        sys.exit("--tensor-parallel: rannc-exec did not say it runs tensor-parallel stages")
     if "rannc-exec: done: " not in p.stderr:
         sys.exit("rannc-exec printed no final summary")
     if len(steps) != ref["steps"]:
@@ -547,6 +573,9 @@ def main():
                     help="fp16: start from reference_<opt>_fp16_overflow.json's loss scale, so GradScaler skips steps, "
                          "and expect rannc-exec to skip the same ones")
     ap.add_argument("--device-memory", help="plan for this much memory per rank and check that ranks stay within it")
+    ap.add_argument("--edit-tensor-parallel", default="",
+                    help="write the plan as text and give every stage this tensor-parallel degree by hand "
+                         "(N, or N1,N2,... per stage)")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "executor/comm/comm.h"
 #include "planner/ir/ir.h"
 
 // Note [kernel conventions]
@@ -35,10 +36,14 @@ public:
 /// accessors whose errors name the node.
 class OpCtx {
 public:
-  OpCtx(const ir::Node &node, const std::vector<torch::Tensor> &inputs, int64_t opset)
-      : node_(node), in_(inputs), opset_(opset) {}
+  OpCtx(const ir::Node &node, const std::vector<torch::Tensor> &inputs, int64_t opset,
+        comm::Communicator *group = nullptr)
+      : node_(node), in_(inputs), opset_(opset), group_(group) {}
 
   int64_t opset() const { return opset_; }
+  /// The stage's tensor-parallel group (Note [tensor parallel collectives] in
+  /// tensor_parallel.cpp); null outside a tensor-parallel stage.
+  comm::Communicator *group() const { return group_; }
 
   [[noreturn]] void fail(const std::string &what) const {
     throw OpError("node '" + node_.name + "' (" + node_.op_type + "): " + what);
@@ -111,6 +116,7 @@ private:
   const ir::Node &node_;
   const std::vector<torch::Tensor> &in_;
   int64_t opset_;
+  comm::Communicator *group_;
 };
 
 } // namespace rannc::runtime::kernels

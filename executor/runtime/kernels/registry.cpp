@@ -17,7 +17,8 @@ const std::vector<KernelDef> &kernelTable() {
     std::vector<KernelDef> all;
     for (auto family : {elementwiseKernels, reduceKernels, softmaxKernels, linalgKernels, normalizationKernels,
                         tensorShapeKernels, creationKernels, indexingKernels, convPoolKernels, lossDropoutKernels,
-                        randomKernels, resizeKernels, signalKernels, recurrentKernels}) {
+                        randomKernels, resizeKernels, signalKernels, recurrentKernels,
+                        tensorParallelKernels}) {
       std::vector<KernelDef> k = family();
       all.insert(all.end(), k.begin(), k.end());
     }
@@ -46,11 +47,12 @@ using kernels::OpCtx;
 using kernels::OpError;
 using kernels::Outputs;
 
-std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs,
-                                 int64_t opset) {
+std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs, int64_t opset,
+                                 comm::Communicator *group) {
   if (ir::isAten(node)) return runAtenOp(node, inputs);
-  OpCtx c(node, inputs, opset);
-  if (!node.domain.empty() && node.domain != "ai.onnx")
+  OpCtx c(node, inputs, opset, group);
+  // Domain "rannc": the tensor-parallel collectives (kernels/tensor_parallel.cpp).
+  if (!node.domain.empty() && node.domain != "ai.onnx" && !ir::isRannc(node))
     c.fail("unsupported domain '" + node.domain + "'");
   const KernelDef *k = kernels::findKernel(node.op_type);
   const ir::OpInfo *info = ir::findOp(node.op_type);

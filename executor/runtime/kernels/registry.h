@@ -51,6 +51,8 @@ std::vector<KernelDef> resizeKernels();
 std::vector<KernelDef> signalKernels();
 /// RNN, GRU, LSTM (recurrent.cpp).
 std::vector<KernelDef> recurrentKernels();
+/// The tensor-parallel collectives, domain "rannc" (tensor_parallel.cpp).
+std::vector<KernelDef> tensorParallelKernels();
 
 /// Every family's kernels in one table, sorted by type.
 const std::vector<KernelDef> &kernelTable();

@@ -1,0 +1,41 @@
+#include "executor/runtime/collectives.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace rannc::runtime {
+
+comm::Buffer floatBuffer(const torch::Tensor &t) {
+  return comm::Buffer{t.data_ptr<float>(), t.numel(), comm::DType::Float32,
+                      t.is_cuda() ? comm::Memory::Device : comm::Memory::Host};
+}
+
+torch::Tensor allReduceSum(comm::Communicator &group, const torch::Tensor &t) {
+  torch::NoGradGuard no_grad;
+  // A fresh buffer: the collective overwrites it in place.
+  torch::Tensor sum = t.to(torch::kFloat).contiguous().clone();
+  group.allReduce(floatBuffer(sum), comm::ReduceOp::Sum);
+  return sum.to(t.scalar_type());
+}
+
+torch::Tensor allGather(comm::Communicator &group, const torch::Tensor &t, int64_t axis) {
+  torch::NoGradGuard no_grad;
+  const int n = group.size();
+  torch::Tensor blocks = torch::empty({n, t.numel()}, t.options().dtype(torch::kFloat));
+  blocks[group.rank()].copy_(t.reshape({-1}));
+  group.startAllGather(floatBuffer(blocks))->wait();
+  std::vector<int64_t> shape{n};
+  shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
+  return torch::cat(blocks.view(shape).unbind(0), axis).to(t.scalar_type());
+}
+
+torch::Tensor shardOf(const torch::Tensor &t, int64_t axis, int64_t index, int64_t count) {
+  if (axis < 0) axis += t.dim();
+  if (axis < 0 || axis >= t.dim() || t.size(axis) % count != 0)
+    throw std::runtime_error("cannot cut a tensor of shape " + std::string(c10::str(t.sizes())) + " into " +
+                             std::to_string(count) + " slices along axis " + std::to_string(axis));
+  const int64_t size = t.size(axis) / count;
+  return t.narrow(axis, index * size, size).contiguous().clone();
+}
+
+} // namespace rannc::runtime
