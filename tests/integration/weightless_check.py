@@ -93,8 +93,14 @@ def plan_100b(args, work):
           f"{shown['stages'][0]['memory_capacity_bytes']} bytes per device")
     if num != info["params"]:
         sys.exit(f"the plan counts {num} parameters, the model has {info['params']}")
-    if param_bytes != 4 * info["params"]:
-        sys.exit(f"the plan holds {param_bytes} parameter bytes, expected 4 x {info['params']}")
+    # Each device of a t-way tensor-parallel stage holds 1/t of the split
+    # weights and all of the rest: between 4 num / t and 4 num bytes, exactly
+    # 4 num without tensor parallelism.
+    for s in shown["stages"]:
+        t, whole = s.get("tensor_parallel", 1), 4 * s["num_params"]
+        if not (whole / t <= s["param_bytes"] <= whole) or (t == 1 and s["param_bytes"] != whole):
+            sys.exit(f"stage {s['id']} (tensor parallel {t}) holds {s['param_bytes']} parameter bytes per device "
+                     f"for {s['num_params']} parameters")
     for s in shown["stages"]:
         if s["peak_memory_bytes"] > s["memory_capacity_bytes"]:
             sys.exit(f"stage {s['id']} does not fit: {s['peak_memory_bytes']} > {s['memory_capacity_bytes']}")
