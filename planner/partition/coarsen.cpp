@@ -6,6 +6,23 @@
 
 namespace rannc::partition {
 
+// Note [whole cuts in coarsening]
+// A stage of tensor-parallel degree t > 1 starts and ends at whole cuts
+// (Problem::cut_whole, Note [tensor parallel stages] in evaluate.cpp), but
+// the blocks' boundaries are chosen for balance and cut bytes alone. With a
+// degree above 1 pinned for every stage, only the whole boundaries the
+// balance happened to pick are of use to the DP. GPT 145.6B has 642 units and
+// 163 whole cuts (two a layer); on 1536 devices (200 blocks, Note [block
+// count] in planner/driver/planner.cpp) 41 of the 201 block boundaries were
+// whole and none between blocks 118 and 198, so the last stage had to hold
+// half the layers and --tensor-parallel 2, 4 or 8 found no plan there (nor
+// 8 on 1280 devices, 224 blocks), while 232 blocks on 1152 devices happened to
+// keep enough. So when every searched degree is above 1, cuts that are not
+// whole are forbidden like infinite ones: no stage could border them, so no
+// plan over the units is lost, and every block boundary is one a stage may
+// use. With degree 1 searched too they stay allowed (a stage of degree 1 may
+// border them).
+
 Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
   const int n = units.numBlocks();
   if (opts.max_blocks < 1) return Error{"coarsen: at most " + std::to_string(opts.max_blocks) + " blocks asked"};
@@ -19,6 +36,12 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       allowed[i] = false;
       check.cut_bytes_per_sample[i] = 0;
     }
+  // Only whole cuts can border a stage when every searched degree is above 1
+  // (Note [whole cuts in coarsening]).
+  const std::vector<int> degrees = tpCandidates(units);
+  if (!units.cut_whole.empty() && *std::min_element(degrees.begin(), degrees.end()) > 1)
+    for (int i = 1; i < n; ++i)
+      if (!units.cutWhole(i)) allowed[i] = false;
   // (the unsaved bytes, which a blanked cut would contradict, the DP validates)
   check.unsaved_cut_bytes_per_sample.clear();
   for (Block &b : check.blocks) b.unsaved_freed_bytes_per_sample = 0;

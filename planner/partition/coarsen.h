@@ -30,7 +30,9 @@ struct Coarsening {
 /// splits the one minimising  sum over cuts of cut bytes / largest cut bytes
 /// + sum over blocks of (cost / average - 1)^2  is chosen, so cuts land where
 /// little data crosses. An infinite cut_bytes_per_sample[i] (0 < i < n) forbids
-/// a cut before unit i (e.g. after an op that only transforms a weight).
+/// a cut before unit i (e.g. after an op that only transforms a weight), and
+/// so does a cut that is not whole when every searched tensor-parallel degree
+/// is above 1 (Note [whole cuts in coarsening]).
 /// Block numbers: times and bytes add up, working bytes take the maximum.
 Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts = {});
 

@@ -44,9 +44,11 @@ std::vector<int> deviceQuanta(const Problem &p, int only) {
 }
 
 Error noFeasiblePlan(const Problem &p) {
-  // The least memory any stage containing block j can need: j alone, as the
-  // last stage (fewest micro-batches in flight), over every searched
-  // micro-batch count, replica count and recomputation choice.
+  // The least memory any stage containing block j can need: j alone (with a
+  // tensor-parallel degree above 1, widened to the nearest whole cuts, Note
+  // [tensor parallel stages]), as the last stage (fewest micro-batches in
+  // flight), over every searched micro-batch count, replica count,
+  // tensor-parallel degree and recomputation choice.
   const double cap = p.devices.capacity();
   double worst_need = -1;
   int worst_block = 0;
@@ -64,6 +66,10 @@ Error noFeasiblePlan(const Problem &p) {
             const bool rec = choice & 1, zero = choice & 2;
             if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, r)) continue;
             Stage st{j, j + 1, r, rec, zero, tp};
+            if (tp > 1) { // a tensor-parallel stage borders whole cuts only
+              while (st.block_begin > 0 && !p.cutWhole(st.block_begin)) --st.block_begin;
+              while (st.block_end < p.numBlocks() && !p.cutWhole(st.block_end)) ++st.block_end;
+            }
             if (!tensorParallelProblem(p, st, 0).empty()) continue;
             double mem = evaluateStage(p, st, 0, 1, 0, m, sched).memory.total();
             if (mem < need) {
@@ -79,11 +85,16 @@ Error noFeasiblePlan(const Problem &p) {
       worst_m = best_m;
     }
   }
+  auto stageBlocks = [&](int j) {
+    if (worst_stage.block_end - worst_stage.block_begin <= 1) return "block " + std::to_string(j) + " alone";
+    return "blocks " + std::to_string(worst_stage.block_begin) + ".." + std::to_string(worst_stage.block_end - 1) +
+           ", the fewest around block " + std::to_string(j) + " between whole cuts";
+  };
   const std::string devices = std::to_string(p.devices.count) + " devices of " + formatBytes(p.devices.memory_bytes);
   char margin[32];
   std::snprintf(margin, sizeof margin, "%g", p.devices.memory_margin);
   if (worst_need > cap)
-    return Error{"no plan fits in memory: the smallest stage (block " + std::to_string(worst_block) + " alone, " +
+    return Error{"no plan fits in memory: the smallest stage (" + stageBlocks(worst_block) + ", " +
                  std::to_string(worst_stage.replicas) + " replicas, " +
                  (worst_stage.tensor_parallel > 1 ? "tensor-parallel " + std::to_string(worst_stage.tensor_parallel) + ", " : "") +
                  std::to_string(worst_m) + " micro-batches" +

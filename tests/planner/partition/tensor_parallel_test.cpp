@@ -8,6 +8,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "planner/partition/coarsen.h"
 #include "planner/partition/evaluate.h"
 #include "planner/partition/solve.h"
 
@@ -168,6 +169,50 @@ TEST(TensorParallel, DPSplitsALayerThatDoesNotFitOneDevice) {
   auto eight = solveDP(p);
   ASSERT_TRUE(eight.ok()) << eight.error().message;
   EXPECT_EQ(str(eight->solution), "1f1b M=1 [0,1)x1t8");
+}
+
+TEST(TensorParallel, CoarseningWithAPinnedDegreeCutsOnlyWhereStagesMayBorder) {
+  // Nine equal units in layers of three: only the cuts at 3 and 6 are whole.
+  // Into two blocks, balance alone cuts at 4 or 5, inside a layer, where no
+  // stage of the pinned degree 2 may border, and all nine units in one stage
+  // do not fit (Note [whole cuts in coarsening]).
+  Problem p = oneBlock();
+  p.blocks.assign(9, p.blocks[0]);
+  p.cut_bytes_per_sample.assign(10, 1);
+  p.cut_whole = {true, false, false, true, false, false, true, false, false, true};
+  p.batch_size = 1;
+  p.devices.memory_bytes = 1800; // six units at degree 2: 6 x 60 x 4 = 1440 B of state
+  p.constraints.tensor_parallel = {2};
+  ASSERT_TRUE(solveDP(p).ok());
+  auto c = coarsen(p, CoarsenOptions{2});
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_EQ(c->unit_begin.size(), 3u);
+  EXPECT_TRUE(c->unit_begin[1] == 3 || c->unit_begin[1] == 6) << c->unit_begin[1];
+  auto dp = solveDP(c->problem);
+  ASSERT_TRUE(dp.ok()) << dp.error().message;
+  EXPECT_TRUE(evaluate(p, expandToUnits(*c, dp->solution)).feasible());
+  // Degree 1 searched too: every cut stays (a stage of degree 1 may use it).
+  p.constraints.tensor_parallel.clear();
+  auto mixed = coarsen(p, CoarsenOptions{2});
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_TRUE(mixed->unit_begin[1] == 4 || mixed->unit_begin[1] == 5) << mixed->unit_begin[1];
+}
+
+TEST(TensorParallel, NoPlanMessageWidensAPinnedStageToWholeCuts) {
+  // With degree 2 pinned a stage holding unit 1 spans units 0..2; the error
+  // names that stage and its memory, not an infinite need of unit 0 alone.
+  Problem p = oneBlock();
+  p.blocks.assign(3, p.blocks[0]);
+  p.cut_bytes_per_sample.assign(4, 1);
+  p.cut_whole = {true, false, false, true};
+  p.batch_size = 1;
+  p.devices.memory_bytes = 100;
+  p.constraints.tensor_parallel = {2};
+  auto dp = solveDP(p);
+  ASSERT_FALSE(dp.ok());
+  EXPECT_NE(dp.error().message.find("blocks 0..2"), std::string::npos) << dp.error().message;
+  EXPECT_NE(dp.error().message.find("tensor-parallel 2"), std::string::npos) << dp.error().message;
+  EXPECT_EQ(dp.error().message.find("inf "), std::string::npos) << dp.error().message;
 }
 
 TEST(TensorParallel, BaselinesKeepAPinnedDegreeAndWholeCuts) {
