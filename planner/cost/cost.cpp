@@ -208,6 +208,40 @@ std::vector<bool> fusedValues(const ir::Graph &g, const std::vector<OpFlops> &fl
   return fused;
 }
 
+/// Note [transposed operands]
+/// cuBLAS multiplies a matrix or its transpose alike: each operand of a GEMM
+/// carries a transpose flag (cuBLAS's `transa`/`transb`), and PyTorch hands a
+/// transposed 2-D view to cuBLAS with the flag instead of copying it (its
+/// matmul keeps a transposed contiguous operand as it is). rannc-exec runs an
+/// ONNX Transpose as a permuted view (executor/runtime/kernels/tensor_shape.cpp),
+/// so on `cuda` devices a transpose of a 2-D value whose every reader is a
+/// matrix product moves nothing and launches nothing: the tied output layer's
+/// Transpose(word embedding) of a GPT. Higher-rank permutes stay copies: a
+/// batched product folds the leading axes with a reshape, which copies a
+/// permuted tensor (attention's heads).
+std::vector<bool> transposedOperands(const ir::Graph &g, const std::vector<OpFlops> &flops) {
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (int i = 0; i < int(g.nodes.size()); ++i)
+    for (ir::ValueId v : g.nodes[size_t(i)].inputs)
+      if (v != ir::kNoValue) readers[size_t(v)].push_back(i);
+  auto rank2 = [&](ir::ValueId v) {
+    return v != ir::kNoValue && g.values[v].shape_known && g.values[v].shape.size() == 2;
+  };
+  std::vector<bool> free(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node &n = g.nodes[i];
+    const std::string_view op = atenBaseName(n.op_type);
+    if ((op != "Transpose" && op != "t") || n.inputs.empty() || n.outputs.size() != 1 || !rank2(n.inputs[0]) ||
+        !rank2(n.outputs[0]) || n.outputs[0] == g.loss || readers[size_t(n.outputs[0])].empty())
+      continue;
+    bool all = true;
+    for (int r : readers[size_t(n.outputs[0])])
+      all = all && flops[size_t(r)].cls == OpClass::kMatrix && !flops[size_t(r)].convolution;
+    free[i] = all;
+  }
+  return free;
+}
+
 /// Bytes per element each value moves at on a GPU: a fused softmax of 16-bit
 /// scores writes 16-bit probabilities, and point-wise ops reading only such
 /// values keep that width (Note [fused element-wise chains]); 0: the value's
@@ -254,6 +288,7 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
   for (size_t i = 0; i < g.nodes.size(); ++i) flops[i] = opFlops(g, g.nodes[i], micro_batch);
   const std::vector<bool> fused = gpu ? fusedValues(g, flops, micro_batch) : std::vector<bool>(g.values.size());
   const std::vector<int> width = gpu ? fusedWidths(g, flops, micro_batch) : std::vector<int>(g.values.size());
+  const std::vector<bool> transposed = gpu ? transposedOperands(g, flops) : std::vector<bool>(g.nodes.size());
   auto movedBytes = [&](ir::ValueId v) {
     if (v == ir::kNoValue || width[v] == 0 || !g.values[v].shape_known) return valueBytes(g, v, micro_batch);
     return ir::numelAt(g.values[v].shape, micro_batch) * width[v];
@@ -277,7 +312,7 @@ std::vector<OpCost> estimateOpCosts(const ir::Graph &g, const cluster::DeviceSpe
     c.fwd_flops = f.fwd;
     c.bwd_flops = f.bwd;
     double overhead = launches ? device.op_overhead_s : 0.0;
-    if (f.cls == OpClass::kHost || (gpu && f.view)) { // no kernel, no bytes
+    if (f.cls == OpClass::kHost || (gpu && (f.view || transposed[i]))) { // no kernel, no bytes
       c.bytes_moved = 0;
       overhead = 0;
     }

@@ -266,6 +266,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.devices.reserve_bytes = double(cluster.device.runtime_reserve_bytes);
   p.devices.intra_node = {cluster.intra_node.bandwidth, cluster.intra_node.latency_s};
   p.devices.inter_node = {cluster.inter_node.bandwidth, cluster.inter_node.latency_s};
+  p.devices.scatter_gather = cluster.device.type == "cuda"; // Note [scatter/gather transfers] in evaluate.cpp
   p.optimizer_bytes_per_param_byte = cost::optimizerStateFactor(opts.optimizer);
   // Activation recomputation (Note [recomputation] in executor/runtime/stage.h):
   // auto lets the DP choose it per stage where activations would not fit.

@@ -520,12 +520,10 @@ private:
     }
     double recv_act = 0, recv_grad = 0, ar = 0;
     if (a > 0) {
-      const Link &l = link(flags & 1);
-      recv_act = l.latency_s + p_.cut_bytes_per_sample[a] * b / l.bandwidth;
+      recv_act = receiveTime(p_.devices, link(flags & 1), flags & 1, p_.cut_bytes_per_sample[a] * b, tp);
     }
     if (e < n_) {
-      const Link &l = link(flags & 2);
-      recv_grad = l.latency_s + p_.cut_bytes_per_sample[e] * b / l.bandwidth;
+      recv_grad = receiveTime(p_.devices, link(flags & 2), flags & 2, p_.cut_bytes_per_sample[e] * b, tp);
     }
     if (r > 1) {
       Link ring = link(flags & 4);

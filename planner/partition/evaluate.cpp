@@ -184,6 +184,32 @@ double ringAllReduce(double bytes, int n, const Link &link, double latencies) {
   return 2.0 * (n - 1) / n * bytes / link.bandwidth + latencies * link.latency_s;
 }
 
+// Note [scatter/gather transfers]
+// The values crossing into a tensor-parallel stage are whole on every device
+// of the sending group and needed whole on every device of the receiving one
+// (Note [tensor parallel stages]). Sent as they are, each of the t devices
+// moves the whole value over its own network share. Megatron-LM sends each
+// device's 1/t of it instead and all-gathers the pieces over NVLink inside the
+// receiving node (Narayanan et al., SC'21, section 4.1, "scatter/gather
+// communication optimization"; its end-to-end runs, Table 1, use it, section
+// 5.1). Across nodes, with Devices::scatter_gather, a stage of degree t so
+// receives in
+//   lat_inter + bytes / (t bw_inter) + lat_intra + (t-1)/t bytes / bw_intra
+// (a ring all-gather moves (t-1)/t of the value over every link). Only the
+// receiving stage's degree enters, as the sender's never does here (Note
+// [partition cost model]: a sender is assumed not to be the bottleneck), so a
+// degree-1 stage feeding a degree-t one is charged as if it scattered too.
+// Inside a node scattering saves nothing (the all-gather takes the same
+// link), so intra-node transfers stay whole. Lowering sets scatter_gather for
+// `cuda` devices: it is how GPU tensor parallelism moves stage boundaries;
+// rannc-exec still sends whole values from every device (docs/cost-model.md),
+// and `cpu` plans keep the transfers it runs.
+double receiveTime(const Devices &d, const Link &link, bool intra, double bytes, int t) {
+  if (intra || t <= 1 || !d.scatter_gather) return link.latency_s + bytes / link.bandwidth;
+  return link.latency_s + bytes / (t * link.bandwidth) + d.intra_node.latency_s +
+         (t - 1.0) / t * bytes / d.intra_node.bandwidth;
+}
+
 namespace {
 
 int nodeOf(const Problem &p, int rank) { return rank / p.devices.per_node; }
@@ -261,12 +287,12 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   if (index > 0) {
     c.recv_intra_node = sameNode(p, first_rank - 1, last_rank);
     const Link &l = linkFor(p, c.recv_intra_node);
-    c.recv_activations_s = l.latency_s + cut_in * b / l.bandwidth;
+    c.recv_activations_s = receiveTime(p.devices, l, c.recv_intra_node, cut_in * b, t);
   }
   if (index < num_stages - 1) {
     c.send_intra_node = sameNode(p, first_rank, last_rank + 1);
     const Link &l = linkFor(p, c.send_intra_node);
-    c.recv_gradients_s = l.latency_s + cut_out * b / l.bandwidth;
+    c.recv_gradients_s = receiveTime(p.devices, l, c.send_intra_node, cut_out * b, t);
   }
   c.allreduce_intra_node = sameNode(p, first_rank, last_rank);
   if (stage.replicas > 1) { // over the replicas holding the same shard: every t-th rank

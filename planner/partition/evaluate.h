@@ -55,6 +55,12 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree = 1);
 /// `latencies` link latencies (Note [partition cost model]).
 double ringAllReduce(double bytes, int n, const Link &link, double latencies);
 
+/// Receiving `bytes` over `link` (`intra`: inside a node) by a stage of
+/// tensor-parallel degree `t`: latency + bytes / bandwidth, or with
+/// Devices::scatter_gather across nodes 1/t of them per device and an
+/// all-gather inside the node (Note [scatter/gather transfers]).
+double receiveTime(const Devices &d, const Link &link, bool intra, double bytes, int t);
+
 /// What is wrong with the tensor-parallel degree of `stage` placed from
 /// `first_rank` (Note [tensor parallel stages]): "" when nothing.
 std::string tensorParallelProblem(const Problem &p, const Stage &stage, int first_rank);

@@ -84,6 +84,8 @@ struct Devices {
   double reserve_bytes = 0; ///< per device, held by the runtime outside tensors (CUDA context, workspaces)
   Link intra_node;          ///< between devices of one node (NVLink)
   Link inter_node;          ///< between nodes (per device's share of the network)
+  /// Tensor-parallel stages receive across nodes by scatter/gather (Note [scatter/gather transfers] in evaluate.cpp).
+  bool scatter_gather = false;
 
   /// What a stage's tensors may use: memory_bytes * (1 - memory_margin) - reserve_bytes.
   double capacity() const { return memory_bytes * (1 - memory_margin) - reserve_bytes; }

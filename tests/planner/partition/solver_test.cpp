@@ -286,6 +286,9 @@ void addTensorParallelism(Problem &p, std::mt19937 &rng) {
     p.cut_whole.assign(n + 1, true);
     for (int i = 1; i < n; ++i) p.cut_whole[i] = pick(0, 2) > 0;
   }
+  // Note [scatter/gather transfers] in half of them, chosen without drawing
+  // again so that every other instance stays as it was.
+  p.devices.scatter_gather = p.tp_degrees.size() % 2 == 0;
   std::vector<int> &pinned = p.constraints.tensor_parallel;
   const int degrees = static_cast<int>(p.tp_degrees.size());
   switch (pick(0, 5)) {

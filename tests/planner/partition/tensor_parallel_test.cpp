@@ -98,6 +98,30 @@ TEST(TensorParallel, EvaluateMatchesTheFormulaByHand) {
   EXPECT_DOUBLE_EQ(d1.param_bytes, 100);
 }
 
+TEST(TensorParallel, ScatterGatherAcrossNodes) {
+  // Note [scatter/gather transfers]: two stages of degree 4 on two nodes of 4,
+  // M = 1 (b = 8), 40 bytes/sample crossing: 320 bytes each way.
+  Problem p = oneBlock();
+  p.blocks.push_back(p.blocks[0]);
+  p.cut_bytes_per_sample = {0, 40, 0};
+  p.devices.per_node = 4;
+  p.tp_degrees = {1, 2, 4};
+  Solution sol;
+  sol.stages = {Stage{0, 1, 1, false, false, 4}, Stage{1, 2, 1, false, false, 4}};
+  // Sent whole: 1 s + 320 B / 10 B/s.
+  EXPECT_DOUBLE_EQ(evaluate(p, sol).stages[1].recv_activations_s, 33);
+  // Scattered: 1 + 320 / (4 x 10) over the network, then 0.5 + 3/4 x 320 / 100 gathered inside the node.
+  p.devices.scatter_gather = true;
+  const Evaluation ev = evaluate(p, sol);
+  EXPECT_DOUBLE_EQ(ev.stages[1].recv_activations_s, 11.9);
+  EXPECT_DOUBLE_EQ(ev.stages[0].recv_gradients_s, 11.9);
+  // Degree 1 sends whole values as before; so does a transfer inside a node.
+  Solution plain;
+  plain.stages = {Stage{0, 1, 4}, Stage{1, 2, 4}};
+  EXPECT_DOUBLE_EQ(evaluate(p, plain).stages[1].recv_activations_s, 1 + 40 * 2 / 10.0);
+  EXPECT_DOUBLE_EQ(receiveTime(p.devices, p.devices.intra_node, true, 320, 4), 0.5 + 320 / 100.0);
+}
+
 TEST(TensorParallel, EvaluateRefusesInvalidDegreesAndPlacements) {
   Problem p = oneBlock();
   auto violation = [&](const Solution &s) {
