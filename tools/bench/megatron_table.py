@@ -24,6 +24,19 @@ and its planning time (wall clock); and the ratios: the forced prediction
 over Megatron's step (1.00 = the cost model agrees), and the own plan's
 throughput over Megatron's (> 1 = rannc plans faster).
 
+Megatron's end-to-end runs use its interleaved schedule (Narayanan et al.,
+section 5.1): where this rannc-plan accepts `--schedule interleaved-1f1b` and
+`--virtual-stages` (it says so in --help), the forced configuration of a row
+with P > 1 is planned with them, V being the smallest number of model chunks
+above 1 that divides the row's layers per stage (2 for 1008B: 128 layers on
+64 stages; the table does not list Megatron's own V).
+
+--terms prints, per forced plan, what its step consists of (from `show
+--json`): the pipeline's slots per micro-batch, its fill and drain, its
+steady part, the gradient all-reduce, and what the interleaved schedule with
+V chunks would make of the fill and drain, (sum - max) / V, leaving the
+V-fold stage transfers out (Note [interleaved estimate] below).
+
 --check TOL exits 1 unless every forced prediction lies within TOL of
 Megatron's step (the ctest megatron_table_1_7b runs the 1.7B row so).
 """
@@ -65,6 +78,47 @@ def has_tensor_parallel(plan_tool):
     return "--tensor-parallel" in p.stdout + p.stderr
 
 
+def has_interleaving(plan_tool):
+    """Whether this rannc-plan plans Megatron's interleaved schedule."""
+    p = subprocess.run([plan_tool, "--help"], text=True, capture_output=True)
+    text = p.stdout + p.stderr
+    return "interleaved-1f1b" in text and "--virtual-stages" in text
+
+
+def virtual_stages(row):
+    """The fewest model chunks above 1 per device that split the row's layers per stage evenly; 1 without a pipeline."""
+    heads, hidden, layers, tp, pp, gpus, batch, tflops = row
+    if pp == 1 or layers % pp:
+        return 1
+    per_stage = layers // pp
+    return next((v for v in range(2, per_stage + 1) if per_stage % v == 0), 1)
+
+
+# Note [interleaved estimate]
+# With slots s_i = F_i + G_i per micro-batch (forward and backward, transfers
+# and collectives included), 1F1B takes sum s + (M-1) max s (Note [partition
+# cost model] in planner/partition/evaluate.cpp): the steady part (M-1) max s
+# and the fill and drain, sum s, one slot of each stage. Megatron's
+# interleaved schedule gives each device V chunks of 1/V of its layers, so
+# the fill and drain run on chunks: for P uniform stages of slot t its
+# bubble is (P-1) t / V instead of (P-1) t (Narayanan et al., section 2.2.2),
+# i.e. (M-1) t + t + (sum - max) / V. Each chunk boundary is a transfer of its
+# own, V times as many as 1F1B's, which this estimate leaves out (they are
+# small next to a slot under scatter/gather).
+def terms(j, v):
+    """What the plan's step consists of, and the interleaved schedule's estimate with v chunks."""
+    m = j["microbatches"]
+    slots = [s["fwd_time_s"] + s["bwd_time_s"] for s in j["stages"]]
+    ar = max(s["allreduce_time_s"] for s in j["stages"])
+    fill, steady = sum(slots), (m - 1) * max(slots)
+    if j["schedule"] != "1f1b":  # planned interleaved already (or GPipe): nothing to estimate
+        v = 1
+    interleaved = steady + max(slots) + (fill - max(slots)) / v + ar
+    return {"microbatches": m, "slot_max_s": max(slots), "slot_min_s": min(slots), "fill_drain_s": fill,
+            "steady_s": steady, "allreduce_s": ar, "one_f_one_b_s": fill + steady + ar,
+            "predicted_s": j["predicted_step_time_s"], "virtual_stages": v, "interleaved_estimate_s": interleaved}
+
+
 def plan(plan_tool, model, row, out, flags):
     """Plans; returns (show --json, seconds) or (the error's last line, seconds)."""
     heads, hidden, layers, tp, pp, gpus, batch, tflops = row
@@ -96,6 +150,8 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--rows", default="1.7b,18.4b,145.6b,1008b", help=f"comma-separated, of {','.join(rows)}")
     ap.add_argument("--no-own-plan", action="store_true", help="only Megatron's configuration")
+    ap.add_argument("--terms", action="store_true",
+                    help="print what each forced prediction consists of, and the interleaved schedule's estimate")
     ap.add_argument("--check", type=float, metavar="TOL",
                     help="exit 1 unless each forced prediction is within TOL (e.g. 0.10) of Megatron's step")
     a = ap.parse_args()
@@ -105,7 +161,8 @@ def main():
             ap.error(f"unknown row '{n}' (known: {', '.join(rows)})")
     os.makedirs(a.work, exist_ok=True)
     tp_flag = has_tensor_parallel(a.plan_tool)
-    out, failures = [], []
+    interleave = has_interleaving(a.plan_tool)
+    out, failures, term_lines = [], [], []
     for name in names:
         row = rows[name]
         heads, hidden, layers, tp, pp, gpus, batch, tflops = row
@@ -121,7 +178,15 @@ def main():
             forced = ["--stages", str(pp), "--replicas", str(dp), "--recompute", "on"]
             if tp_flag:
                 forced = ["--tensor-parallel", str(tp)] + forced
+            v = virtual_stages(row)
+            if interleave and v > 1:
+                forced += ["--schedule", "interleaved-1f1b", "--virtual-stages", str(v)]
             j, seconds = plan(a.plan_tool, model, row, os.path.join(a.work, f"gpt{name}-megatron.pb"), forced)
+            if a.terms and not isinstance(j, str):
+                t = terms(j, v)
+                term_lines.append(f"{name}: " + ", ".join(f"{k} {x:.3f}" if isinstance(x, float) else f"{k} {x}"
+                                                         for k, x in t.items())
+                                  + f", interleaved / Megatron {t['interleaved_estimate_s'] / step:.3f}")
             if isinstance(j, str):
                 cells += [f"no plan: {j}", "-", f"{seconds:.1f}"]
                 failures.append(f"{name}: Megatron's configuration did not plan: {j}")
@@ -149,6 +214,8 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for cells in out:
         print("| " + " | ".join(cells) + " |")
+    for line in term_lines:
+        print(line)
     for f in failures:
         print(f"megatron_table: {f}", file=sys.stderr)
     if a.check is not None and failures:
