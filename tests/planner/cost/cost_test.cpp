@@ -195,5 +195,47 @@ TEST(OpCosts, FusedElementwiseChainsAndViewsOnCuda) {
   EXPECT_EQ(on_gpu[0].output_bytes, on_cpu[0].output_bytes);
 }
 
+TEST(OpCosts, TransposedMatrixOperandsOnCuda) {
+  // Note [transposed operands]: x [B, 64] @ Transpose(w [10, 64]) is one GEMM
+  // with a transpose flag on cuda; a transpose read by anything but matrix
+  // products, or of more than two axes, still copies.
+  ir::Graph g;
+  auto value = [&](std::vector<Dim> shape, ir::ValueKind kind) {
+    return g.addValue({"v" + std::to_string(g.values.size()), DType::F32, std::move(shape), true, kind});
+  };
+  const ir::ValueId x = value({Dim::batch(), F(64)}, ir::ValueKind::Input);
+  const ir::ValueId w = value({F(10), F(64)}, ir::ValueKind::Input);
+  const ir::ValueId wt = value({F(64), F(10)}, ir::ValueKind::Intermediate);
+  const ir::ValueId out = value({Dim::batch(), F(10)}, ir::ValueKind::Intermediate);
+  const ir::ValueId u = value({F(10), F(64)}, ir::ValueKind::Input);
+  const ir::ValueId ut = value({F(64), F(10)}, ir::ValueKind::Intermediate);
+  const ir::ValueId sum = value({F(64), F(10)}, ir::ValueKind::Intermediate);
+  const ir::ValueId t3 = value({Dim::batch(), F(4), F(16)}, ir::ValueKind::Input);
+  const ir::ValueId t3t = value({Dim::batch(), F(16), F(4)}, ir::ValueKind::Intermediate);
+  const ir::ValueId out3 = value({Dim::batch(), F(16), F(16)}, ir::ValueKind::Intermediate);
+  g.addNode({"wt", "Transpose", "", {w}, {wt}, {}});
+  g.addNode({"matmul", "MatMul", "", {x, wt}, {out}, {}});
+  g.addNode({"ut", "Transpose", "", {u}, {ut}, {}});
+  g.addNode({"add", "Add", "", {ut, wt}, {sum}, {}}); // ut feeds an Add: a copy
+  g.addNode({"t3", "Transpose", "", {t3}, {t3t}, {}}); // three axes: a copy
+  g.addNode({"bmm", "MatMul", "", {t3t, t3}, {out3}, {}});
+  auto cluster = cluster::clusterFromPreset("a100-80g", 1);
+  ASSERT_TRUE(cluster);
+  cluster::DeviceSpec gpu = cluster->device, cpu = gpu;
+  cpu.type = "cpu";
+  const auto on_gpu = estimateOpCosts(g, gpu, 8), on_cpu = estimateOpCosts(g, cpu, 8);
+  // wt is read by the MatMul and the Add, so it copies too; only a transpose read by products alone is free.
+  EXPECT_GT(on_gpu[0].bytes_moved, 0);
+  g.nodes[3].inputs = {ut, ut};
+  const auto freed = estimateOpCosts(g, gpu, 8);
+  EXPECT_EQ(freed[0].bytes_moved, 0);
+  EXPECT_EQ(freed[0].fwd_time_s, 0);
+  EXPECT_EQ(freed[0].bwd_time_s, 0);
+  EXPECT_GT(freed[2].bytes_moved, 0); // read by the Add
+  EXPECT_GT(freed[4].bytes_moved, 0); // three axes
+  EXPECT_GT(estimateOpCosts(g, cpu, 8)[0].bytes_moved, 0); // cpu keeps the copy
+  EXPECT_EQ(on_cpu[1].bytes_moved, freed[1].bytes_moved);  // the product reads what it reads
+}
+
 } // namespace
 } // namespace rannc::cost
