@@ -38,6 +38,7 @@ ir::ValueId node(ir::Graph &g, const std::string &op, std::vector<ir::ValueId> i
 template <class F> ir::Graph lossGraph(F make_loss) {
   using ir::Dim;
   ir::Graph g;
+  g.opset = 17;
   auto x = value(g, "x", ir::ValueKind::Input, ir::DType::F32, {Dim::batch(), Dim::fixed(3)});
   auto y = value(g, "y", ir::ValueKind::Input, ir::DType::I64, {Dim::batch()});
   auto w = value(g, "w", ir::ValueKind::Parameter, ir::DType::F32, {Dim::fixed(3), Dim::fixed(5)});
