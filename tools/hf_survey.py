@@ -26,7 +26,6 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -136,14 +135,7 @@ def child(family, folder):
     data = make_data(family, np.random.RandomState(1))
     initial = copy.deepcopy(model.state_dict())
     losses = sc.train_reference(model, data, names, STEPS, BATCH, LR)
-    exported = {}
-    for fmt in sc.FORMATS:
-        model.load_state_dict(initial)
-        try:
-            sc.export(model, sc.batch(data, names, 0, BATCH), names, fmt, os.path.join(folder, "model" + sc.EXT[fmt]))
-            exported[fmt] = "ok"
-        except Exception as e:  # the exporter's own refusal is a result
-            exported[fmt] = f"export: {type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+    exported = sc.export_all(model, initial, sc.batch(data, names, 0, BATCH), names, folder)
     sc.save_case(folder, data, names, losses, LR, BATCH, exported)
 
 
@@ -173,32 +165,10 @@ def main():
         for fam in names:
             folder = os.path.join(tmp, fam)
             os.makedirs(folder)
-            try:
-                p = subprocess.run([sys.executable, __file__, "--steps", str(a.steps), "--child", fam, folder],
-                                   text=True, capture_output=True, timeout=a.timeout)
-                failed = None if p.returncode == 0 else "build or PyTorch run: " + sc.first_line(p.stderr)
-            except subprocess.TimeoutExpired:
-                failed = "build or export timed out"
-            if failed:
-                rows += [{"family": fam, "format": f, "plan_ok": False, "reason": failed} for f in sc.FORMATS]
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-                continue
-            exported = json.load(open(os.path.join(folder, "reference.json")))["exported"]
-            for fmt in sc.FORMATS:
-                row = {"family": fam, "format": fmt}
-                if exported[fmt] != "ok":
-                    row.update(plan_ok=False, reason=exported[fmt])
-                else:
-                    row.update(sc.rannc_train(a.build, folder, fmt, mpirun=a.mpirun, timeout=a.timeout))
-                rows.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-    print("| family | format | plan ok | max loss diff | reason for a failure |")
-    print("|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['family']} | {r['format']} | {'yes' if r['plan_ok'] else 'no'} | {sc.cell(r)} | {r['reason']} |")
-    exact = {f: sum(r["format"] == f and not r["reason"] for r in rows) for f in sc.FORMATS}
-    print(f"\n{len(names)} families: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
-          f"(2 stages, 2 micro-batches, {a.steps} steps, rel 1e-4)")
+            rows += sc.case_rows("family", fam, folder,
+                                 [sys.executable, __file__, "--steps", str(a.steps), "--child", fam, folder],
+                                 a.build, a.mpirun, a.timeout)
+    sc.print_table(rows, "family", len(names), "families", a.steps)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -12,6 +12,7 @@ The exports are what PyTorch's documentation shows, with the defaults:
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 
@@ -63,6 +64,20 @@ def export(model, example, names, fmt, path):
         torch.export.save(program, path)
 
 
+def export_all(model, initial, example, names, folder):
+    """Both default exports of `model` from the weights `initial` into folder/model.*:
+    {format: "ok" or the exporter's refusal}."""
+    exported = {}
+    for fmt in FORMATS:
+        model.load_state_dict(initial)
+        try:
+            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]))
+            exported[fmt] = "ok"
+        except Exception as e:  # the exporter's own refusal is a result
+            exported[fmt] = f"export: {type(e).__name__}: " + (str(e).strip().splitlines() or [""])[0][:160]
+    return exported
+
+
 def save_case(folder, data, names, losses, lr, bsz, exported):
     """Writes the data (one .npy per input) and reference.json into `folder`."""
     os.makedirs(os.path.join(folder, "data"), exist_ok=True)
@@ -70,6 +85,14 @@ def save_case(folder, data, names, losses, lr, bsz, exported):
         np.save(os.path.join(folder, "data", nm + ".npy"), data[nm])
     with open(os.path.join(folder, "reference.json"), "w") as f:
         json.dump({"losses": losses, "lr": lr, "batch_size": bsz, "exported": exported}, f)
+
+
+def _run(cmd, timeout):
+    """The finished process, or None when it ran past `timeout` seconds."""
+    try:
+        return subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpirun="mpirun", timeout=600):
@@ -80,30 +103,21 @@ def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpir
     model = os.path.join(folder, "model" + EXT[fmt])
     plan = os.path.join(folder, f"plan_{fmt}.pb")
     row = {"plan_ok": False, "max_loss_diff": None, "reason": ""}
-    cmd = [os.path.join(build, "tools", "rannc-plan"), model, "--gpus", str(stages), "--device-type", "cpu",
-           "--stages", str(stages), "--replicas", "1", "--microbatches", str(microbatches),
-           "--batch-size", str(ref["batch_size"]), "--profile", "analytic", "-o", plan] + list(plan_args)
-    try:
-        p = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        row["reason"] = "plan timed out"
-        return row
-    if p.returncode != 0:
-        row["reason"] = "plan: " + first_line(p.stderr)
+    p = _run([os.path.join(build, "tools", "rannc-plan"), model, "--gpus", str(stages), "--device-type", "cpu",
+              "--stages", str(stages), "--replicas", "1", "--microbatches", str(microbatches),
+              "--batch-size", str(ref["batch_size"]), "--profile", "analytic", "-o", plan] + list(plan_args), timeout)
+    if p is None or p.returncode != 0:
+        row["reason"] = "plan timed out" if p is None else "plan: " + first_line(p.stderr)
         return row
     row["plan_ok"] = True
     log = os.path.join(folder, f"log_{fmt}.jsonl")
     steps = len(ref["losses"])
-    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(stages),
-           os.path.join(build, "tools", "rannc-exec"), plan, "--data", os.path.join(folder, "data"),
-           "--shuffle", "off", "--steps", str(steps), "--optimizer", "sgd", "--lr", repr(ref["lr"]), "--log", log]
-    try:
-        p = subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        row["reason"] = "training timed out"
-        return row
-    if p.returncode != 0:
-        row["reason"] = "train: " + first_line(p.stderr)
+    p = _run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(stages),
+              os.path.join(build, "tools", "rannc-exec"), plan, "--data", os.path.join(folder, "data"),
+              "--shuffle", "off", "--steps", str(steps), "--optimizer", "sgd", "--lr", repr(ref["lr"]), "--log", log],
+             timeout)
+    if p is None or p.returncode != 0:
+        row["reason"] = "training timed out" if p is None else "train: " + first_line(p.stderr)
         return row
     got = [json.loads(l)["loss"] for l in open(log) if l.strip()]
     if len(got) != steps:
@@ -114,8 +128,38 @@ def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpir
     if not row["max_loss_diff"] <= 1e-4:
         worst = max(range(steps), key=lambda i: diffs[i])
         row["reason"] = f"loss off from step {next(i for i in range(steps) if not diffs[i] <= 1e-4)} " \
-                        f"(worst step {worst}: {got[worst]} vs PyTorch {ref['losses'][worst]:.6g})"
+                        f"(worst step {worst}: {got[worst]:.6g} vs PyTorch {ref['losses'][worst]:.6g})"
     return row
+
+
+def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600):
+    """Runs `child_cmd` (the reference run and the exports into `folder`), then
+    plans and trains each exported format: one row per format, printed to stderr as it comes."""
+    p = _run(child_cmd, timeout)
+    failed = None if p is not None and p.returncode == 0 else \
+        "reference run or export timed out" if p is None else "PyTorch run: " + first_line(p.stderr)
+    rows = []
+    for fmt in FORMATS:
+        row = {key: name, "format": fmt}
+        exported = None if failed else json.load(open(os.path.join(folder, "reference.json")))["exported"][fmt]
+        if failed or exported != "ok":
+            row.update(plan_ok=False, reason=failed or exported)
+        else:
+            row.update(rannc_train(build, folder, fmt, mpirun=mpirun, timeout=timeout))
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def print_table(rows, key, count, noun, steps):
+    """The Markdown table and the coverage line over `count` `noun`."""
+    print(f"| {key} | format | plan ok | max loss diff | reason for a failure |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[key]} | {r['format']} | {'yes' if r['plan_ok'] else 'no'} | {cell(r)} | {r['reason']} |")
+    exact = {f: sum(r["format"] == f and not r["reason"] for r in rows) for f in FORMATS}
+    print(f"\n{count} {noun}: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
+          f"(2 stages, 2 micro-batches, {steps} steps, rel 1e-4)")
 
 
 def cell(row):

@@ -33,10 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import survey_common as sc  # noqa: E402
 
-CHILD = r'''
-import json, sys, torch, torchvision
-import torch.nn as nn, torch.nn.functional as F
-name, size, out, route = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+# The model (random weights, 10 classes, dropout off) with its loss, as `m`; `name` set before.
+MODEL = r'''
 torch.manual_seed(0)
 net = torchvision.models.get_model(name, weights=None, num_classes=10)
 for m in net.modules():
@@ -48,8 +46,14 @@ class WithLoss(nn.Module):
         out = self.net(x)
         if not torch.is_tensor(out): out = out[0]   # GoogLeNet/Inception aux outputs in training mode
         return F.cross_entropy(out, y)
-m = WithLoss(net)
-x, y = torch.randn(2, 3, size, size), torch.randint(0, 10, (2,))
+m = WithLoss(net).train()
+'''
+
+CHILD = r'''
+import json, sys, torch, torchvision
+import torch.nn as nn, torch.nn.functional as F
+name, size, out, route = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+''' + MODEL + r'''x, y = torch.randn(2, 3, size, size), torch.randint(0, 10, (2,))
 if route == "dynamo":
     b = torch.export.Dim("batch", min=2)
     torch.onnx.export(m, (x, y), out, dynamo=True, optimize=False, input_names=["x", "y"],
@@ -71,31 +75,12 @@ import torch.nn as nn, torch.nn.functional as F
 sys.path.insert(0, sys.argv[4])
 import survey_common as sc
 name, size, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-torch.manual_seed(0)
-net = torchvision.models.get_model(name, weights=None, num_classes=10)
-for m in net.modules():
-    if isinstance(m, nn.Dropout): m.p = 0.0
-class WithLoss(nn.Module):
-    def __init__(self, net):
-        super().__init__(); self.net = net
-    def forward(self, x, y):
-        out = self.net(x)
-        if not torch.is_tensor(out): out = out[0]
-        return F.cross_entropy(out, y)
-m = WithLoss(net).train()
-rng = np.random.RandomState(1)
+''' + MODEL + r'''rng = np.random.RandomState(1)
 data = {"x": rng.standard_normal((16, 3, size, size)).astype(np.float32), "y": rng.randint(0, 10, 16).astype(np.int64)}
 names = ["x", "y"]
 initial = copy.deepcopy(m.state_dict())
 losses = sc.train_reference(m, data, names, 8, 8, 0.05)
-exported = {}
-for fmt in sc.FORMATS:
-    m.load_state_dict(initial)
-    try:
-        sc.export(m, sc.batch(data, names, 0, 8), names, fmt, folder + "/model" + sc.EXT[fmt])
-        exported[fmt] = "ok"
-    except Exception as e:
-        exported[fmt] = "export: " + type(e).__name__ + ": " + (str(e).strip().splitlines() or [""])[0][:160]
+exported = sc.export_all(m, initial, sc.batch(data, names, 0, 8), names, folder)
 sc.save_case(folder, data, names, losses, 0.05, 8, exported)
 '''
 
@@ -104,24 +89,8 @@ def train_rows(name, size, tmp, a):
     """--train: one row per default export of model `name`."""
     folder = os.path.join(tmp, name)
     os.makedirs(folder, exist_ok=True)
-    try:
-        p = subprocess.run([sys.executable, "-c", TRAIN_CHILD, name, str(size), folder, os.path.dirname(__file__)],
-                           text=True, capture_output=True, timeout=a.timeout)
-        failed = None if p.returncode == 0 else "PyTorch run: " + first_line(p.stderr)
-    except subprocess.TimeoutExpired:
-        failed = "export timed out"
-    if failed:
-        return [{"model": name, "format": f, "plan_ok": False, "reason": failed} for f in sc.FORMATS]
-    exported = json.load(open(os.path.join(folder, "reference.json")))["exported"]
-    rows = []
-    for fmt in sc.FORMATS:
-        row = {"model": name, "format": fmt}
-        if exported[fmt] != "ok":
-            row.update(plan_ok=False, reason=exported[fmt])
-        else:
-            row.update(sc.rannc_train(a.build, folder, fmt, timeout=a.timeout))
-        rows.append(row)
-    return rows
+    child = [sys.executable, "-c", TRAIN_CHILD, name, str(size), folder, os.path.dirname(os.path.abspath(__file__))]
+    return sc.case_rows("model", name, folder, child, a.build, timeout=a.timeout)
 
 
 def size_for(name):
@@ -151,16 +120,8 @@ def main():
     if a.train:
         with tempfile.TemporaryDirectory() as tmp:
             for name in names:
-                for row in train_rows(name, size_for(name), tmp, a):
-                    rows.append(row)
-                    print(json.dumps(row), file=sys.stderr, flush=True)
-        print("| model | format | plan ok | max loss diff | reason for a failure |")
-        print("|---|---|---|---|---|")
-        for r in rows:
-            print(f"| {r['model']} | {r['format']} | {'yes' if r['plan_ok'] else 'no'} | {sc.cell(r)} | {r['reason']} |")
-        exact = {f: sum(r["format"] == f and not r["reason"] for r in rows) for f in sc.FORMATS}
-        print(f"\n{len(names)} models: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
-              "(2 stages, 2 micro-batches, 8 steps, rel 1e-4)")
+                rows += train_rows(name, size_for(name), tmp, a)
+        sc.print_table(rows, "model", len(names), "models", 8)
         return
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
