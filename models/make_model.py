@@ -58,8 +58,11 @@ MIN_OPSET, MAX_OPSET = 13, 17  # the range rannc supports; 17 is also torch 1.13
 
 # --------------------------------------------------------------------------- data
 
-def make_data(name, model, n, seed):
-    """Learnable synthetic data, so the loss visibly falls within a few steps."""
+def make_data(name, model, n, seed, ignored_labels=False):
+    """Learnable synthetic data, so the loss visibly falls within a few steps.
+    ignored_labels: label -100 where Hugging Face's collators put it (hf_bert:
+    every position but the masked ones; causal LMs: right padding), so each
+    micro-batch's loss is a mean over a different count of tokens."""
     rng = np.random.RandomState(seed + 1234)  # independent of the weight seed's stream
     if name == "mlp":
         x = rng.standard_normal((n, model.in_features)).astype(np.float32)
@@ -99,14 +102,21 @@ def make_data(name, model, n, seed):
         noise = rng.random_sample(full.shape) < 0.10
         full = np.where(noise, rng.randint(1, vocab, size=full.shape), full)
         input_ids = full[:, :seq].astype(np.int64)
-        return {"input_ids": input_ids, "labels": input_ids.copy()}
+        labels = input_ids.copy()
+        if ignored_labels:  # right padding: 2..seq real tokens, then token 1 with label -100
+            lengths = rng.randint(2, seq + 1, size=(n, 1))
+            pad = np.arange(seq)[None, :] >= lengths
+            input_ids = np.where(pad, 1, input_ids)
+            labels = np.where(pad, -100, input_ids)
+        return {"input_ids": input_ids, "labels": labels}
     if name == "hf_bert":
         # As "bert", but token 0 is BertConfig's pad_token_id (the embedding's
         # padding_idx, whose row PyTorch never trains; an ONNX Gather does not
         # know it), so it never occurs: [MASK] is 1, the tokens are 2..vocab-1.
         tokens = 2 + (start + stride * t[:, :seq]) % (vocab - 2)
         mask = rng.random_sample(tokens.shape) < 0.15
-        return {"input_ids": np.where(mask, 1, tokens).astype(np.int64), "labels": tokens.astype(np.int64)}
+        labels = np.where(mask, tokens, -100) if ignored_labels else tokens  # DataCollatorForLanguageModeling's
+        return {"input_ids": np.where(mask, 1, tokens).astype(np.int64), "labels": labels.astype(np.int64)}
     if name == "bert":
         # Masked-LM flavour: 15% of inputs replaced by [MASK]; labels = clean tokens.
         tokens = full[:, :seq]
@@ -488,6 +498,9 @@ def parse_args(argv):
     p.add_argument("--torchscript-bare", action="store_true",
                    help="with --torchscript: save the archive as torch.jit.save does by default, without the "
                         "input description (rannc-plan then needs --data DIR)")
+    p.add_argument("--ignored-labels", action="store_true",
+                   help="hf_bert, hf_gpt2, hf_llama: label -100 on unmasked (BERT) or padded (causal LMs) "
+                        "positions, as Hugging Face's collators write them")
     sizes = p.add_argument_group("transformer sizes (bert, gpt, hf_*; defaults are the models' own)")
     for flag in ("--layers", "--hidden", "--heads", "--seq-len", "--vocab"):
         sizes.add_argument(flag, type=int)
@@ -531,6 +544,8 @@ def parse_args(argv):
         p.error(f"--seed must be >= 0, got {a.seed}")
     if set(filter(None, a.precisions.split(","))) - {"bf16", "fp16"}:
         p.error(f"--precisions: {a.precisions!r} is not a list of bf16, fp16")
+    if a.ignored_labels and a.model not in HF_MODELS:
+        p.error("--ignored-labels applies to the hf_* models only")
     if a.torchscript_bare and not a.torchscript:
         p.error("--torchscript-bare needs --torchscript")
     return a
@@ -549,7 +564,7 @@ def cuda_references(a):
     torch.backends.cudnn.allow_tf32 = False
     model = zoo.build(a.model, seed=a.seed, **a.sizes)
     names = list(model.input_names)
-    data = make_data(a.model, model, a.samples, a.seed)
+    data = make_data(a.model, model, a.samples, a.seed, a.ignored_labels)
     for nm in names:  # the same model and data as on disk, or the comparison means nothing
         path = os.path.join(a.out, "data", nm + ".npy")
         if not os.path.exists(path) or not np.array_equal(np.load(path), data[nm]):
@@ -576,7 +591,7 @@ def main(argv=None):
 
     model = zoo.build(a.model, seed=a.seed, **a.sizes)
     names = list(model.input_names)
-    data = make_data(a.model, model, a.samples, a.seed)
+    data = make_data(a.model, model, a.samples, a.seed, a.ignored_labels)
 
     try:
         os.makedirs(os.path.join(a.out, "data"), exist_ok=True)

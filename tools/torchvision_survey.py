@@ -11,7 +11,15 @@ A model above --max-params parameters is listed, not exported. Prints a
 Markdown table (docs/front-ends.md keeps the latest) with the first line of
 any error.
 
-  .venv/bin/python tools/torchvision_survey.py [--build build] [--only resnet18,vit_b_16]
+With --train, each model instead goes through both default exports
+(tools/survey_common.py: `torch.onnx.export(..., dynamic_shapes=...)` and
+`torch.export.export(..., strict=False)` + `torch.export.save`), is planned
+on 2 stages in 2 micro-batches and trained 8 steps (SGD) against PyTorch's own
+run; the table says whether it planned, the largest relative loss difference
+and why it failed. A model with BatchNorm normalises over each micro-batch
+in rannc (Note [batch statistics]), so it is not expected to match there.
+
+  .venv/bin/python tools/torchvision_survey.py [--build build] [--only resnet18,vit_b_16] [--train]
 """
 
 import argparse
@@ -22,11 +30,11 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import survey_common as sc  # noqa: E402
 
-CHILD = r'''
-import json, sys, torch, torchvision
-import torch.nn as nn, torch.nn.functional as F
-name, size, out, route = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+# The model (random weights, 10 classes, dropout off) with its loss, as `m`; `name` set before.
+MODEL = r'''
 torch.manual_seed(0)
 net = torchvision.models.get_model(name, weights=None, num_classes=10)
 for m in net.modules():
@@ -38,8 +46,14 @@ class WithLoss(nn.Module):
         out = self.net(x)
         if not torch.is_tensor(out): out = out[0]   # GoogLeNet/Inception aux outputs in training mode
         return F.cross_entropy(out, y)
-m = WithLoss(net)
-x, y = torch.randn(2, 3, size, size), torch.randint(0, 10, (2,))
+m = WithLoss(net).train()
+'''
+
+CHILD = r'''
+import json, sys, torch, torchvision
+import torch.nn as nn, torch.nn.functional as F
+name, size, out, route = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+''' + MODEL + r'''x, y = torch.randn(2, 3, size, size), torch.randint(0, 10, (2,))
 if route == "dynamo":
     b = torch.export.Dim("batch", min=2)
     torch.onnx.export(m, (x, y), out, dynamo=True, optimize=False, input_names=["x", "y"],
@@ -54,6 +68,31 @@ else:
 SIZES = {"inception_v3": 299, "googlenet": 64}
 
 
+# --train: the reference run and both default exports of one model, in a child.
+TRAIN_CHILD = r'''
+import sys, numpy as np, torch, torchvision, copy
+import torch.nn as nn, torch.nn.functional as F
+sys.path.insert(0, sys.argv[4])
+import survey_common as sc
+name, size, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+''' + MODEL + r'''rng = np.random.RandomState(1)
+data = {"x": rng.standard_normal((16, 3, size, size)).astype(np.float32), "y": rng.randint(0, 10, 16).astype(np.int64)}
+names = ["x", "y"]
+initial = copy.deepcopy(m.state_dict())
+losses = sc.train_reference(m, data, names, 8, 8, 0.05)
+exported = sc.export_all(m, initial, sc.batch(data, names, 0, 8), names, folder)
+sc.save_case(folder, data, names, losses, 0.05, 8, exported)
+'''
+
+
+def train_rows(name, size, tmp, a):
+    """--train: one row per default export of model `name`."""
+    folder = os.path.join(tmp, name)
+    os.makedirs(folder, exist_ok=True)
+    child = [sys.executable, "-c", TRAIN_CHILD, name, str(size), folder, os.path.dirname(os.path.abspath(__file__))]
+    return sc.case_rows("model", name, folder, child, a.build, timeout=a.timeout)
+
+
 def size_for(name):
     if name in SIZES:
         return SIZES[name]
@@ -62,12 +101,7 @@ def size_for(name):
     return 64
 
 
-def first_line(text):
-    lines = [l for l in text.strip().splitlines() if l.strip()]
-    for l in reversed(lines):
-        if "rror" in l:
-            return l.strip()[:160]
-    return (lines[-1].strip()[:160]) if lines else ""
+first_line = sc.first_line
 
 
 def main():
@@ -76,12 +110,19 @@ def main():
     ap.add_argument("--only", help="comma-separated model names")
     ap.add_argument("--max-params", type=float, default=100e6)
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--train", action="store_true", help="train both default exports against PyTorch (see above)")
     a = ap.parse_args()
     import torch  # noqa: F401
     import torchvision
     names = a.only.split(",") if a.only else torchvision.models.list_models(module=torchvision.models)
     plan_tool = os.path.join(a.build, "tools", "rannc-plan")
     rows = []
+    if a.train:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in names:
+                rows += train_rows(name, size_for(name), tmp, a)
+        sc.print_table(rows, "model", len(names), "models", 8)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             n = sum(p.numel() for p in torchvision.models.get_model(name, weights=None, num_classes=10).parameters())

@@ -16,6 +16,7 @@
 #include "executor/schedule/schedule.h"
 #include "executor/train/checkpoint.h"
 #include "executor/train/gpu_comms.h"
+#include "executor/train/loss_count.h"
 #include "executor/train/loss_scale.h"
 #include "executor/train/optim.h"
 #include "executor/train/parameter_update.h"
@@ -132,10 +133,26 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   std::unique_ptr<Transport> transport = gpu.transport();
   StageTransfers transfers(*transport, s, prog, shards, s.tp.degree > 1 ? tp_group.get() : nullptr);
   Watchdog watchdog(opts.timeout_s, comm);
+  // Data inputs `ins` of samples [first, first + count) of the stream, as forward reads them.
+  auto feedSamples = [&](const std::vector<ir::ValueId> &ins, int64_t first, int64_t count,
+                         const torch::Device &device) {
+    runtime::ValueMap feeds;
+    for (ir::ValueId in : ins)
+      feeds[in] = opts.synthetic
+                      ? runtime::syntheticInput(s.graph.values[in], count, opts.seed * 1000003 + uint64_t(first))
+                            .to(device)
+                      : gatherSamples(s.data.at(in), order, first, count, device);
+    return feeds;
+  };
+  // Each micro-batch's share of the loss (Note [loss denominators]).
+  LossShares shares(s.graph, shards[s.stage], s.replica, b, M);
 
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
   if (rank == 0)
     log << startupLine(s.plan, comm.size(), steps, K, opts, cost::precisionName(precision), s.tensor_parallel)
+        << (shares.denominator() ? "rannc-exec: the loss is a mean over " + shares.denominator()->what +
+                                       ": each micro-batch weighs its share of the batch's count\n"
+                                 : "")
         << gpu.describe();
 
   for (int64_t step = *first_step; step < steps; ++step) {
@@ -151,6 +168,10 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     // at once would make the host wait for the device every micro-batch.
     std::vector<torch::Tensor> losses;
     std::vector<int> loss_mbs; // the micro-batch of each
+    if (prog.computes_loss) // the data's loss denominators of the step (Note [loss denominators])
+      shares.newStep(checkpoints.samplesBefore(step), int(K) * M, [&](int64_t first, int64_t count) {
+        return feedSamples(s.graph.inputs, first, count, torch::kCPU);
+      });
     for (size_t ai = 0; ai < actions.size(); ++ai) {
       const schedule::Action &a = actions[ai];
       const int mb = a.microbatch;
@@ -166,11 +187,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         std::unordered_map<ir::ValueId, torch::Tensor> feeds = std::move(received[mb]);
         received.erase(mb);
         const int64_t first = checkpoints.samplesBefore(step) + int64_t(mb) * b + mine.begin;
-        for (ir::ValueId in : prog.data_inputs)
-          feeds[in] = opts.synthetic
-                          ? runtime::syntheticInput(s.graph.values[in], mine.size(), opts.seed * 1000003 + uint64_t(first))
-                                .to(s.device)
-                          : gatherSamples(s.data.at(in), order, first, mine.size(), s.device);
+        for (auto &[in, t] : feedSamples(prog.data_inputs, first, mine.size(), s.device)) feeds[in] = std::move(t);
         runner.forward(mb, std::move(feeds));
         if (prog.computes_loss && s.tp.leader()) { // a group's loss counts once
           losses.push_back(runner.loss(mb).detach());
@@ -194,7 +211,12 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // sending activations we have received since (1F1B), or waits in it
         // already (GPipe's backward phase, the drain).
         transport->waitSends();
-        runner.backward(mb, std::move(send_grads[mb]), double(mine.size()) / double(B * K) * update.lossScale());
+        if (prog.computes_loss) {
+          const auto [part, whole] = shares.share(mb);
+          runner.backward(mb, std::move(send_grads[mb]), part / (whole * double(K)) * update.lossScale());
+        } else {
+          runner.backward(mb, std::move(send_grads[mb]), 0.0); // no loss here to weigh
+        }
         send_grads.erase(mb);
         if (prog.recvs.empty()) runner.release(mb);
         break;
@@ -217,7 +239,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       const torch::Tensor host = torch::stack(losses).to(torch::kCPU, torch::kDouble); // one copy off the device
       const double *value = host.data_ptr<double>();
       for (size_t i = 0; i < losses.size(); ++i) {
-        const double weighted = value[i] * double(mine.size()) / double(B);
+        const auto [part, whole] = shares.share(loss_mbs[i]);
+        const double weighted = part == 0 ? 0.0 : value[i] * part / whole; // 0/0 where nothing counted
         rec.batch_losses[size_t(loss_mbs[i] / M)] += weighted;
         rec.loss_sum += weighted / double(K);
       }

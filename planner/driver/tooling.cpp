@@ -235,6 +235,7 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
   if (!read) return read.error();
   proto::Plan plan = std::move(*read);
   std::vector<std::string> problems = plan::structuralProblems(plan), notes;
+  for (const std::string &note : plan::batchStatisticsNotes(plan)) notes.push_back("batchnorm: " + note);
   auto graph = plan::graphFromProto(plan.graph());
   if (!graph) {
     // Its message names the graph field; report it unless the structural

@@ -75,6 +75,10 @@ Expected<std::string> encodePlan(const proto::Plan &plan, const std::string &ext
 /// micro-batches compatible), each naming the field. Empty when sound.
 std::vector<std::string> structuralProblems(const proto::Plan &plan);
 
+/// Where the layout changes BatchNorm's batch statistics, one line per stage
+/// (Note [batch statistics] in batch_statistics.cpp); empty when nowhere.
+std::vector<std::string> batchStatisticsNotes(const proto::Plan &plan);
+
 /// Total number of ranks the plan's stages use.
 int worldSize(const proto::Plan &plan);
 

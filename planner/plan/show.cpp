@@ -234,6 +234,8 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
          << " replicas (each updates its share, then they all-gather the parameters), saving "
          << bytesText(double(s.estimates().zero_saved_bytes())) << " per device\n";
 
+  for (const std::string &note : batchStatisticsNotes(plan)) os << "warning: batchnorm: " << note << "\n";
+
   os << "\npredicted step time  " << timeText(step);
   if (step > 0) os << " (" << formatFixed(samplesPerSecond(plan), 1) << " samples/s)";
   if (const auto &e = plan.estimates(); e.training_flops_per_sample() > 0) {
@@ -314,6 +316,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["utilisation"] = step > 0 ? stageBusyTime(plan, i) / step : 0.0;
     j["stages"].push_back(std::move(st));
   }
+  j["batch_statistics_warnings"] = batchStatisticsNotes(plan); // Note [batch statistics]
   os << j.dump(2) << "\n";
 }
 

@@ -1,0 +1,168 @@
+"""What tools/hf_survey.py and tools/torchvision_survey.py share: PyTorch's own
+SGD run of a model (the reference), the two default exports, and rannc's
+plan-and-train of an exported file against that reference.
+
+The exports are what PyTorch's documentation shows, with the defaults:
+  onnx  torch.onnx.export(model, args, path, dynamic_shapes=...) (the dynamo
+        exporter, optimize=True);
+  pt2   torch.export.export(model, args, dynamic_shapes=..., strict=False),
+        then torch.export.save.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+FORMATS = ("onnx", "pt2")
+EXT = {"onnx": ".onnx", "pt2": ".pt2"}
+
+
+def first_line(text):
+    """The line of a tool's stderr that says what went wrong (the last one naming an error)."""
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    for l in reversed(lines):
+        if "rror" in l or "refus" in l:
+            return l.strip()[:200]
+    return (lines[-1].strip()[:200]) if lines else ""
+
+
+def batch(data, names, k, bsz):
+    """Batch k of `bsz` samples in rannc-exec's --shuffle off order (SPEC)."""
+    import torch
+    n = len(data[names[0]])
+    idx = (k * bsz + np.arange(bsz)) % n
+    return [torch.from_numpy(data[nm][idx]) for nm in names]
+
+
+def train_reference(model, data, names, steps, bsz, lr):
+    """PyTorch's own SGD losses over `steps` batches (one thread: repeatable)."""
+    import torch
+    torch.set_num_threads(1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for k in range(steps):
+        opt.zero_grad()
+        loss = model(*batch(data, names, k, bsz))
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def export(model, example, names, fmt, path):
+    """The default export of `model` in format `fmt`, the batch dimension dynamic."""
+    import torch
+    batch_dim = torch.export.Dim("batch")
+    shapes = {nm: {0: batch_dim} for nm in names}
+    if fmt == "onnx":
+        torch.onnx.export(model, tuple(example), path, dynamic_shapes=shapes)
+    else:
+        program = torch.export.export(model, tuple(example), dynamic_shapes=shapes, strict=False)
+        torch.export.save(program, path)
+
+
+def export_all(model, initial, example, names, folder):
+    """Both default exports of `model` from the weights `initial` into folder/model.*:
+    {format: "ok" or the exporter's refusal}."""
+    exported = {}
+    for fmt in FORMATS:
+        model.load_state_dict(initial)
+        try:
+            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]))
+            exported[fmt] = "ok"
+        except Exception as e:  # the exporter's own refusal is a result
+            exported[fmt] = f"export: {type(e).__name__}: " + (str(e).strip().splitlines() or [""])[0][:160]
+    return exported
+
+
+def save_case(folder, data, names, losses, lr, bsz, exported):
+    """Writes the data (one .npy per input) and reference.json into `folder`."""
+    os.makedirs(os.path.join(folder, "data"), exist_ok=True)
+    for nm in names:
+        np.save(os.path.join(folder, "data", nm + ".npy"), data[nm])
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump({"losses": losses, "lr": lr, "batch_size": bsz, "exported": exported}, f)
+
+
+def _run(cmd, timeout):
+    """The finished process, or None when it ran past `timeout` seconds."""
+    try:
+        return subprocess.run(cmd, text=True, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpirun="mpirun", timeout=600):
+    """Plans folder/model.<fmt> on `stages` CPU ranks in `microbatches`
+    micro-batches, trains it as the reference did and compares the losses.
+    Returns {plan_ok, max_loss_diff, reason}."""
+    ref = json.load(open(os.path.join(folder, "reference.json")))
+    model = os.path.join(folder, "model" + EXT[fmt])
+    plan = os.path.join(folder, f"plan_{fmt}.pb")
+    row = {"plan_ok": False, "max_loss_diff": None, "reason": ""}
+    p = _run([os.path.join(build, "tools", "rannc-plan"), model, "--gpus", str(stages), "--device-type", "cpu",
+              "--stages", str(stages), "--replicas", "1", "--microbatches", str(microbatches),
+              "--batch-size", str(ref["batch_size"]), "--profile", "analytic", "-o", plan] + list(plan_args), timeout)
+    if p is None or p.returncode != 0:
+        row["reason"] = "plan timed out" if p is None else "plan: " + first_line(p.stderr)
+        return row
+    row["plan_ok"] = True
+    log = os.path.join(folder, f"log_{fmt}.jsonl")
+    steps = len(ref["losses"])
+    p = _run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(stages),
+              os.path.join(build, "tools", "rannc-exec"), plan, "--data", os.path.join(folder, "data"),
+              "--shuffle", "off", "--steps", str(steps), "--optimizer", "sgd", "--lr", repr(ref["lr"]), "--log", log],
+             timeout)
+    if p is None or p.returncode != 0:
+        row["reason"] = "training timed out" if p is None else "train: " + first_line(p.stderr)
+        return row
+    got = [json.loads(l)["loss"] for l in open(log) if l.strip()]
+    if len(got) != steps:
+        row["reason"] = f"train: logged {len(got)} of {steps} steps"
+        return row
+    diffs = [abs(g - w) / max(abs(w), 1e-12) if g is not None else float("inf") for g, w in zip(got, ref["losses"])]
+    row["max_loss_diff"] = max(diffs)
+    if not row["max_loss_diff"] <= 1e-4:
+        worst = max(range(steps), key=lambda i: diffs[i])
+        row["reason"] = f"loss off from step {next(i for i in range(steps) if not diffs[i] <= 1e-4)} " \
+                        f"(worst step {worst}: {got[worst]:.6g} vs PyTorch {ref['losses'][worst]:.6g})"
+    return row
+
+
+def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600):
+    """Runs `child_cmd` (the reference run and the exports into `folder`), then
+    plans and trains each exported format: one row per format, printed to stderr as it comes."""
+    p = _run(child_cmd, timeout)
+    failed = None if p is not None and p.returncode == 0 else \
+        "reference run or export timed out" if p is None else "PyTorch run: " + first_line(p.stderr)
+    rows = []
+    for fmt in FORMATS:
+        row = {key: name, "format": fmt}
+        exported = None if failed else json.load(open(os.path.join(folder, "reference.json")))["exported"][fmt]
+        if failed or exported != "ok":
+            row.update(plan_ok=False, reason=failed or exported)
+        else:
+            row.update(rannc_train(build, folder, fmt, mpirun=mpirun, timeout=timeout))
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def print_table(rows, key, count, noun, steps):
+    """The Markdown table and the coverage line over `count` `noun`."""
+    print(f"| {key} | format | plan ok | max loss diff | reason for a failure |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[key]} | {r['format']} | {'yes' if r['plan_ok'] else 'no'} | {cell(r)} | {r['reason']} |")
+    exact = {f: sum(r["format"] == f and not r["reason"] for r in rows) for f in FORMATS}
+    print(f"\n{count} {noun}: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
+          f"(2 stages, 2 micro-batches, {steps} steps, rel 1e-4)")
+
+
+def cell(row):
+    """The table's 'max loss diff' cell."""
+    d = row.get("max_loss_diff")
+    return "" if d is None else f"{d:.1e}"
