@@ -458,17 +458,18 @@ Expected<proto::Plan> decodePlan(const std::string &bytes, const std::string &ex
   } else {
     return Error{path + ": unknown plan extension '" + ext + "' (use .pb, .pbtxt or .json)"};
   }
-  if (plan.format_version() > kFormatVersion)
-    return Error{path + ": format_version: " + std::to_string(plan.format_version()) +
-                 " is newer than this rannc understands (it reads 1.." + std::to_string(kFormatVersion) +
-                 "); upgrade rannc or re-plan"};
   return plan;
 }
 
 Expected<proto::Plan> readPlan(const std::string &path) {
   auto bytes = readFile(path);
   if (!bytes) return bytes.error();
-  return decodePlan(*bytes, extensionOf(path), path);
+  auto plan = decodePlan(*bytes, extensionOf(path), path);
+  if (plan && plan->format_version() > kFormatVersion)
+    return Error{path + ": format_version: " + std::to_string(plan->format_version()) +
+                 " is newer than this rannc understands (it reads 1.." + std::to_string(kFormatVersion) +
+                 "); upgrade rannc or re-plan"};
+  return plan;
 }
 
 int worldSize(const proto::Plan &plan) {
