@@ -542,8 +542,11 @@ Status Checkpointer::exportTrained(std::ostream &log) {
 }
 
 Status trimLog(const std::string &path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return Status::success();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::success();
+  auto text = readFile(path); // a regular file only: not a FIFO, not /dev/full (Note [hostile inputs])
+  if (!text) return Error{text.error().message + " (--log)"};
+  std::istringstream in(*text);
   std::string line, kept;
   while (std::getline(in, line)) {
     try {
