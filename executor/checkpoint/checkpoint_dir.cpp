@@ -53,6 +53,10 @@ std::string manifestToJson(const Manifest &m) {
                        {"backoff_factor", ls->backoff_factor},
                        {"growth_interval", ls->growth_interval},
                        {"growth_tracker", ls->growth_tracker}};
+  if (!m.data.empty()) {
+    j["data"] = nlohmann::ordered_json::array();
+    for (const auto &f : m.data) j["data"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+  }
   return j.dump(1) + "\n";
 }
 
@@ -94,11 +98,23 @@ Expected<Manifest> parseManifest(const std::string &text, const std::string &whe
                                     ls.at("backoff_factor").get<double>(), ls.at("growth_interval").get<int64_t>(),
                                     ls.at("growth_tracker").get<int64_t>()};
     }
+    if (j.contains("data"))
+      for (const auto &f : j.at("data"))
+        m.data.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>(),
+                          f.at("sha256").get<std::string>()});
   } catch (const nlohmann::json::exception &e) {
     return Error{where + ": corrupt manifest: " + e.what()};
   }
   if (m.step < 0 || m.samples_consumed < 0 || m.samples_per_step < 0)
     return Error{where + ": corrupt manifest: negative step or data position"};
+  // Note [hostile inputs]: positions a resume does arithmetic with stay far from overflow.
+  if (m.step > kMaxSteps || m.samples_per_step > kMaxSamples / kMaxSteps || m.samples_consumed > kMaxSamples ||
+      m.dataset_samples < 0 || m.dataset_samples > kMaxSamples)
+    return Error{where + ": corrupt manifest: implausible step " + std::to_string(m.step) + " or data position " +
+                 std::to_string(m.samples_consumed)};
+  if (m.dataset_samples > 0 && m.epoch != m.samples_consumed / m.dataset_samples)
+    return Error{where + ": corrupt manifest: epoch " + std::to_string(m.epoch) + " does not match " +
+                 std::to_string(m.samples_consumed) + " samples consumed of " + std::to_string(m.dataset_samples)};
   if (const auto &ls = m.loss_scale;
       ls && !(std::isfinite(ls->scale) && ls->scale > 0 && ls->growth_factor > 0 && ls->backoff_factor > 0 &&
               ls->growth_interval >= 1 && ls->growth_tracker >= 0 && ls->growth_tracker < ls->growth_interval))
@@ -145,7 +161,7 @@ Expected<std::optional<Found>> findLatest(const std::string &root, std::vector<s
       if (skipped) skipped->push_back(dir);
       continue;
     }
-    auto text = readFile(path);
+    auto text = readFile(path, kMaxManifestBytes);
     if (!text) return text.error();
     auto m = parseManifest(*text, path);
     if (!m) return m.error();
@@ -162,7 +178,7 @@ Expected<Found> openCheckpoint(const std::string &path) {
   std::string dir = path;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   if (fs::exists(dir + "/manifest.json", ec)) {
-    auto text = readFile(dir + "/manifest.json");
+    auto text = readFile(dir + "/manifest.json", kMaxManifestBytes);
     if (!text) return text.error();
     auto m = parseManifest(*text, dir + "/manifest.json");
     if (!m) return m.error();
@@ -179,8 +195,9 @@ Expected<std::string> readVerified(const Found &c, const std::string &name) {
   auto entry = std::find_if(c.manifest.files.begin(), c.manifest.files.end(),
                             [&](const FileEntry &f) { return f.name == name; });
   if (entry == c.manifest.files.end()) return Error{path + ": not listed in the checkpoint's manifest"};
-  auto bytes = readFile(path);
-  if (!bytes) return Error{bytes.error().message + " (a file of the checkpoint is missing)"};
+  // No more than the manifest says: a FIFO, a device or a grown file is refused before reading.
+  auto bytes = readFile(path, uint64_t(std::max<int64_t>(entry->bytes, 0)));
+  if (!bytes) return Error{bytes.error().message + " (a file of the checkpoint is missing or damaged)"};
   if (int64_t(bytes->size()) != entry->bytes)
     return Error{path + ": " + std::to_string(bytes->size()) + " bytes, the manifest says " +
                  std::to_string(entry->bytes) + " (damaged checkpoint)"};

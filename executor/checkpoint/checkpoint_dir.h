@@ -73,7 +73,17 @@ struct Manifest {
   /// fp16 runs only; absent from fp32/bf16 checkpoints and from those written
   /// before it was saved (a resumed fp16 run then starts at its initial scale).
   std::optional<LossScaleState> loss_scale;
+  /// The --data files trained on (name in the folder, size, SHA-256): a resume
+  /// refuses other data unless told (--resume-other-data). Absent from older
+  /// checkpoints and synthetic runs.
+  std::vector<FileEntry> data;
 };
+
+/// Bounds on a manifest's positions, so a resumed run's arithmetic (step x
+/// samples per step + offset) cannot overflow into a negative data position.
+constexpr int64_t kMaxSteps = int64_t(1) << 40, kMaxSamples = int64_t(1) << 61;
+/// A manifest.json is a few KB per parameter; a bigger one is not read.
+constexpr uint64_t kMaxManifestBytes = uint64_t(256) << 20;
 
 std::string manifestToJson(const Manifest &m);
 /// Parses and validates a manifest (every file it names listed in `files`).

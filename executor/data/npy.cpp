@@ -1,21 +1,13 @@
 #include "executor/data/npy.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 namespace rannc::data {
-
-struct NpyArray::Mapping {
-  void *addr = MAP_FAILED;
-  size_t length = 0;
-  ~Mapping() {
-    if (addr != MAP_FAILED) ::munmap(addr, length);
-  }
-};
 
 namespace {
 
@@ -72,44 +64,59 @@ Status parseNpyHeader(const std::string &header, ir::DType &dtype, std::vector<i
 }
 
 Expected<NpyArray> NpyArray::open(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return Error{path + ": cannot open: " + std::strerror(errno)};
-  struct stat st {};
-  ::fstat(fd, &st);
-  auto map = std::make_shared<Mapping>();
-  map->length = static_cast<size_t>(st.st_size);
-  if (map->length > 0) map->addr = ::mmap(nullptr, map->length, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map->length < 10 || map->addr == MAP_FAILED) return Error{path + ": not a .npy file (too short)"};
-  const char *base = static_cast<const char *>(map->addr);
-  if (std::memcmp(base, "\x93NUMPY", 6) != 0) return Error{path + ": not a .npy file (bad magic)"};
-  uint8_t major = static_cast<uint8_t>(base[6]);
-  size_t header_len = 0, header_start = 0;
+  auto file = openInput(path);
+  if (!file) return file.error();
+  const uint64_t length = file->size();
+  char pre[12] = {};
+  if (length < 10 || !file->readAt(0, std::min<uint64_t>(length, 12), pre))
+    return Error{path + ": not a .npy file (too short)"};
+  if (std::memcmp(pre, "\x93NUMPY", 6) != 0) return Error{path + ": not a .npy file (bad magic)"};
+  uint8_t major = static_cast<uint8_t>(pre[6]);
+  uint64_t header_len = 0, header_start = 0;
   if (major == 1) {
-    header_len = uint8_t(base[8]) | (size_t(uint8_t(base[9])) << 8);
+    header_len = uint8_t(pre[8]) | (uint64_t(uint8_t(pre[9])) << 8);
     header_start = 10;
   } else if (major == 2 || major == 3) {
-    if (map->length < 12) return Error{path + ": truncated .npy header"};
-    header_len = uint8_t(base[8]) | (size_t(uint8_t(base[9])) << 8) | (size_t(uint8_t(base[10])) << 16) |
-                 (size_t(uint8_t(base[11])) << 24);
+    if (length < 12) return Error{path + ": truncated .npy header"};
+    header_len = uint8_t(pre[8]) | (uint64_t(uint8_t(pre[9])) << 8) | (uint64_t(uint8_t(pre[10])) << 16) |
+                 (uint64_t(uint8_t(pre[11])) << 24);
     header_start = 12;
   } else {
     return Error{path + ": unsupported .npy format version " + std::to_string(major)};
   }
-  if (header_start + header_len > map->length) return Error{path + ": truncated .npy header"};
+  // NumPy writes headers of a few hundred bytes; a bigger one is not a data file.
+  constexpr uint64_t kMaxHeader = 1 << 20;
+  if (header_len > kMaxHeader) return Error{path + ": .npy header of " + std::to_string(header_len) + " bytes"};
+  if (header_start + header_len > length) return Error{path + ": truncated .npy header"};
+  std::string header(size_t(header_len), '\0');
+  if (Status st = file->readAt(header_start, header_len, header.data()); !st) return Error{st.message()};
   NpyArray a;
-  if (Status s = parseNpyHeader(std::string(base + header_start, header_len), a.dtype_, a.shape_); !s)
-    return Error{path + ": " + s.message()};
-  a.sample_bytes_ = ir::dtypeSize(a.dtype_);
-  for (size_t i = 1; i < a.shape_.size(); ++i) a.sample_bytes_ *= a.shape_[i];
-  size_t need = size_t(a.samples()) * size_t(a.sample_bytes_);
-  if (header_start + header_len + need > map->length)
-    return Error{path + ": file is truncated (" + std::to_string(map->length - header_start - header_len) +
-                 " data bytes, shape needs " + std::to_string(need) + ")"};
+  if (Status s = parseNpyHeader(header, a.dtype_, a.shape_); !s) return Error{path + ": " + s.message()};
+  // Overflow-checked: a shape whose bytes exceed the file is refused, not wrapped.
+  const uint64_t data_bytes = length - header_start - header_len;
+  uint64_t sample = uint64_t(ir::dtypeSize(a.dtype_)), need = 0;
+  bool overflow = false;
+  for (size_t i = 0; i < a.shape_.size(); ++i) {
+    if (a.shape_[i] < 0) return Error{path + ": negative dimension in shape"};
+    if (i > 0) overflow = overflow || __builtin_mul_overflow(sample, uint64_t(a.shape_[i]), &sample);
+  }
+  overflow = overflow || __builtin_mul_overflow(uint64_t(a.samples()), sample, &need);
+  if (overflow || need > data_bytes)
+    return Error{path + ": file is truncated (" + std::to_string(data_bytes) + " data bytes, shape needs " +
+                 (overflow ? std::string("more than 2^64") : std::to_string(need)) + ")"};
   if (a.samples() < 1) return Error{path + ": holds no samples"};
-  a.data_ = base + header_start + header_len;
-  a.map_ = std::move(map);
+  a.sample_bytes_ = int64_t(sample);
+  a.data_offset_ = header_start + header_len;
+  a.file_ = std::make_shared<InputFile>(std::move(*file));
   return a;
+}
+
+Status NpyArray::readSample(int64_t i, char *out) const {
+  if (i < 0 || i >= samples())
+    return Error{path() + ": sample " + std::to_string(i) + " is outside its " + std::to_string(samples()) + " samples"};
+  if (Status st = file_->readAt(data_offset_ + uint64_t(i) * uint64_t(sample_bytes_), uint64_t(sample_bytes_), out); !st)
+    return Error{st.message()};
+  return Status::success();
 }
 
 } // namespace rannc::data

@@ -162,6 +162,19 @@ Expected<int64_t> Checkpointer::start(std::ostream &log) {
       st = Error{o.checkpoint_dir + ": cannot create the checkpoint folder: " + ec.message()};
     }
   }
+  if (st.ok() && ctx_.comm.rank() == 0 && !o.checkpoint_dir.empty() && !o.synthetic) {
+    // The identity of the data (Note [hostile inputs]): a resume continues only on the same bytes.
+    for (ir::ValueId in : ctx_.graph.inputs) {
+      const std::string name = ctx_.graph.values[in].name + ".npy";
+      auto file = openInput(o.data_dir + "/" + name);
+      auto sha = hashFile(o.data_dir + "/" + name);
+      if (!file || !sha) {
+        st = Error{(file ? sha.error() : file.error()).message};
+        break;
+      }
+      data_files_.push_back({name, int64_t(file->size()), *sha});
+    }
+  }
   if (st = agree(ctx_.comm, st); !st) return Error{st.message()};
   if (o.resume)
     if (st = load(log); !st) return Error{st.message()};
@@ -215,6 +228,18 @@ Status Checkpointer::load(std::ostream &log) {
     if (!o.synthetic && m.dataset_samples != ctx_.dataset_samples)
       return Error{where + ": checkpoint was trained on " + std::to_string(m.dataset_samples) +
                    " samples, --data holds " + std::to_string(ctx_.dataset_samples) + " (the data order would not continue)"};
+    if (rank == 0 && !o.resume_other_data && !m.data.empty())
+      for (const checkpoint::FileEntry &was : m.data) {
+        auto now = std::find_if(data_files_.begin(), data_files_.end(),
+                                [&](const checkpoint::FileEntry &f) { return f.name == was.name; });
+        if (now == data_files_.end() || now->bytes != was.bytes || now->sha256 != was.sha256)
+          return Error{where + ": checkpoint was trained on other data: " + o.data_dir + "/" + was.name + " was " +
+                       std::to_string(was.bytes) + " bytes (SHA-256 " + was.sha256.substr(0, 12) + "...), now " +
+                       (now == data_files_.end() ? std::string("absent")
+                                                 : std::to_string(now->bytes) + " bytes (SHA-256 " +
+                                                       now->sha256.substr(0, 12) + "...)") +
+                       "; pass --resume-other-data to continue on it anyway"};
+      }
     const bool seeded = o.synthetic || o.shuffle == Shuffle::On;
     if (m.shuffle != shuffleName(o.shuffle) || (seeded && m.seed != o.seed))
       return Error{where + ": checkpoint was trained with --shuffle " + m.shuffle + " --seed " + std::to_string(m.seed) +
@@ -266,9 +291,19 @@ Status Checkpointer::load(std::ostream &log) {
               archive.load_from(it->second.data.data(), it->second.data.size(), p.device());
               one->load(archive);
               auto state = one->state().find(stateKey(p));
-              if (state != one->state().end())
-                ctx_.optimizer.state()[stateKey(p)] =
-                    axis < 0 ? std::move(state->second) : mapOptimizerState(*state->second, slice);
+              if (state != one->state().end()) {
+                auto mine = axis < 0 ? std::move(state->second) : mapOptimizerState(*state->second, slice);
+                // Checked now, not inside the first optimizer step (a LibTorch error there).
+                std::string wrong;
+                mapOptimizerState(*mine, [&](const torch::Tensor &t) {
+                  if (wrong.empty() && t.dim() > 0 && t.sizes() != p.sizes()) wrong = describe(t);
+                  return t;
+                });
+                if (!wrong.empty())
+                  return Error{where + "/" + file + ": the optimizer state of '" + name + "' holds a tensor of " +
+                               wrong + ", the parameter is " + describe(p)};
+                ctx_.optimizer.state()[stateKey(p)] = std::move(mine);
+              }
             }
           } catch (const std::exception &e) {
             return Error{where + "/" + file + ": cannot load the " + what + " '" + name + "': " + firstLine(e.what())};
@@ -340,6 +375,9 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   const std::string final_dir = o.checkpoint_dir + "/" + checkpoint::stepFolderName(completed);
   const std::string tmp = final_dir + ".tmp";
   auto fail = [&](const std::string &msg) {
+    // A failed write (a full disk) must not leave its partial folder to fill the disk further.
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
     throw std::runtime_error("cannot write the checkpoint of step " + std::to_string(completed) + ": " + msg);
   };
   if (rank == 0) {
@@ -432,6 +470,7 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   m.model_sha256 = ctx_.plan.model().sha256();
   m.world_size = world;
   m.stages = layoutOf(ctx_.plan);
+  m.data = data_files_;
   int64_t total = 0;
   for (const auto &stage : ctx_.plan.stages())
     for (const auto &f : written[size_t(stage.ranks(0))]) {
@@ -503,8 +542,11 @@ Status Checkpointer::exportTrained(std::ostream &log) {
 }
 
 Status trimLog(const std::string &path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return Status::success();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::success();
+  auto text = readFile(path); // a regular file only: not a FIFO, not /dev/full (Note [hostile inputs])
+  if (!text) return Error{text.error().message + " (--log)"};
+  std::istringstream in(*text);
   std::string line, kept;
   while (std::getline(in, line)) {
     try {

@@ -93,6 +93,9 @@ private:
   std::vector<std::pair<std::string, torch::Tensor>> params_;  ///< this stage's, by name
   std::vector<std::pair<std::string, torch::Tensor>> buffers_; ///< this stage's (this replica's), by name
   std::string model_path_;
+  /// Rank 0, with checkpoints and --data: each data file's size and SHA-256,
+  /// recorded in the manifest and compared on --resume.
+  std::vector<checkpoint::FileEntry> data_files_;
   int64_t start_step_ = 0;
   int64_t data_offset_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <random>
 
 #include "executor/runtime/ops.h"
@@ -9,6 +10,7 @@
 namespace rannc::train {
 
 int64_t SampleOrder::at(int64_t position) {
+  if (position < 0) throw std::runtime_error("data position " + std::to_string(position) + " is negative (overflow?)");
   int64_t epoch = position / n_, offset = position % n_;
   if (!shuffle_) return offset;
   if (epoch != epoch_) {
@@ -28,8 +30,11 @@ torch::Tensor gatherSamples(const data::NpyArray &a, SampleOrder &order, int64_t
   auto opts = torch::TensorOptions().dtype(runtime::toScalarType(a.dtype())).pinned_memory(device.is_cuda());
   torch::Tensor t = torch::empty(dims, opts);
   char *dst = static_cast<char *>(t.data_ptr());
-  for (int64_t i = 0; i < count; ++i)
-    std::memcpy(dst + i * a.sampleBytes(), a.sample(order.at(first + i)), size_t(a.sampleBytes()));
+  // Each step re-checks the file: data that changes under a run is an error
+  // naming it, not silently different samples (Note [hostile inputs]).
+  Status st = a.checkUnchanged();
+  for (int64_t i = 0; st && i < count; ++i) st = a.readSample(order.at(first + i), dst + i * a.sampleBytes());
+  if (!st) throw std::runtime_error(st.message());
   return device.is_cuda() ? t.to(device, /*non_blocking=*/true) : t;
 }
 

@@ -10,6 +10,7 @@
 #include "executor/train/optim.h"
 #include "planner/cost/precision.h"
 #include "planner/plan/model_ref.h"
+#include "planner/support/files.h"
 #include "planner/ir/op_set.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/sharding_record.h"
@@ -49,7 +50,7 @@ Status localizeStage(Setup &s) {
   try {
     ranges = localRanges(s.graph, *local, s.ranges);
   } catch (const std::exception &e) {
-    return Error{e.what()};
+    return Error{firstLine(e.what())};
   }
   // Note [tensor parallel ranks]: a collective runs in the stage of its
   // readers (a copy's backward must see every device's part of its gradient).
@@ -117,9 +118,11 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   std::string model = opts.model.empty() ? s.plan.model().path() : opts.model;
   // One rank reads the whole model to check its identity (Note [model
   // identity]); the others only need the file to be there.
+  if (opts.model.empty())
+    if (Status st = plan::checkRecordedModelPath(model); !st) return Error{opts.plan + ": " + st.message()};
   if (comm.rank() == 0) {
     if (Status st = plan::verifyModelFiles(model, s.plan.model()); !st) return Error{st.message()};
-  } else if (std::ifstream in(model, std::ios::binary); !in) {
+  } else if (!openInput(model)) {
     return Error{model + ": cannot open the model the plan names (pass --model PATH if it moved)"};
   }
   auto graph = plan::graphFromProto(s.plan.graph());

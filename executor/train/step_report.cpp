@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 
@@ -125,7 +128,12 @@ Status StepReporter::report(StepRecord r, const GradientBuckets *buckets) {
   // Rank 0's replica all-reduce: buckets started during backward, of all.
   if (buckets) context.buckets_overlapped = {buckets->startedEarly(), int64_t(buckets->size())};
   const nlohmann::ordered_json j = stepJson(r, totals, context);
-  if (jsonl_) jsonl_ << j.dump() << "\n" << std::flush;
+  if (jsonl_.is_open()) {
+    jsonl_ << j.dump() << "\n" << std::flush;
+    // A full disk must stop the run, not cut the log short unnoticed (rank 0 only: the job aborts).
+    if (!jsonl_) throw std::runtime_error(c_.opts.log + ": cannot write the log at step " + std::to_string(r.step) +
+                                          ": " + std::strerror(errno));
+  }
   run_time_ += r.step_time_s;
   samples_done_ += c_.samples_per_step;
   last_loss_ = loss;

@@ -247,12 +247,17 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     }
     rec.step_time_s = secondsSince(t0);
     if (Status st = reporter.report(std::move(rec), update.buckets()); !st) return st;
-    if (checkpoints.due(step + 1, steps)) {
+    const int stop = stopRequested(comm); // Note [graceful stop]
+    if (checkpoints.due(step + 1, steps) || (stop && !opts.checkpoint_dir.empty())) {
       watchdog.progress("writing the checkpoint of step " + std::to_string(step + 1));
       update.beforeSave(); // the state per parameter
       checkpoints.save(step + 1, log);
       update.afterSave();
     }
+    if (stop)
+      return Error{rank != 0 ? "" : "stopped by signal " + std::to_string(stop) + " after step " + std::to_string(step + 1) +
+                                        (opts.checkpoint_dir.empty() ? " (no --checkpoint-dir: nothing saved)"
+                                                                     : " (checkpoint written; --resume continues)")};
   }
   if (Status st = checkpoints.exportTrained(log); !st) return st;
   reporter.summary();

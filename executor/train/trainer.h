@@ -48,6 +48,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0; ///< > 0: also a checkpoint every this many steps
   int keep = 0;                 ///< > 0: delete all but the newest `keep` checkpoints
   bool resume = false;          ///< continue from the newest complete checkpoint in checkpoint_dir
+  bool resume_other_data = false; ///< resume though the --data files differ from the checkpoint's
   std::string export_onnx;      ///< at the end, the model with the trained weights goes here
   std::string export_state;     ///< at the end, the trained weights as a state dict (torch.load) go here
   /// Seed for the parameters and buffers the model file has no contents for

@@ -1,5 +1,6 @@
 #include "executor/train/watchdog.h"
 
+#include <csignal>
 #include <iostream>
 #include <utility>
 
@@ -35,6 +36,26 @@ void Watchdog::watch() {
       comm_.abort(1);
     }
   }
+}
+
+namespace {
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void onStopSignal(int sig) { g_stop_signal = sig; }
+} // namespace
+
+void installStopHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART; // blocking calls (MPI, file writes) carry on; the step finishes
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+}
+
+int stopRequested(comm::Communicator &comm) {
+  double sig = double(g_stop_signal);
+  comm.allReduce(&sig, 1, comm::ReduceOp::Max);
+  return int(sig);
 }
 
 } // namespace rannc::train

@@ -37,4 +37,16 @@ private:
   std::thread thread_;
 };
 
+/// Note [graceful stop]
+/// SIGTERM (a scheduler's preemption, mpirun's forwarding) and SIGINT only set
+/// a flag; the trainer asks stopRequested after each step, a collective, so
+/// every rank stops after the same step. It then writes a checkpoint of that
+/// step when --checkpoint-dir is given (unless one was just written) and
+/// exits non-zero saying so: at most the step in flight is redone on --resume.
+
+/// Installs the SIGTERM and SIGINT handlers of Note [graceful stop].
+void installStopHandlers();
+/// Collective: the signal some rank received (the largest number), or 0.
+int stopRequested(comm::Communicator &comm);
+
 } // namespace rannc::train

@@ -247,7 +247,9 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
 
   // The model file, when it can be read.
   const std::string model = opts.model.empty() ? plan.model().path() : opts.model;
-  if (std::ifstream in(model, std::ios::binary); in) {
+  if (Status recorded = opts.model.empty() ? plan::checkRecordedModelPath(model) : Status::success(); !recorded) {
+    problems.push_back(recorded.message());
+  } else if (openInput(model)) {
     if (Status st = plan::verifyModelFiles(model, plan.model()); !st)
       problems.push_back("model.sha256: " + st.message());
     else

@@ -21,6 +21,8 @@ Expected<ir::Graph> importModel(const std::string &path, const std::string &data
   if (format != ModelFormat::Onnx && !torch)
     return Error{path + ": a LibTorch archive, which the ONNX importer does not read "
                         "(rannc-plan imports it through executor/frontend)"};
+  // LibTorch's loaders open whatever the path names: a FIFO would hang them (Note [hostile inputs]).
+  if (auto file = openInput(path); !file) return file.error();
   const Error unavailable{path + ": TorchScript and torch.export import is not available in this tool"};
   switch (format) {
   case ModelFormat::TorchScript:

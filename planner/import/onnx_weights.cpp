@@ -2,7 +2,6 @@
 
 #include <onnx/onnx_pb.h>
 
-#include <fstream>
 #include <set>
 
 #include "planner/import/onnx_import.h"
@@ -57,28 +56,27 @@ Expected<ir::Tensor> readExternal(const TensorProto &t, const std::filesystem::p
   } catch (const std::exception &) {
     return Error{where + ": tensor '" + t.name() + "' has a malformed external data offset or length"};
   }
-  const std::filesystem::path file = dir / location;
-  if (std::filesystem::path(location).is_absolute())
-    return Error{where + ": tensor '" + t.name() + "': external data location '" + location +
-                 "' must be relative to the model's folder"};
+  // Inside the model's folder only (Note [hostile inputs]): no absolute path, no .., no symlink out.
+  auto file = insideFolder(dir.string(), location, "tensor '" + t.name() + "': external data location");
+  if (!file) return Error{where + ": " + file.error().message};
   TensorProto inline_copy = t;
   inline_copy.clear_external_data();
   inline_copy.set_data_location(TensorProto::DEFAULT);
-  int64_t numel = 1;
-  for (int64_t d : t.dims()) numel *= d;
   auto dt = dtypeFromOnnx(t.data_type());
-  const int64_t want = dt ? numel * ir::dtypeSize(*dt) : 0;
+  int64_t want = dt ? ir::dtypeSize(*dt) : 0;
+  for (int64_t d : t.dims())
+    if (d < 0 || __builtin_mul_overflow(want, d, &want))
+      return Error{where + ": tensor '" + t.name() + "' has implausible dims"};
   if (length < 0) length = want;
-  std::ifstream in(file, std::ios::binary);
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(file, ec);
-  if (!in || ec || offset < 0 || length < 0 || uint64_t(offset) + uint64_t(length) > size)
+  auto in = openInput(*file);
+  if (!in) return Error{where + ": tensor '" + t.name() + "': " + in.error().message};
+  if (offset < 0 || length < 0 || length != want || uint64_t(offset) + uint64_t(length) > in->size())
     return Error{where + ": tensor '" + t.name() + "': cannot read " + std::to_string(length) + " bytes at offset " +
-                 std::to_string(offset) + " of external data file '" + file.string() + "'"};
+                 std::to_string(offset) + " of external data file '" + *file + "' (" + std::to_string(in->size()) +
+                 " bytes; the tensor's dims need " + std::to_string(want) + ")"};
   std::string bytes(size_t(length), '\0');
-  in.seekg(offset);
-  in.read(bytes.data(), length);
-  if (!in) return Error{where + ": tensor '" + t.name() + "': reading '" + file.string() + "' failed"};
+  if (Status st = in->readAt(uint64_t(offset), uint64_t(length), bytes.data()); !st)
+    return Error{where + ": tensor '" + t.name() + "': " + st.message()};
   inline_copy.set_raw_data(std::move(bytes));
   return tensorFromOnnx(inline_copy, where);
 }

@@ -1,7 +1,6 @@
 #include "planner/plan/model_ref.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "planner/import/model_format.h"
 #include "planner/support/files.h"
@@ -9,12 +8,6 @@
 
 namespace rannc::plan {
 namespace {
-
-Expected<std::string> hashFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot open"};
-  return sha256Hex(in);
-}
 
 std::string short12(const std::string &sha) { return sha.substr(0, 12) + "..."; }
 
@@ -44,9 +37,12 @@ Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph
   if (!g.external_data.empty()) {
     const std::filesystem::path dir = std::filesystem::path(path).parent_path();
     for (const std::string &f : g.external_data) {
+      auto file = insideFolder(dir.string(), f, "external data location");
+      if (!file) return Error{path + ": " + file.error().message};
       std::error_code ec;
-      if (!std::filesystem::is_regular_file(dir / f, ec)) continue; // a weightless model (--init-weights)
-      auto fsha = hashFile((dir / f).string());
+      // Absent: a weightless model (--init-weights); present but no regular file: hashFile says so.
+      if (!std::filesystem::exists(*file, ec)) continue;
+      auto fsha = hashFile(*file);
       if (!fsha) return fsha.error();
       proto::ModelFile *mf = ref.add_external_data();
       mf->set_path(f);
@@ -54,6 +50,23 @@ Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph
     }
   }
   return ref;
+}
+
+Status checkRecordedModelPath(const std::string &path) {
+  // Note [hostile inputs]: a plan from elsewhere must not make check or
+  // rannc-exec read (and hash) any file it names.
+  auto known = [](const std::string &p) {
+    const std::string ext = extensionOf(p);
+    return ext == ".onnx" || ext == ".pt" || ext == ".pth" || ext == ".torchscript" || ext == ".pt2";
+  };
+  if (!known(path))
+    return Error{"model.path '" + path + "' does not name a model file (.onnx, .pt, .pth, .torchscript or .pt2); "
+                 "pass --model PATH"};
+  std::error_code ec;
+  const std::filesystem::path real = std::filesystem::weakly_canonical(path, ec);
+  if (!ec && !known(real.string()))
+    return Error{"model.path '" + path + "' is a symlink to " + real.string() + ", not a model file; pass --model PATH"};
+  return Status::success();
 }
 
 Status verifyModelFiles(const std::string &path, const proto::ModelRef &ref) {
@@ -64,7 +77,9 @@ Status verifyModelFiles(const std::string &path, const proto::ModelRef &ref) {
                  short12(ref.sha256()) + "); re-run rannc-plan"};
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   for (const proto::ModelFile &f : ref.external_data()) {
-    const std::string file = (dir / f.path()).string();
+    auto inside = insideFolder(dir.string(), f.path(), "model.external_data path");
+    if (!inside) return Error{path + ": " + inside.error().message};
+    const std::string file = *inside;
     std::error_code ec;
     if (!std::filesystem::is_regular_file(file, ec))
       return Error{file + ": the external data the plan recorded is missing (its weights; restore it, or re-plan "

@@ -26,6 +26,10 @@ Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph
 /// stops before any step. Only rank 0 reads and hashes the files; the
 /// start-up agreement (docs/architecture.md, "Errors") stops the others.
 
+/// A plan's own model.path (used when no --model is given) names a model
+/// file by its extension, also after symlinks: never /dev/zero or /etc/shadow.
+Status checkRecordedModelPath(const std::string &path);
+
 /// Whether `path` (and the external data files `ref` lists, next to it) hold
 /// the bytes `ref` was made from; the error says which file changed.
 Status verifyModelFiles(const std::string &path, const proto::ModelRef &ref);

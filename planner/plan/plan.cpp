@@ -245,6 +245,11 @@ Expected<ir::Graph> graphFromProto(const proto::Graph &p) {
   }
   g.loss = g.findValue(p.loss());
   if (g.loss == ir::kNoValue) return Error{"graph.loss: '" + p.loss() + "' is not a value of the graph"};
+  // Training reduces the loss to one number: an edited plan must not train on a tensor.
+  if (const ir::Value &loss = g.values[g.loss];
+      (loss.dtype != ir::DType::Undefined && !ir::isFloating(loss.dtype)) || (loss.shape_known && !loss.shape.empty()))
+    return Error{"graph.loss: '" + p.loss() + "' is " + std::string(ir::dtypeName(loss.dtype)) + " " +
+                 ir::shapeString(loss.shape) + ", the loss must be a scalar float"};
   std::string problem = g.verify();
   if (!problem.empty()) return Error{"graph: " + problem};
   return g;
@@ -365,7 +370,52 @@ uint32_t requiredFormatVersion(const proto::Plan &plan) {
   return v;
 }
 
+Expected<proto::Plan> decodePlan(const std::string &bytes, const std::string &ext, const std::string &path);
+
+namespace {
+
+bool validUtf8(const std::string &s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    i += n;
+  }
+  return true;
+}
+
+/// The path of the first string field under `m` that is not valid UTF-8 ("" if none): protobuf
+/// writes such a plan but refuses to read it back.
+std::string firstNonUtf8(const google::protobuf::Message &m, const std::string &where) {
+  using google::protobuf::FieldDescriptor;
+  const auto *refl = m.GetReflection();
+  std::vector<const FieldDescriptor *> fields;
+  refl->ListFields(m, &fields);
+  for (const FieldDescriptor *f : fields) {
+    const std::string name = where.empty() ? f->name() : where + "." + f->name();
+    const int n = f->is_repeated() ? refl->FieldSize(m, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      const std::string at = f->is_repeated() ? name + "[" + std::to_string(i) + "]" : name;
+      if (f->type() == FieldDescriptor::TYPE_MESSAGE) {
+        const auto &sub = f->is_repeated() ? refl->GetRepeatedMessage(m, f, i) : refl->GetMessage(m, f);
+        if (std::string bad = firstNonUtf8(sub, at); !bad.empty()) return bad;
+      } else if (f->type() == FieldDescriptor::TYPE_STRING) {
+        if (!validUtf8(f->is_repeated() ? refl->GetRepeatedString(m, f, i) : refl->GetString(m, f))) return at;
+      }
+    }
+  }
+  return "";
+}
+
+} // namespace
+
 Status writePlan(const proto::Plan &plan, const std::string &path) {
+  // Every plan written reads back (Note [hostile inputs]): a model's names
+  // need not be UTF-8, a plan's strings must be.
+  if (std::string bad = firstNonUtf8(plan, ""); !bad.empty())
+    return Error{path + ": " + bad + " is not valid UTF-8 (a name in the model?); rename it in the model"};
   // A hand edit may have turned a newer field on (Note [plan format versions]);
   // version 0 is no version at all, left for check to report.
   const uint32_t needed = requiredFormatVersion(plan);
@@ -377,6 +427,8 @@ Status writePlan(const proto::Plan &plan, const std::string &path) {
   }
   auto bytes = encodePlan(raise ? raised : plan, extensionOf(path));
   if (!bytes) return Error{path + ": " + bytes.error().message};
+  if (auto back = decodePlan(*bytes, extensionOf(path), path); !back)
+    return Error{"the plan would not read back, so it was not written: " + back.error().message};
   return writeFileAtomic(path, *bytes);
 }
 
@@ -391,26 +443,30 @@ public:
 };
 } // namespace
 
-Expected<proto::Plan> readPlan(const std::string &path) {
-  auto bytes = readFile(path);
-  if (!bytes) return bytes.error();
-  std::string ext = extensionOf(path);
+Expected<proto::Plan> decodePlan(const std::string &bytes, const std::string &ext, const std::string &path) {
   proto::Plan plan;
   if (ext == ".pb") {
-    if (!plan.ParseFromString(*bytes)) return Error{path + ": not a valid binary plan (protobuf parse failed)"};
+    if (!plan.ParseFromString(bytes)) return Error{path + ": not a valid binary plan (protobuf parse failed)"};
   } else if (ext == ".pbtxt") {
     google::protobuf::TextFormat::Parser parser;
     TextErrors errors;
     parser.RecordErrorsTo(&errors);
-    if (!parser.ParseFromString(*bytes, &plan)) return Error{path + ":" + errors.first};
+    if (!parser.ParseFromString(bytes, &plan)) return Error{path + ":" + errors.first};
   } else if (ext == ".json") {
-    auto st = google::protobuf::util::JsonStringToMessage(*bytes, &plan);
+    auto st = google::protobuf::util::JsonStringToMessage(bytes, &plan);
     if (!st.ok()) return Error{path + ": not a valid JSON plan: " + st.ToString()};
   } else {
     return Error{path + ": unknown plan extension '" + ext + "' (use .pb, .pbtxt or .json)"};
   }
-  if (plan.format_version() > kFormatVersion)
-    return Error{path + ": format_version: " + std::to_string(plan.format_version()) +
+  return plan;
+}
+
+Expected<proto::Plan> readPlan(const std::string &path) {
+  auto bytes = readFile(path);
+  if (!bytes) return bytes.error();
+  auto plan = decodePlan(*bytes, extensionOf(path), path);
+  if (plan && plan->format_version() > kFormatVersion)
+    return Error{path + ": format_version: " + std::to_string(plan->format_version()) +
                  " is newer than this rannc understands (it reads 1.." + std::to_string(kFormatVersion) +
                  "); upgrade rannc or re-plan"};
   return plan;

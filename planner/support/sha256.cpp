@@ -48,6 +48,13 @@ std::string sha256Hex(std::istream &in) {
   return s.hex();
 }
 
+std::string sha256Hex(const std::function<size_t(char *, size_t)> &read) {
+  Sha256 s;
+  char buf[1 << 16];
+  for (size_t n; (n = read(buf, sizeof buf)) > 0;) s.update(buf, n);
+  return s.hex();
+}
+
 std::string sha256Hex(std::string_view data) {
   Sha256 s;
   s.update(data.data(), data.size());

@@ -61,8 +61,7 @@ int main(int argc, char **argv) {
       dims[0] = batch;
       torch::Tensor t = torch::empty(dims, torch::TensorOptions().dtype(rannc::runtime::toScalarType(a.dtype())));
       for (int64_t i = 0; i < batch; ++i)
-        std::memcpy(static_cast<char *>(t.data_ptr()) + i * a.sampleBytes(), a.sample((step * batch + i) % a.samples()),
-                    size_t(a.sampleBytes()));
+        (void)a.readSample((step * batch + i) % a.samples(), static_cast<char *>(t.data_ptr()) + i * a.sampleBytes());
       args.emplace_back(t);
     }
     torch::Tensor loss = m.forward(args).toTensor();

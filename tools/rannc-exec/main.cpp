@@ -13,6 +13,8 @@
 #include "executor/train/options.h"
 #include "executor/train/trainer.h"
 #include "executor/train/version.h"
+#include "executor/train/watchdog.h"
+#include "planner/support/trace.h"
 
 namespace {
 
@@ -26,9 +28,14 @@ std::function<int()> addExport(CLI::App &app) {
   cmd->add_option("--model", o->model, "the ONNX model it was trained from (default: the path the checkpoint records)");
   cmd->add_option("-o,--output", o->output, "the ONNX file to write (atomically)")->required();
   return [o] {
-    rannc::Status st = rannc::checkpoint::exportCheckpoint(*o, std::cerr);
+    rannc::Status st;
+    try {
+      st = rannc::checkpoint::exportCheckpoint(*o, std::cerr);
+    } catch (const std::exception &e) {
+      st = rannc::Error{rannc::firstLine(e.what())};
+    }
     if (st.ok()) return 0;
-    std::cerr << "rannc-exec export: error: " << st.message() << "\n";
+    std::cerr << "rannc-exec export: error: " << rannc::withoutTrace(st.message()) << "\n";
     return 1;
   };
 }
@@ -127,6 +134,9 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
                "continue from the newest complete checkpoint in --checkpoint-dir, with any plan of the same model; "
                "the log is kept up to that step and appended")
       ->needs(ckpt_dir);
+  app.add_flag("--resume-other-data", o.resume_other_data,
+               "with --resume: continue though the --data files differ (size or SHA-256) from those the checkpoint "
+               "was trained on");
   app.add_option("--export-onnx", o.export_onnx, "OUT.onnx: at the end, write the model with the trained weights");
   app.add_option("--export-state", o.export_state,
                  "OUT.pt: at the end, write the trained parameters and buffers as a state dict PyTorch's torch.load "
@@ -137,16 +147,18 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
     if (rannc::Status st = rannc::train::finishTrainOptions(*flags_ptr, o); !st)
       return app.exit(CLI::ValidationError(st.message()));
     auto comm = rannc::comm::createMpiCommunicator(&argc, &argv);
+    rannc::train::installStopHandlers(); // Note [graceful stop]
     try {
       rannc::Status st = rannc::train::train(o, *comm, std::cerr);
       if (!st.ok()) {
-        if (!st.message().empty()) std::cerr << "rannc-exec: error: " << st.message() << "\n";
+        if (!st.message().empty()) std::cerr << "rannc-exec: error: " << rannc::withoutTrace(st.message()) << "\n";
         return 1; // every rank returns here: the failure was agreed on
       }
     } catch (const std::exception &e) {
       // A failure on one rank only: stop the whole job now rather than let the
       // others wait forever for this rank's messages.
-      std::cerr << "rannc-exec: rank " << comm->rank() << ": error: " << e.what() << std::endl;
+      // One line: LibTorch's errors carry a C++ backtrace ("frame #") after it.
+      std::cerr << "rannc-exec: rank " << comm->rank() << ": error: " << rannc::firstLine(e.what()) << std::endl;
       comm->abort(1);
     }
     return 0;

@@ -17,6 +17,7 @@
 #include "executor/frontend/common.h"
 #include "executor/frontend/torch_import.h"
 #include "executor/train/version.h"
+#include "planner/support/trace.h"
 
 namespace {
 
@@ -46,7 +47,7 @@ rannc::planner::FrontEnds libtorchFrontEnds() {
 }
 
 int fail(const std::string &message) {
-  std::cerr << "rannc-plan: error: " << message << "\n";
+  std::cerr << "rannc-plan: error: " << rannc::withoutTrace(message) << "\n";
   return 1;
 }
 
@@ -312,7 +313,13 @@ int main(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
-  for (const Verb &v : verbs)
-    if (v.cmd->parsed()) return v.run();
-  return plan.run();
+  try {
+    for (const Verb &v : verbs)
+      if (v.cmd->parsed()) return v.run();
+    return plan.run();
+  } catch (const std::exception &e) {
+    // One line: LibTorch's errors (a .pt model, profiling) carry a backtrace ("frame #") after it.
+    std::cerr << "rannc-plan: error: " << rannc::firstLine(e.what()) << "\n";
+    return 1;
+  }
 }

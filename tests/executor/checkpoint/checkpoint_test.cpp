@@ -4,6 +4,8 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -264,6 +266,57 @@ TEST(Folder, PublishAndPrune) {
   ASSERT_TRUE(publish(root + "/step-8.tmp", root + "/step-8").ok());
   EXPECT_TRUE(fs::exists(root + "/step-8/marker"));
   fs::remove_all(root);
+}
+
+// Note [hostile inputs]: a FIFO or /dev/zero as manifest.json or as a tensor
+// file is refused at once (no hang, no unbounded read), and a file larger
+// than the manifest says is refused before it is read.
+TEST(Folder, RefusesFilesThatAreNotRegularOrTooLarge) {
+  const std::string root = scratch("hostile");
+  writeCheckpoint(root, 5);
+  const std::string dir = root + "/step-5";
+  fs::remove(dir + "/stage-0.safetensors");
+  fs::create_symlink("/dev/zero", dir + "/stage-0.safetensors");
+  auto found = openCheckpoint(dir);
+  ASSERT_TRUE(found.ok()) << found.error().message;
+  auto zero = readWeights(*found);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("not a regular file"), std::string::npos) << zero.error().message;
+  fs::remove(dir + "/stage-0.safetensors");
+  writeText(dir + "/stage-0.safetensors", std::string(4096, 'x')); // larger than the manifest's bytes
+  auto big = readWeights(*found);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.error().message.find("more than the"), std::string::npos) << big.error().message;
+
+  fs::remove(dir + "/manifest.json");
+  ASSERT_EQ(::mkfifo((dir + "/manifest.json").c_str(), 0600), 0);
+  auto fifo = openCheckpoint(dir);
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_NE(fifo.error().message.find("a FIFO, not a regular file"), std::string::npos) << fifo.error().message;
+  EXPECT_FALSE(findLatest(root).ok());
+  fs::remove_all(root);
+}
+
+// A huge samples_consumed once indexed past the data (SIGSEGV with --shuffle on).
+TEST(Manifest, ImplausiblePositionsAreRefused) {
+  for (int64_t consumed : {int64_t(1) << 62, INT64_MAX}) {
+    Manifest m = sampleManifest();
+    m.samples_consumed = consumed;
+    m.epoch = consumed / m.dataset_samples;
+    auto r = parseManifest(manifestToJson(m), "mf");
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("implausible"), std::string::npos) << r.error().message;
+  }
+  Manifest wrong_epoch = sampleManifest();
+  wrong_epoch.epoch = 5;
+  EXPECT_FALSE(parseManifest(manifestToJson(wrong_epoch), "mf").ok());
+  Manifest data = sampleManifest();
+  data.data = {{"input_ids.npy", 1234, std::string(64, 'c')}};
+  auto back = parseManifest(manifestToJson(data), "mf");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_EQ(back->data.size(), 1u);
+  EXPECT_EQ(back->data[0].bytes, 1234);
+  EXPECT_EQ(manifestToJson(*back), manifestToJson(data));
 }
 
 std::string tinyModel() {

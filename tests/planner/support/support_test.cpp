@@ -1,8 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
 #include <sstream>
 #include <string>
 
+#include "planner/support/files.h"
 #include "planner/support/format.h"
 #include "planner/support/sha256.h"
 
@@ -49,6 +56,48 @@ TEST(Format, DecimalsAreExact) {
   EXPECT_EQ(formatDecimal(19.5e12, flops, std::size(flops)), "19.5T");
   EXPECT_EQ(formatDecimal(0.25, flops, std::size(flops)), "0.25");
   EXPECT_EQ(formatDecimal(-1500, flops, std::size(flops)), "-1.5k");
+}
+
+} // namespace
+} // namespace rannc
+
+namespace rannc {
+namespace {
+
+// Note [hostile inputs]: a FIFO, a device or a folder is refused at once.
+TEST(Files, ReadsOnlyRegularFiles) {
+  const std::string dir = ::testing::TempDir() + "files_test";
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string &path : {fifo, std::string("/dev/zero"), dir}) {
+    auto r = readFile(path);
+    ASSERT_FALSE(r.ok()) << path;
+    EXPECT_NE(r.error().message.find("not a regular file"), std::string::npos) << r.error().message;
+    EXPECT_FALSE(hashFile(path).ok()) << path;
+  }
+  std::ofstream(dir + "/ten") << "0123456789";
+  EXPECT_EQ(*readFile(dir + "/ten"), "0123456789");
+  EXPECT_EQ(*hashFile(dir + "/ten"), sha256Hex(std::string_view("0123456789")));
+  auto limited = readFile(dir + "/ten", 9); // bounded before anything is read
+  ASSERT_FALSE(limited.ok());
+  EXPECT_NE(limited.error().message.find("more than the 9"), std::string::npos) << limited.error().message;
+}
+
+TEST(Files, PathsStayInsideTheFolder) {
+  const std::string dir = ::testing::TempDir() + "inside_test";
+  std::filesystem::create_directories(dir + "/sub");
+  std::ofstream(dir + "/sub/w.bin") << "w";
+  std::error_code ec;
+  std::filesystem::remove(dir + "/out", ec);
+  std::filesystem::create_symlink("/etc", dir + "/out");
+  EXPECT_EQ(*insideFolder(dir, "sub/w.bin", "location"), dir + "/sub/w.bin");
+  EXPECT_TRUE(insideFolder(dir, "sub/../sub/w.bin", "location").ok());
+  for (const char *bad : {"../../../../etc/passwd", "sub/../../x", "/etc/passwd", "out/passwd", ""}) {
+    auto r = insideFolder(dir, bad, "location");
+    EXPECT_FALSE(r.ok()) << bad;
+  }
 }
 
 } // namespace
