@@ -2,10 +2,12 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <filesystem>
 #include <set>
 
 #include "executor/checkpoint/checkpoint_dir.h"
 #include "planner/import/onnx_import.h"
+#include "planner/import/onnx_signature.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
 
@@ -26,6 +28,9 @@ Expected<int> writeOnnxWithWeights(const std::string &model_path, const std::map
   if (!bytes) return bytes.error();
   onnx::ModelProto model;
   if (!model.ParseFromString(*bytes)) return Error{model_path + ": not a valid ONNX model"};
+  // The trained parameters are the restored graph's (Note [export signature]).
+  auto sig = import::restoreSignature(model, std::filesystem::path(model_path).parent_path().string(), model_path, nullptr);
+  if (!sig) return sig.error();
   std::set<std::string> replaced;
   for (auto &init : *model.mutable_graph()->mutable_initializer()) {
     auto it = weights.find(init.name());

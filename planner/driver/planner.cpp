@@ -236,7 +236,7 @@ struct Imported {
 Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir, const FrontEnds &front_ends,
                               std::ostream &log, import::ImportAudit *audit = nullptr) {
   import::ImportAudit own;
-  auto graph = import::importModel(model, data_dir, &front_ends.torch, audit ? audit : &own);
+  auto graph = import::importModel(model, data_dir, &front_ends.torch, audit ? *audit : own);
   if (!audit) import::logAudit(own, "rannc-plan: " + model + ": ", log);
   if (!graph || import::modelFormat(model) != import::ModelFormat::Onnx || !front_ends.onnx_shapes) return graph;
   auto completed = front_ends.onnx_shapes(*graph, model);

@@ -44,9 +44,11 @@ struct TorchImporters {
 /// describes a TorchScript archive's inputs and is refused for the formats
 /// that declare their own. Without `torch` (the ONNX-only callers) LibTorch
 /// archives are refused as such; a format `torch` has no importer for, as
-/// not available in this tool. `audit`, when given, receives what the
-/// import found and fixed (Note [import audit]).
+/// not available in this tool.
 Expected<ir::Graph> importModel(const std::string &path, const std::string &data_dir = "",
-                                const TorchImporters *torch = nullptr, ImportAudit *audit = nullptr);
+                                const TorchImporters *torch = nullptr);
+/// importModel, with what the import found and fixed in `audit` (Note [import audit]).
+Expected<ir::Graph> importModel(const std::string &path, const std::string &data_dir, const TorchImporters *torch,
+                                ImportAudit &audit);
 
 } // namespace rannc::import

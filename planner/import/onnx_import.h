@@ -21,9 +21,9 @@ namespace rannc::import {
 
 /// Imports a serialized ONNX ModelProto as a training graph; `where` names it
 /// in error messages. The graph must have exactly one output, the scalar loss.
-/// `audit`, when given, receives what the import found and fixed (Note [import audit]).
-Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where,
-                                    ImportAudit *audit = nullptr);
+Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where);
+/// importOnnxBytes, with what the import found and fixed in `audit` (Note [import audit]).
+Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where, ImportAudit *audit);
 
 /// A model imported for inference (the conformance runner): any outputs.
 struct InferenceModel {
