@@ -46,6 +46,8 @@ namespace rannc::import {
 //     named by none was tied to another parameter, unused, or looked up at
 //     fixed positions and folded (an `embedding` constant): the first and the
 //     last are refused, the tied one noted;
+//   - inputs with a fixed batch dimension are refused: torch.export bakes
+//     the size into every reshape, and rannc splits the batch;
 //   - a BatchNormalization whose FX node is training-mode batch norm but
 //     which the exporter wrote for inference is put back in training mode,
 //     with PyTorch's momentum, and its running statistics stay buffers.
@@ -140,6 +142,7 @@ public:
       : g_(*model.mutable_graph()), dir_(std::move(dir)), where_(std::move(where)), audit_(audit) {}
 
   Expected<ExportSignature> run(const std::map<std::string, Placeholder> &placeholders) {
+    if (Status st = requireDynamicBatch(); !st) return Error{st.message()};
     ExportSignature sig;
     sig.present = true;
     std::map<std::string, std::string> param_of; // placeholder -> parameter target
@@ -212,6 +215,27 @@ private:
       "torch.onnx.export's optimizer (optimize=True, the default) folded this table's lookup at fixed positions "
       "into a constant, so it cannot be trained; export with torch.onnx.export(..., optimize=False), or make the "
       "sequence dimension dynamic too";
+
+  /// torch.export bakes a fixed batch size into every reshape, so the graph
+  /// runs at that size only, while rannc splits the batch into micro-batches.
+  Status requireDynamicBatch() {
+    std::set<std::string> inits;
+    for (const auto &t : g_.initializer()) inits.insert(t.name());
+    std::vector<std::string> fixed;
+    for (const auto &in : g_.input()) {
+      const auto &shape = in.type().tensor_type().shape();
+      if (inits.count(in.name()) || !in.type().tensor_type().has_shape() || shape.dim_size() == 0) continue;
+      if (shape.dim(0).has_dim_value())
+        fixed.push_back(in.name() + " (" + std::to_string(shape.dim(0).dim_value()) + ")");
+    }
+    if (fixed.empty()) return Status::success();
+    const std::string reason =
+        "exported with a fixed batch dimension, which the graph's reshapes bake in, while rannc splits the batch "
+        "into micro-batches; export with a dynamic one: torch.onnx.export(..., dynamic_shapes={name: {0: "
+        "torch.export.Dim(\"batch\")} for each input})";
+    audit_.add(AuditAction::Refused, "fixed batch dimension", reason, fixed);
+    return Error{where_ + ": input " + fixed.front() + ": " + reason};
+  }
 
   /// Node inputs that read a parameter merged into another of the same leaf name read a copy under their own name.
   void splitMerged(const std::vector<std::vector<std::string>> &node_params) {
