@@ -136,15 +136,22 @@ def batch(data, names, k, bsz):
 def export_dynamo(model, example, names, path):
     """torch.onnx.export as PyTorch's docs show it: the dynamo exporter with
     every default (optimize=True, its default opset, the weights in
-    path + ".data"), a dynamic batch dimension. What the exporter's optimizer
+    path + ".data"), a dynamic batch dimension (and sequence, for token models). What the exporter's optimizer
     folds, merges and unties, rannc's importer restores or refuses (Note
     [export signature] in planner/import/onnx_signature.cpp). A tied
     parameter is named in the file by its last alias (GPT-2's lm_head.weight):
     aliases.json maps each alias to named_parameters()' name, for comparing
     trained weights by PyTorch's names."""
     batch_dim = torch.export.Dim("batch", min=2)
+    dims = {nm: {0: batch_dim} for nm in names}
+    if hasattr(model, "seq_len"):
+        # Token models as Hugging Face exports them: batch and sequence
+        # dynamic. With a fixed sequence the optimizer folds the position
+        # embedding's lookup into a constant, which rannc refuses.
+        seq_dim = torch.export.Dim("seq", min=2, max=model.seq_len)
+        dims = {nm: {0: batch_dim, 1: seq_dim} for nm in names}
     torch.onnx.export(model, tuple(example), path, input_names=list(names), output_names=["loss"],
-                      dynamic_shapes={nm: {0: batch_dim} for nm in names})
+                      dynamic_shapes=dims)
     first = {}
     for nm, p in model.named_parameters(remove_duplicate=False):
         first.setdefault(id(p), nm)

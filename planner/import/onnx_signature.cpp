@@ -43,9 +43,11 @@ namespace rannc::import {
 //     weight transposed, a Gemm as its transB says);
 //   - a parameter with no initializer that a surviving FX node names was
 //     folded into other weights (BatchNorm into its convolution), and one
-//     named by none was tied to another parameter, unused, or looked up at
-//     fixed positions and folded (an `embedding` constant): the first and the
-//     last are refused, the tied one noted;
+//     named by none was tied to another parameter (its module still runs
+//     and reads a parameter of the same leaf name) or looked up at fixed
+//     positions and folded: the folded ones are refused, the tied one noted;
+//   - a Gemm or Conv whose zero bias the optimizer dropped reads a zero
+//     parameter of the bias's name again;
 //   - inputs with a fixed batch dimension are refused: torch.export bakes
 //     the size into every reshape, and rannc splits the batch;
 //   - a BatchNormalization whose FX node is training-mode batch norm but
@@ -104,6 +106,14 @@ std::vector<std::string> fxArguments(const std::string &fx) {
 
 std::string leafName(const std::string &target) { return target.substr(target.rfind('.') + 1); }
 
+/// The module path of a node from its `pkg.torch.onnx.name_scopes` (`['', 'model', 'model.embed', 'embedding']`).
+std::string moduleOf(const std::string &scopes) {
+  static const std::regex quoted(R"('([^']*)')");
+  std::vector<std::string> parts;
+  for (std::sregex_iterator it(scopes.begin(), scopes.end(), quoted), end; it != end; ++it) parts.push_back((*it)[1]);
+  return parts.size() >= 2 ? parts[parts.size() - 2] : "";
+}
+
 bool isFloatTensor(const onnx::TensorProto &t) {
   auto dt = dtypeFromOnnx(t.data_type());
   return dt && ir::isFloating(*dt);
@@ -155,8 +165,11 @@ public:
     std::vector<std::vector<std::string>> node_params(size_t(g_.node_size()));
     std::set<std::string> mentioned;
     fx_.resize(size_t(g_.node_size()));
+    std::vector<std::string> module(size_t(g_.node_size()));
     for (int n = 0; n < g_.node_size(); ++n) {
-      const std::string &fx = fx_[size_t(n)] = metadata(g_.node(n), kNodeMetadataField)["pkg.torch.onnx.fx_node"];
+      auto meta = metadata(g_.node(n), kNodeMetadataField);
+      const std::string &fx = fx_[size_t(n)] = meta["pkg.torch.onnx.fx_node"];
+      module[size_t(n)] = moduleOf(meta["pkg.torch.onnx.name_scopes"]);
       for (const auto &a : fxArguments(fx))
         if (auto it = param_of.find(a); it != param_of.end()) {
           node_params[size_t(n)].push_back(it->second);
@@ -165,6 +178,7 @@ public:
       if (double momentum = trainingBatchNormMomentum(fx); momentum >= 0) restoreTrainingBatchNorm(n, momentum);
     }
     splitMerged(node_params);
+    restoreZeroBiases(node_params); // before retie, which moves the nodes
     if (Status st = retie(node_params, sig); !st) return Error{st.message()};
     std::vector<std::string> folded, unread;
     for (const auto &[ph, target] : param_of) {
@@ -175,19 +189,26 @@ public:
       audit_.add(AuditAction::Refused, "folded parameter", kFoldedReason, folded);
       return Error{where_ + ": " + folded.front() + (folded.size() > 1 ? " and others" : "") + ": " + kFoldedReason};
     }
-    // A table looked up at fixed positions folds into a constant named after
-    // the lookup; its parameter is then named by no surviving node.
-    static const std::regex lookup(R"(^embedding(_[0-9]+)?$)");
-    for (const auto &t : g_.initializer())
-      if (!unread.empty() && !sig.parameters.count(t.name()) && isFloatTensor(t) &&
-          std::regex_match(t.name(), lookup)) {
-        audit_.add(AuditAction::Refused, "folded parameter", kLookupReason, unread);
-        return Error{where_ + ": " + unread.front() + (unread.size() > 1 ? " and others" : "") + ": " + kLookupReason};
-      }
+    // A parameter no surviving node names is tied to another when its own
+    // module still runs and reads a parameter of the same leaf name (the
+    // embedding reading the head's tied weight); otherwise its use was
+    // folded away: a table looked up at fixed positions.
+    std::vector<std::string> lookups;
+    for (const auto &p : unread) {
+      const std::string own = p.substr(0, p.rfind('.'));
+      bool tied = false;
+      for (int n = 0; n < g_.node_size() && !tied; ++n)
+        if (module[size_t(n)] == own)
+          for (const auto &q : node_params[size_t(n)]) tied = tied || (q != p && leafName(q) == leafName(p));
+      if (!tied) lookups.push_back(p);
+    }
+    if (!lookups.empty()) {
+      audit_.add(AuditAction::Refused, "folded parameter", kLookupReason, lookups);
+      return Error{where_ + ": " + lookups.front() + (lookups.size() > 1 ? " and others" : "") + ": " + kLookupReason};
+    }
     if (!unread.empty())
-      audit_.add(AuditAction::Warning, "parameter without initializer",
-                 "no op of the export reads them: tied to another parameter (trained once, as in PyTorch) or "
-                 "unused",
+      audit_.add(AuditAction::Warning, "tied parameter",
+                 "tied to another parameter, which their module reads: trained once, as in PyTorch",
                  unread);
     for (auto it = sig.parameters.begin(); it != sig.parameters.end();)
       it = init_.count(*it) ? std::next(it) : sig.parameters.erase(it);
@@ -213,8 +234,8 @@ private:
       "optimize=False)";
   static constexpr const char *kLookupReason =
       "torch.onnx.export's optimizer (optimize=True, the default) folded this table's lookup at fixed positions "
-      "into a constant, so it cannot be trained; export with torch.onnx.export(..., optimize=False), or make the "
-      "sequence dimension dynamic too";
+      "(a position embedding, a relative position bias) into a constant, so it cannot be trained; make the sequence "
+      "dimension dynamic too (dynamic_shapes={name: {0: batch, 1: seq}}), or export with optimize=False";
 
   /// torch.export bakes a fixed batch size into every reshape, so the graph
   /// runs at that size only, while rannc splits the batch into micro-batches.
@@ -365,6 +386,49 @@ private:
                "parameter again, trained once",
                names);
     return Status::success();
+  }
+
+  /// The shape of the initializer `name`; empty when it is none.
+  std::vector<int64_t> matrixShape(const std::string &name) const {
+    auto it = init_.find(name);
+    if (it == init_.end()) return {};
+    const auto &t = g_.initializer(it->second);
+    return {t.dims().begin(), t.dims().end()};
+  }
+
+  /// A Gemm of aten.linear or aten.addmm (GPT-2's Conv1D), or a Conv, whose bias the optimizer dropped (it
+  /// does so when the bias is all zeros, as torchvision's classifiers and
+  /// ConvNeXt's convolutions start) reads a zero parameter of the bias's name again.
+  void restoreZeroBiases(const std::vector<std::vector<std::string>> &node_params) {
+    std::vector<std::string> names;
+    for (int n = 0; n < g_.node_size(); ++n) {
+      auto *node = g_.mutable_node(n);
+      const bool gemm = node->op_type() == "Gemm" &&
+                        (fx_[size_t(n)].find("target=torch.ops.aten.linear.default]") != std::string::npos ||
+                         fx_[size_t(n)].find("target=torch.ops.aten.addmm.default]") != std::string::npos);
+      const bool conv = node->op_type() == "Conv" && fx_[size_t(n)].find("target=torch.ops.aten.conv") != std::string::npos;
+      if (!(gemm || conv) || node->input_size() != 2) continue;
+      std::vector<std::string> missing;
+      for (const auto &p : node_params[size_t(n)])
+        if (!init_.count(p) && leafName(p) == "bias") missing.push_back(p);
+      const auto b = matrixShape(node->input(1));
+      if (missing.size() != 1 || b.size() < 2 || (gemm && b.size() != 2)) continue;
+      bool trans_b = false;
+      for (const auto &a : node->attribute())
+        if (a.name() == "transB") trans_b = a.i() != 0;
+      const int64_t out = conv || trans_b ? b[0] : b[1]; // a Conv's weight is [out, in/groups, k...]
+      auto *t = g_.add_initializer();
+      t->set_name(missing.front());
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      t->add_dims(out);
+      t->set_raw_data(std::string(size_t(out) * sizeof(float), '\0'));
+      init_[missing.front()] = g_.initializer_size() - 1;
+      node->add_input(missing.front());
+      names.push_back(missing.front());
+    }
+    if (!names.empty())
+      audit_.add(AuditAction::Fixed, "dropped zero bias",
+                 "the exporter dropped a bias that starts at zero; it is a zero parameter again", names);
   }
 
   /// An inference-mode BatchNormalization that PyTorch ran in training mode runs in training mode again.
