@@ -43,8 +43,8 @@ namespace rannc::import {
 //     weight transposed, a Gemm as its transB says);
 //   - a parameter with no initializer that a surviving FX node names was
 //     folded into other weights (BatchNorm into its convolution), and one
-//     named by none was tied to another parameter (its module still runs
-//     and reads a parameter of the same leaf name) or looked up at fixed
+//     named by none was tied to another parameter (its module or a submodule
+//     still runs and reads a parameter of the same leaf name) or looked up at fixed
 //     positions and folded: the folded ones are refused, the tied one noted;
 //   - a Gemm or Conv whose zero bias the optimizer dropped reads a zero
 //     parameter of the bias's name again;
@@ -190,15 +190,16 @@ public:
       return Error{where_ + ": " + folded.front() + (folded.size() > 1 ? " and others" : "") + ": " + kFoldedReason};
     }
     // A parameter no surviving node names is tied to another when its own
-    // module still runs and reads a parameter of the same leaf name (the
-    // embedding reading the head's tied weight); otherwise its use was
+    // module (or a submodule) still runs and reads a parameter of the same
+    // leaf name (the embedding reading the head's tied weight, BERT's
+    // prediction head reading its decoder's bias); otherwise its use was
     // folded away: a table looked up at fixed positions.
     std::vector<std::string> lookups;
     for (const auto &p : unread) {
       const std::string own = p.substr(0, p.rfind('.'));
       bool tied = false;
       for (int n = 0; n < g_.node_size() && !tied; ++n)
-        if (module[size_t(n)] == own)
+        if (module[size_t(n)] == own || module[size_t(n)].rfind(own + ".", 0) == 0)
           for (const auto &q : node_params[size_t(n)]) tied = tied || (q != p && leafName(q) == leafName(p));
       if (!tied) lookups.push_back(p);
     }
