@@ -198,9 +198,9 @@ public:
     for (const auto &p : unread) {
       const std::string own = p.substr(0, p.rfind('.'));
       bool tied = false;
-      for (int n = 0; n < g_.node_size() && !tied; ++n)
-        if (module[size_t(n)] == own || module[size_t(n)].rfind(own + ".", 0) == 0)
-          for (const auto &q : node_params[size_t(n)]) tied = tied || (q != p && leafName(q) == leafName(p));
+      for (size_t n = 0; n < module.size() && !tied; ++n) // original node order, as node_params
+        if (module[n] == own || module[n].rfind(own + ".", 0) == 0)
+          for (const auto &q : node_params[n]) tied = tied || (q != p && leafName(q) == leafName(p));
       if (!tied) lookups.push_back(p);
     }
     if (!lookups.empty()) {
