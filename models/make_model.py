@@ -52,7 +52,7 @@ except ImportError as e:  # the usual cause: a python3 other than the project's 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
 
-HF_MODELS = ("hf_gpt2", "hf_bert", "hf_llama")  # zoo's transformers models
+HF_MODELS = ("hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama")  # zoo's transformers-style models
 MIN_OPSET, MAX_OPSET = 13, 17  # the range rannc supports; 17 is also torch 1.13's newest
 
 
@@ -96,7 +96,7 @@ def make_data(name, model, n, seed, ignored_labels=False):
         labels = np.where(attention_mask == 1, tokens, -100)
         return {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask,
                 "labels": labels.astype(np.int64)}
-    if name in ("hf_gpt2", "hf_llama"):
+    if name in ("hf_gpt2", "hf_llama", "hf_qwen2", "sdpa_llama"):
         # Hugging Face's causal-LM convention: labels = input_ids, the model
         # shifts them itself (the last position predicts nothing); 10% noise.
         noise = rng.random_sample(full.shape) < 0.10
@@ -144,60 +144,29 @@ def batch(data, names, k, bsz):
 # --------------------------------------------------------------------------- export
 
 def export_dynamo(model, example, names, path):
-    """torch.onnx.export as PyTorch 2.x users call it (dynamo=True, its default
-    opset). optimize=False: the exporter's optimizer folds weight-only
-    subgraphs (a Linear's transposed weight, a tied embedding's second use)
-    into new initializers, which would train as separate parameters."""
+    """torch.onnx.export as PyTorch's docs show it: the dynamo exporter with
+    every default (optimize=True, its default opset, the weights in
+    path + ".data"), a dynamic batch dimension (and sequence, for token models). What the exporter's optimizer
+    folds, merges and unties, rannc's importer restores or refuses (Note
+    [export signature] in planner/import/onnx_signature.cpp). A tied
+    parameter is named in the file by its last alias (GPT-2's lm_head.weight):
+    aliases.json maps each alias to named_parameters()' name, for comparing
+    trained weights by PyTorch's names."""
     batch_dim = torch.export.Dim("batch", min=2)
-    # The weights go to path + ".data" (the exporter's default external data).
-    torch.onnx.export(model, tuple(example), path, dynamo=True, optimize=False, input_names=list(names),
-                      output_names=["loss"], dynamic_shapes={nm: {0: batch_dim} for nm in names})
-    m = onnx.load(path)
-    if len(m.graph.output) != 1:
-        raise RuntimeError(f"expected 1 graph output, got {len(m.graph.output)}")
-    if inline_buffers_and_name_aliases(model, m):
-        data = path + ".data"
-        if os.path.exists(data):
-            os.remove(data)  # onnx.save appends to an existing external data file
-        onnx.save(m, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=os.path.basename(data), size_threshold=0)
-
-
-def inline_buffers_and_name_aliases(model, m):
-    """What the legacy exporter does and the dynamo exporter does not, done
-    to its ONNX graph `m`; returns whether anything changed:
-      * buffers other than BatchNorm statistics (Hugging Face's
-        non-persistent position_ids, token_type_ids, a rotary inv_freq)
-        become Constant nodes: as initializers a floating-point one would be
-        trained (Note [buffers] in planner/ir/ir.h), though PyTorch never
-        updates it;
-      * a tied parameter, which the exporter names by its last alias
-        (GPT-2's lm_head.weight), takes named_parameters()' name
-        (transformer.wte.weight), so the trained weights load by PyTorch's names."""
-    bn = {nm for nm, mod in model.named_modules() if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm)}
-    inline = {nm for nm, _ in model.named_buffers() if nm.rpartition(".")[0] not in bn}
+    dims = {nm: {0: batch_dim} for nm in names}
+    if hasattr(model, "seq_len"):
+        # Token models as Hugging Face exports them: batch and sequence
+        # dynamic. With a fixed sequence the optimizer folds the position
+        # embedding's lookup into a constant, which rannc refuses.
+        seq_dim = torch.export.Dim("seq", min=2, max=model.seq_len)
+        dims = {nm: {0: batch_dim, 1: seq_dim} for nm in names}
+    torch.onnx.export(model, tuple(example), path, input_names=list(names), output_names=["loss"],
+                      dynamic_shapes=dims)
     first = {}
     for nm, p in model.named_parameters(remove_duplicate=False):
         first.setdefault(id(p), nm)
-    rename = {nm: first[id(p)] for nm, p in model.named_parameters(remove_duplicate=False) if nm != first[id(p)]}
-    inits = {i.name for i in m.graph.initializer}
-    rename = {old: new for old, new in rename.items() if old in inits and new not in inits}
-    consts = [i for i in m.graph.initializer if i.name in inline]
-    if not rename and not consts:
-        return False
-    for i in consts:
-        m.graph.initializer.remove(i)
-    for k, i in enumerate(consts):
-        m.graph.node.insert(k, onnx.helper.make_node("Constant", [], [i.name], name=i.name + "_const", value=i))
-    for i in m.graph.initializer:
-        i.name = rename.get(i.name, i.name)
-    for node in m.graph.node:
-        for k, nm in enumerate(node.input):
-            if nm in rename:
-                node.input[k] = rename[nm]
-    for vi in list(m.graph.value_info) + list(m.graph.input):
-        vi.name = rename.get(vi.name, vi.name)
-    return True
+    write_json(os.path.join(os.path.dirname(path), "aliases.json"),
+               {nm: first[id(p)] for nm, p in model.named_parameters(remove_duplicate=False) if nm != first[id(p)]})
 
 
 def export(model, example, names, path, opset):
@@ -489,6 +458,9 @@ def parse_args(argv):
     p.add_argument("--torchscript", action="store_true",
                    help="also write DIR/model.pt, the same model traced with torch.jit, with the input "
                         "description rannc-plan needs")
+    p.add_argument("--no-legacy-onnx", action="store_true",
+                   help="do not write DIR/model.onnx with the legacy exporter (a model it cannot export, e.g. "
+                        "transformers' causal LMs without an attention mask: aten::diff)")
     p.add_argument("--dynamo-onnx", action="store_true",
                    help="also write DIR/model_dynamo.onnx with torch.onnx.export's default (dynamo) exporter, "
                         "its default opset, the batch dimension dynamic (torch.export.Dim)")
@@ -599,9 +571,10 @@ def main(argv=None):
         sys.exit(f"make_model.py: error: cannot create {a.out}: {e}")
 
     initial = copy.deepcopy(model.state_dict())
-    export(model, batch(data, names, 0, a.batch_size), names,
-           os.path.join(a.out, "model.onnx"), a.opset)
-    model.load_state_dict(initial)  # paranoia: export must not have touched the weights
+    if not a.no_legacy_onnx:
+        export(model, batch(data, names, 0, a.batch_size), names,
+               os.path.join(a.out, "model.onnx"), a.opset)
+        model.load_state_dict(initial)  # paranoia: export must not have touched the weights
     if a.torch_export:
         batch_dim = torch.export.Dim("batch", min=2)
         program = torch.export.export(model, tuple(batch(data, names, 0, a.batch_size)),

@@ -422,6 +422,65 @@ class HFLlama(_HFModel):
         super().__init__(tf.LlamaForCausalLM, cfg, vocab, seq_len)
 
 
+class HFQwen2(_HFModel):
+    """transformers' Qwen2ForCausalLM (q/k/v biases, grouped-query attention,
+    input and output embeddings tied), no attention mask: as a user calls it."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                             num_hidden_layers=layers, num_attention_heads=heads,
+                             num_key_value_heads=max(1, heads // 2), max_position_embeddings=seq_len,
+                             attention_dropout=0.0, use_cache=False, tie_word_embeddings=True,
+                             bos_token_id=None, eos_token_id=None, loss_type="ForCausalLM")
+        super().__init__(tf.Qwen2ForCausalLM, cfg, vocab, seq_len)
+
+
+class SdpaDecoder(nn.Module):
+    """A Llama-style decoder as people write it by hand: RMSNorm, rotary
+    positions from a non-persistent buffer, SwiGLU, and
+    F.scaled_dot_product_attention(is_causal=True); its own causal-LM loss."""
+
+    input_names = ("input_ids", "labels")
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        super().__init__()
+        self.vocab, self.seq_len, self.heads = vocab, seq_len, heads
+        self.embed = nn.Embedding(vocab, hidden)
+        hd = hidden // heads
+        inv = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+        ang = torch.outer(torch.arange(seq_len).float(), inv)
+        self.register_buffer("cos", torch.cat([ang.cos(), ang.cos()], -1), persistent=False)
+        self.register_buffer("sin", torch.cat([ang.sin(), ang.sin()], -1), persistent=False)
+        self.layers = nn.ModuleList()
+        for _ in range(layers):
+            blk = nn.Module()
+            blk.norm1, blk.norm2 = nn.RMSNorm(hidden), nn.RMSNorm(hidden)
+            blk.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
+            blk.proj = nn.Linear(hidden, hidden, bias=False)
+            blk.gate, blk.up = nn.Linear(hidden, 2 * hidden, bias=False), nn.Linear(hidden, 2 * hidden, bias=False)
+            blk.down = nn.Linear(2 * hidden, hidden, bias=False)
+            self.layers.append(blk)
+        self.norm = nn.RMSNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+    def _rotate(self, x):
+        a, b = x.chunk(2, dim=-1)
+        return x * self.cos + torch.cat([-b, a], -1) * self.sin
+
+    def forward(self, input_ids, labels):
+        x = self.embed(input_ids)
+        B, T, H = x.shape
+        for blk in self.layers:
+            q, k, v = blk.qkv(blk.norm1(x)).view(B, T, 3, self.heads, H // self.heads).transpose(1, 3).unbind(2)
+            a = F.scaled_dot_product_attention(self._rotate(q), self._rotate(k), v, is_causal=True)
+            x = x + blk.proj(a.transpose(1, 2).reshape(B, T, H))
+            h = blk.norm2(x)
+            x = x + blk.down(F.silu(blk.gate(h)) * blk.up(h))
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits[:, :-1].reshape(-1, self.vocab), labels[:, 1:].reshape(-1))
+
+
 class VisionClassifier(nn.Module):
     """A torchvision classifier + cross-entropy; inputs x [B, 3, S, S], y [B].
 
@@ -509,9 +568,9 @@ def SwinTiny(num_classes=10, image_size=32):
 
 MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
           "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder,
-          "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama, "convnext_tiny": ConvNeXtTiny,
+          "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama, "hf_qwen2": HFQwen2, "sdpa_llama": SdpaDecoder, "convnext_tiny": ConvNeXtTiny,
           "swin_tiny": SwinTiny, "efficientnet_b0": EfficientNetB0, "regnet_y_400mf": RegNetY400MF}
-TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama")
+TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama")
 VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny", "convnext_tiny", "swin_tiny", "efficientnet_b0",
                  "regnet_y_400mf")
 

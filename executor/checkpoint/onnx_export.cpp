@@ -2,10 +2,13 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <filesystem>
 #include <set>
 
 #include "executor/checkpoint/checkpoint_dir.h"
 #include "planner/import/onnx_import.h"
+#include "planner/import/onnx_signature.h"
+#include "planner/import/onnx_weights.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
 
@@ -26,10 +29,24 @@ Expected<int> writeOnnxWithWeights(const std::string &model_path, const std::map
   if (!bytes) return bytes.error();
   onnx::ModelProto model;
   if (!model.ParseFromString(*bytes)) return Error{model_path + ": not a valid ONNX model"};
+  const std::filesystem::path dir = std::filesystem::path(model_path).parent_path();
+  // The trained parameters are the restored graph's (Note [export signature]).
+  auto sig = import::restoreSignature(model, dir.string(), model_path, nullptr);
+  if (!sig) return sig.error();
   std::set<std::string> replaced;
   for (auto &init : *model.mutable_graph()->mutable_initializer()) {
     auto it = weights.find(init.name());
-    if (it == weights.end()) continue;
+    if (it == weights.end()) {
+      // Untrained initializers in external data (a dynamo export's folded
+      // constants) are written inline: the file stands alone.
+      if (init.data_location() != onnx::TensorProto::EXTERNAL) continue;
+      auto data = import::readExternal(init, dir, model_path);
+      if (!data) return data.error();
+      init.clear_external_data();
+      init.clear_data_location();
+      init.set_raw_data(data->data);
+      continue;
+    }
     const ir::Tensor &w = it->second;
     auto dtype = import::dtypeFromOnnx(init.data_type());
     const std::vector<int64_t> dims(init.dims().begin(), init.dims().end());

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "planner/import/audit.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
@@ -46,5 +47,8 @@ struct TorchImporters {
 /// not available in this tool.
 Expected<ir::Graph> importModel(const std::string &path, const std::string &data_dir = "",
                                 const TorchImporters *torch = nullptr);
+/// importModel, with what the import found and fixed in `audit` (Note [import audit]).
+Expected<ir::Graph> importModel(const std::string &path, const std::string &data_dir, const TorchImporters *torch,
+                                ImportAudit &audit);
 
 } // namespace rannc::import

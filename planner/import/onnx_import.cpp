@@ -8,6 +8,7 @@
 
 #include "planner/import/onnx_opset.h"
 #include "planner/import/onnx_shape_inference.h"
+#include "planner/import/onnx_signature.h"
 #include "planner/import/onnx_tensors.h"
 #include "planner/import/onnx_validation.h"
 #include "planner/import/onnx_weights.h"
@@ -38,13 +39,16 @@ Status importInputs(const onnx::GraphProto &mg, const std::set<std::string> &ini
 }
 
 /// The initializers as parameters, buffers or constants; `weights`, when
-/// given, receives the floating-point ones' contents.
+/// given, receives the parameters' and buffers' contents.
 Status importInitializers(const onnx::GraphProto &mg, const std::set<std::string> &initializer_names,
-                          std::map<std::string, ir::Tensor> *weights, ir::Graph &g, const std::string &where) {
+                          const ExportSignature &sig, std::map<std::string, ir::Tensor> *weights, ir::Graph &g,
+                          const std::string &where) {
   // Floating-point initializers are the trainable parameters, except the
   // ones only BatchNormalization reads as running statistics: buffers (Note
-  // [buffers]). The others (index tables, shape constants) are constants kept
-  // inline in the graph.
+  // [buffers]). A dynamo export names its parameters; its other
+  // floating-point initializers are constants (Note [export signature]). The
+  // others (index tables, shape constants) are constants kept inline in the
+  // graph.
   std::map<std::string, bool> running_stat_only; // initializer -> every read is a BN input 3 or 4
   for (const auto &n : mg.node())
     for (int i = 0; i < n.input_size(); ++i) {
@@ -66,9 +70,10 @@ Status importInitializers(const onnx::GraphProto &mg, const std::set<std::string
     v.dtype = *dt;
     v.shape_known = true;
     for (int64_t d : t.dims()) v.shape.push_back(ir::Dim::fixed(d));
-    if (ir::isFloating(*dt)) {
-      auto stat = running_stat_only.find(t.name());
-      const bool buffer = stat != running_stat_only.end() && stat->second;
+    auto stat = running_stat_only.find(t.name());
+    const bool buffer = ir::isFloating(*dt) && stat != running_stat_only.end() && stat->second;
+    const bool trained = ir::isFloating(*dt) && !buffer && (!sig.present || sig.parameters.count(t.name()));
+    if (buffer || trained) {
       v.kind = buffer ? ir::ValueKind::Buffer : ir::ValueKind::Parameter;
       if (weights) {
         auto data = tensorFromOnnx(t, where);
@@ -78,7 +83,7 @@ Status importInitializers(const onnx::GraphProto &mg, const std::set<std::string
       (buffer ? g.buffers : g.parameters).push_back(g.addValue(std::move(v)));
     } else {
       // The dynamo exporter puts integer buffers (Swin's relative position
-      // index) in the external data file too: read them from there.
+      // index) and folded constants in the external data file too: read them from there.
       v.kind = ir::ValueKind::Constant;
       auto data = t.data_location() == TensorProto::EXTERNAL
                       ? readExternal(t, std::filesystem::path(where).parent_path(), where)
@@ -181,8 +186,8 @@ Status importLoss(const onnx::GraphProto &mg, ir::Graph &g, const std::string &w
 /// `outputs`, when given, receives every graph output (inference);
 /// otherwise the graph must have one scalar floating-point output, the loss.
 /// `weights`, when given, receives the floating-point initializers' contents.
-Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::string &where,
-                                     std::vector<ir::ValueId> *outputs,
+Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const ExportSignature &sig,
+                                     const std::string &where, std::vector<ir::ValueId> *outputs,
                                      std::map<std::string, ir::Tensor> *weights) {
   if (!model.has_graph() || model.graph().node_size() == 0)
     return Error{where + ": ONNX model has no graph nodes"};
@@ -209,7 +214,7 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::s
   const BatchShapes shapes(model, data_inputs);
 
   if (Status st = importInputs(mg, initializer_names, shapes, g, where); !st) return Error{st.message()};
-  if (Status st = importInitializers(mg, initializer_names, weights, g, where); !st) return Error{st.message()};
+  if (Status st = importInitializers(mg, initializer_names, sig, weights, g, where); !st) return Error{st.message()};
   if (Status st = importNodes(mg, shapes, g, where); !st) return Error{st.message()};
   if (Status st = outputs ? importOutputs(mg, *outputs, g, where) : importLoss(mg, g, where); !st)
     return Error{st.message()};
@@ -218,30 +223,44 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const std::s
   return g;
 }
 
-/// Parses a model and rewrites a newer opset into opset-17 forms (Note [newer opsets]).
-Expected<onnx::ModelProto> parseModel(const std::string &bytes, const std::string &where) {
+/// A parsed model, its newer opset rewritten into opset-17 forms (Note
+/// [newer opsets]) and a dynamo export's parameters restored (Note [export signature]).
+struct ParsedModel {
   onnx::ModelProto model;
+  ExportSignature signature;
+};
+
+Expected<ParsedModel> parseModel(const std::string &bytes, const std::string &where, ImportAudit *audit) {
+  ParsedModel parsed;
+  onnx::ModelProto &model = parsed.model;
   if (bytes.empty()) return Error{where + ": empty file, not an ONNX model"};
   if (!model.ParseFromString(bytes))
     return Error{where + ": not a valid ONNX model (protobuf parse failed; truncated or another format?)"};
   auto opset = lowerToKnownOpset(model, where);
   if (!opset) return opset.error();
-  return model;
+  auto sig = restoreSignature(model, std::filesystem::path(where).parent_path().string(), where, audit);
+  if (!sig) return sig.error();
+  parsed.signature = std::move(*sig);
+  return parsed;
 }
 
 } // namespace
 
 Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where) {
-  auto model = parseModel(bytes, where);
-  if (!model) return model.error();
-  return importModelProto(*model, where, nullptr, nullptr);
+  return importOnnxBytes(bytes, where, nullptr);
+}
+
+Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where, ImportAudit *audit) {
+  auto parsed = parseModel(bytes, where, audit);
+  if (!parsed) return parsed.error();
+  return importModelProto(parsed->model, parsed->signature, where, nullptr, nullptr);
 }
 
 Expected<InferenceModel> importOnnxInference(const std::string &bytes, const std::string &where) {
-  auto model = parseModel(bytes, where);
-  if (!model) return model.error();
+  auto parsed = parseModel(bytes, where, nullptr);
+  if (!parsed) return parsed.error();
   InferenceModel m;
-  auto g = importModelProto(*model, where, &m.outputs, &m.weights);
+  auto g = importModelProto(parsed->model, parsed->signature, where, &m.outputs, &m.weights);
   if (!g) return g.error();
   m.graph = std::move(*g);
   return m;

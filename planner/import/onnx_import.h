@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/import/audit.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
@@ -21,6 +22,8 @@ namespace rannc::import {
 /// Imports a serialized ONNX ModelProto as a training graph; `where` names it
 /// in error messages. The graph must have exactly one output, the scalar loss.
 Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where);
+/// importOnnxBytes, with what the import found and fixed in `audit` (Note [import audit]).
+Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where, ImportAudit *audit);
 
 /// A model imported for inference (the conformance runner): any outputs.
 struct InferenceModel {

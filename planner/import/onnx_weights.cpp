@@ -5,6 +5,7 @@
 #include <set>
 
 #include "planner/import/onnx_import.h"
+#include "planner/import/onnx_signature.h"
 #include "planner/support/files.h"
 
 namespace rannc::import {
@@ -89,6 +90,7 @@ Expected<std::map<std::string, ir::Tensor>> loadModelWeights(const std::string &
   onnx::ModelProto model;
   if (!model.ParseFromString(*bytes)) return Error{path + ": not a valid ONNX model"};
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (auto sig = restoreSignature(model, dir.string(), path, nullptr); !sig) return sig.error(); // as import does
   std::set<std::string> wanted(names.begin(), names.end()), seen;
   std::map<std::string, ir::Tensor> out;
   for (const auto &t : model.graph().initializer()) {

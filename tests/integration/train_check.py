@@ -230,7 +230,7 @@ def check_training(args):
     if args.variant:
         worst = max(worst, check_variant(ref, steps))
     if args.check_state:
-        worst = max(worst, check_state(trained, model_dir, name, args.torchscript))
+        worst = max(worst, check_state(trained, model_dir, name, args.torchscript, args.model_file or "model.onnx"))
     if args.device_memory:
         check_memory(args, plan_path, model_dir, ref, steps)
     if args.summary:
@@ -266,7 +266,7 @@ def check_metrics(rec, stages, one_rank):
             sys.exit(f"tokens_per_s / samples_per_s = {per_sample}, not a whole sequence length")
 
 
-def check_state(trained, model_dir, name, torchscript=False):
+def check_state(trained, model_dir, name, torchscript=False, model_file="model.onnx"):
     """Every trained parameter and BatchNorm running statistic of the exported
     model against PyTorch's (reference_<opt>_{params,buffers}.npz), per tensor
     max|a - b| / max(max|b|, 1e-3) (Adam: the 2-norm, see below): the floor keeps rounding noise on tensors
@@ -289,7 +289,7 @@ def check_state(trained, model_dir, name, torchscript=False):
     else:
         got = {i.name: numpy_helper.to_array(i) for i in onnx.load(trained).graph.initializer}
         start = {i.name: numpy_helper.to_array(i)
-                 for i in onnx.load(os.path.join(model_dir, "model.onnx")).graph.initializer}
+                 for i in onnx.load(os.path.join(model_dir, model_file)).graph.initializer}
         buffers = os.path.join(model_dir, f"reference_{name}_buffers.npz")
     want = dict(np.load(os.path.join(model_dir, f"reference_{name}_params.npz")))
     n_buffers = 0
@@ -297,11 +297,16 @@ def check_state(trained, model_dir, name, torchscript=False):
         b = dict(np.load(buffers))
         n_buffers = len(b)
         want.update(b)
-    # Integer constants the model keeps as initializers (Swin's
-    # relative_position_index buffer) are not trained: unchanged, they are
-    # not PyTorch's parameters to compare.
-    got = {k: v for k, v in got.items()
-           if k in want or np.issubdtype(v.dtype, np.floating) or not np.array_equal(v, start.get(k))}
+    # A tied parameter is named in a dynamo export by its last alias
+    # (aliases.json, models/make_model.py). Constants the model keeps as
+    # initializers (Swin's integer relative_position_index, the dynamo
+    # exporter's folded masks and scales) are not trained: unchanged, they
+    # are not PyTorch's parameters to compare.
+    aliases_file = os.path.join(model_dir, "aliases.json")
+    aliases = json.load(open(aliases_file)) if os.path.exists(aliases_file) and not torchscript else {}
+    start = {aliases.get(k, k): v for k, v in start.items()}
+    got = {aliases.get(k, k): v for k, v in got.items()}
+    got = {k: v for k, v in got.items() if k in want or not np.array_equal(v, start.get(k))}
     if sorted(want) != sorted(got):
         sys.exit(f"exported initializers differ from PyTorch's parameters and buffers: {sorted(set(want) ^ set(got))}")
     # Parameters whose PyTorch gradient was rounding noise at every step
@@ -321,7 +326,7 @@ def check_state(trained, model_dir, name, torchscript=False):
         a, b = got[nm], want[nm]
         if a.shape != b.shape:
             sys.exit(f"'{nm}' has shape {a.shape}, PyTorch's {b.shape}")
-        if np.array_equal(b, start[nm]) or nm in noise:
+        if np.array_equal(b, start.get(nm)) or nm in noise:
             continue  # untouched by training (e.g. no gradient reached it), or noise-driven
         diff = a.astype(np.float64) - b
         if adaptive:
