@@ -24,12 +24,9 @@ namespace rannc::sharding {
 // region is bad: seeds only ever get disabled, so it ends, and the result
 // depends on the graph alone (deterministic).
 //
-// Embeddings stay whole. A lookup in a vocabulary-cut table would need each
-// device to shift the ids by its slice's first row and zero the rows it does
-// not hold, and the one local graph every device runs cannot name its
-// device's offset (no op of the graph knows the rank). A table read both by
-// a lookup and by the output layer (tied embeddings) therefore keeps the
-// output layer whole too.
+// A lookup in a parameter table seeds a region too, cutting the table by rows
+// (Note [vocabulary parallelism] in vocab.cpp); a loss over logits cut by
+// classes keeps them cut, so the output layer's logits are never gathered.
 
 namespace {
 
@@ -174,7 +171,7 @@ private:
       if (!res.ok) res.outs.assign(node.outputs.size(), ValueSharding{});
       res.cut_weights.clear();
     }
-    if (res.column) {
+    if (res.column || res.seed) {
       seeds_.push_back(n);
       region = uf_.join(region, n);
     }
@@ -186,7 +183,7 @@ private:
       region_[out] = sh_[out].replicated() ? -1 : region;
       split = split || !sh_[out].replicated();
     }
-    split_[n] = split;
+    split_[n] = split || res.runs_split;
     for (size_t i = 0; i < in.size(); ++i) {
       if (in[i].id == ir::kNoValue || !in[i].weight) continue;
       int axis = -1;
