@@ -115,6 +115,7 @@ public:
         markBad(region_[v]);
     }
     if (g_.loss != ir::kNoValue && !sh_[g_.loss].replicated()) markBad(region_[g_.loss]);
+    markOddRegionsBad();
   }
 
   /// The seeds of bad regions (none when the pass is consistent).
@@ -140,6 +141,25 @@ public:
 private:
   void markBad(int region) {
     if (region >= 0) bad_[uf_.find(region)] = true;
+  }
+
+  // Note [regions that cannot be cut]
+  // A degree must divide every cut size of the graph, so one region whose
+  // sizes share no factor of 2 (a vocabulary of 50,257 or 97) would leave
+  // only t = 1 for the whole model. Such a region is given up instead:
+  // tensor-parallel groups are powers of two in practice (a node's 8
+  // devices), and the rest of the graph keeps its degrees.
+  void markOddRegionsBad() {
+    std::map<int, int64_t> gcd; // region root -> gcd of its cut sizes
+    for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g_.values.size()); ++v) {
+      const int a = sh_[v].axis;
+      if (a < 0 || region_[v] < 0 || !g_.values[v].shape_known || a >= static_cast<int>(g_.values[v].shape.size()))
+        continue;
+      int64_t &d = gcd[uf_.find(region_[v])];
+      d = std::gcd(d, g_.values[v].shape[a].offset);
+    }
+    for (const auto &[root, d] : gcd)
+      if (d % 2 != 0) markBad(root);
   }
 
   std::vector<OpInput> inputsOf(const ir::Node &node) const {

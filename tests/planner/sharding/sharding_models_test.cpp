@@ -41,7 +41,8 @@ TEST(ShardingModels, BertIsMegatronPerLayer) {
   ir::Graph g = load("bert");
   Found f = found(g);
   EXPECT_EQ(f.row, 2 * 2);
-  EXPECT_EQ(f.sum, 2 * 2);
+  EXPECT_EQ(f.sum, 2 * 2 + 1); // and the word embedding's
+  EXPECT_EQ(f.embedding, 1);   // word embeddings; positions and token types stay whole
   EXPECT_EQ(f.column, 2 * 4 + 1);
   EXPECT_GT(headCuts(g, f.a, {4}), 0);
   checkLocal(g, f.a, 2);

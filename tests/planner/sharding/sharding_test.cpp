@@ -265,15 +265,25 @@ TEST(Sharding, EmbeddingIsCutByVocabulary) {
   EXPECT_EQ(local->verify(), "");
 }
 
+/// x [B,8] -> Mul s -> MatMul w [8,32]: logits of 32 classes, and targets y [B].
+struct Classifier {
+  Builder b;
+  ValueId y, w, logits;
+  Classifier() {
+    ValueId x = b.input("x", {B(), F(8)});
+    y = b.input("y", {B()}, DType::I64);
+    ValueId s = b.param("s", {F(8)});
+    w = b.param("w", {F(8), F(32)});
+    logits = b.matmul(b.op("Mul", {x, s}, {B(), F(8)}), w, {B(), F(32)});
+  }
+};
+
 /// The output layer's logits stay cut by classes into the loss, which
 /// becomes TensorParallelCrossEntropy: nothing is gathered.
 TEST(Sharding, CrossEntropyTakesVocabularyCutLogits) {
-  Builder b;
-  ValueId x = b.input("x", {B(), F(8)});
-  ValueId y = b.input("y", {B()}, DType::I64);
-  ValueId s = b.param("s", {F(8)});
-  ValueId w = b.param("w", {F(8), F(32)});
-  ValueId logits = b.matmul(b.op("Mul", {x, s}, {B(), F(8)}), w, {B(), F(32)});
+  Classifier c;
+  Builder &b = c.b;
+  const ValueId y = c.y, w = c.w, logits = c.logits;
   ValueId loss = b.op("SoftmaxCrossEntropyLoss", {logits, y}, {},
                       {{"reduction", std::string("sum")}, {"ignore_index", int64_t{-1}}});
   b.g.loss = loss;
@@ -292,21 +302,18 @@ TEST(Sharding, CrossEntropyTakesVocabularyCutLogits) {
   EXPECT_EQ(std::get<int64_t>(ce.attrs.at("ignore_index")), -1);
   EXPECT_EQ(ir::shapeString(local->values[logits].shape), "[B,8]");
   // Class weights: the loss cannot be computed on slices, so the logits are gathered.
-  Builder c = b;
-  c.g.nodes.back().inputs.push_back(c.param("cw", {F(32)}));
-  Analysis weighted = analyzed(c.g);
+  Builder cw = b;
+  cw.g.nodes.back().inputs.push_back(cw.param("cw", {F(32)}));
+  Analysis weighted = analyzed(cw.g);
   EXPECT_EQ(count(weighted, CollectiveKind::GatherAxis), 1);
 }
 
 /// LogSoftmax over the classes read only by NegativeLogLikelihoodLoss: the
 /// pair is a cross entropy of the cut logits; the log-softmax passes them on.
 TEST(Sharding, LogSoftmaxAndNllLossTakeVocabularyCutLogits) {
-  Builder b;
-  ValueId x = b.input("x", {B(), F(8)});
-  ValueId y = b.input("y", {B()}, DType::I64);
-  ValueId s = b.param("s", {F(8)});
-  ValueId w = b.param("w", {F(8), F(32)});
-  ValueId logits = b.matmul(b.op("Mul", {x, s}, {B(), F(8)}), w, {B(), F(32)});
+  Classifier c;
+  Builder &b = c.b;
+  const ValueId y = c.y, logits = c.logits;
   ValueId lsm = b.op("LogSoftmax", {logits}, {B(), F(32)}, {{"axis", int64_t{1}}});
   b.g.loss = b.op("NegativeLogLikelihoodLoss", {lsm, y}, {}, {{"ignore_index", int64_t{-100}}});
   Analysis a = analyzed(b.g);
@@ -324,9 +331,9 @@ TEST(Sharding, LogSoftmaxAndNllLossTakeVocabularyCutLogits) {
   EXPECT_EQ(std::get<int64_t>(ce.attrs.at("ignore_index")), -100);
   EXPECT_EQ(local->verify(), "");
   // A second reader of the log-probabilities needs them whole: gathered first.
-  Builder c = b;
-  c.op("Exp", {lsm}, {B(), F(32)});
-  Analysis two = analyzed(c.g);
+  Builder two_readers = b;
+  two_readers.op("Exp", {lsm}, {B(), F(32)});
+  Analysis two = analyzed(two_readers.g);
   EXPECT_EQ(count(two, CollectiveKind::GatherAxis), 1);
   EXPECT_TRUE(two.values[lsm].replicated());
 }
