@@ -12,12 +12,13 @@
                    to the same losses on 1 rank and on a 2-stage pipeline (the
                    initial weights do not depend on the plan), and to other
                    losses with another seed.
---case tp-vocab    a weightless GPT of Megatron's vocabulary (51,200, the
-                   output layer tied to the word embedding) planned at
-                   --tensor-parallel 2 on one stage: each device holds half
-                   of the word embedding (Note [vocabulary parallelism] in
-                   planner/sharding/vocab.cpp); what stays whole is no more
-                   than the position table and the per-layer vectors.
+--case tp-vocab    a weightless GPT of Megatron's vocabulary (51,200;
+                   --gpt-flags=--untied for an output layer of its own)
+                   planned at --tensor-parallel 2 on one stage: each device
+                   holds half of the word embedding and of the output layer
+                   (Note [vocabulary parallelism] in planner/sharding/vocab.cpp);
+                   what stays whole is no more than the position table and
+                   the per-layer vectors.
 --case external-data  the GPT test model re-saved with its weights in an ONNX
                    external data file trains to PyTorch's losses (the file is
                    read), and fails clearly once that file is gone.
@@ -120,7 +121,7 @@ def tp_vocab(args, work):
     layers, hidden, seq, vocab, t = 2, 256, 256, 51200, 2
     model = os.path.join(work, "gpt.onnx")
     info = make_large(args, "gpt", "--layers", str(layers), "--hidden", str(hidden), "--heads", "8", "--seq-len",
-                      str(seq), "--vocab", str(vocab), "-o", model)
+                      str(seq), "--vocab", str(vocab), *args.gpt_flags.split(), "-o", model)
     plan = os.path.join(work, "gpt-tp2.pb")
     must(run([args.plan_tool, model, "--gpus", str(t), "--device-type", "a100-80g", "--profile", "analytic",
               "--batch-size", "8", "--stages", "1", "--replicas", "1", "--tensor-parallel", str(t), "-o", plan]),
@@ -241,6 +242,7 @@ def main():
     ap.add_argument("--models", help="folder of make_model.py models (external-data)")
     ap.add_argument("--model", default="gpt")
     ap.add_argument("--work", required=True)
+    ap.add_argument("--gpt-flags", default="", help="more make_large.py flags for tp-vocab (--untied)")
     ap.add_argument("--plan-limit", type=float, default=60, help="seconds import + plan of the 100B model may take")
     args = ap.parse_args()
     work = os.path.join(args.work, args.case)
