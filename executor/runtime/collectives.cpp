@@ -10,12 +10,22 @@ comm::Buffer floatBuffer(const torch::Tensor &t) {
                       t.is_cuda() ? comm::Memory::Device : comm::Memory::Host};
 }
 
-torch::Tensor allReduceSum(comm::Communicator &group, const torch::Tensor &t) {
+namespace {
+torch::Tensor allReduce(comm::Communicator &group, const torch::Tensor &t, comm::ReduceOp op) {
   torch::NoGradGuard no_grad;
   // A fresh buffer: the collective overwrites it in place.
-  torch::Tensor sum = t.to(torch::kFloat).contiguous().clone();
-  group.allReduce(floatBuffer(sum), comm::ReduceOp::Sum);
-  return sum.to(t.scalar_type());
+  torch::Tensor res = t.to(torch::kFloat).contiguous().clone();
+  group.allReduce(floatBuffer(res), op);
+  return res.to(t.scalar_type());
+}
+} // namespace
+
+torch::Tensor allReduceSum(comm::Communicator &group, const torch::Tensor &t) {
+  return allReduce(group, t, comm::ReduceOp::Sum);
+}
+
+torch::Tensor allReduceMax(comm::Communicator &group, const torch::Tensor &t) {
+  return allReduce(group, t, comm::ReduceOp::Max);
 }
 
 torch::Tensor allGather(comm::Communicator &group, const torch::Tensor &t, int64_t axis) {

@@ -20,6 +20,9 @@ comm::Buffer floatBuffer(const torch::Tensor &t);
 /// (summed in float32, the precision of the gradient sums).
 torch::Tensor allReduceSum(comm::Communicator &group, const torch::Tensor &t);
 
+/// The element-wise maximum of `t` over the ranks of `group` (as allReduceSum).
+torch::Tensor allReduceMax(comm::Communicator &group, const torch::Tensor &t);
+
 /// Every rank's `t` (the same shape on each) joined along `axis` in rank
 /// order, a new tensor of `t`'s dtype.
 torch::Tensor allGather(comm::Communicator &group, const torch::Tensor &t, int64_t axis);

@@ -153,6 +153,8 @@ const std::vector<OpInfo> &supportedOps() {
       // Domain "rannc": the collectives sharding::localGraph inserts (Note
       // [tensor parallel sharding] in planner/sharding/sharding.h); never in a model file.
       {"TensorParallelCopy", 1, 17},
+      {"TensorParallelCrossEntropy", 1, 17},
+      {"TensorParallelEmbedding", 1, 17},
       {"TensorParallelGather", 1, 17},
       {"TensorParallelSum", 1, 17},
       {"ThresholdedRelu", 10, 17},

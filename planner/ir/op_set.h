@@ -33,6 +33,9 @@ inline constexpr std::string_view kRanncDomain = "rannc";
 /// forward / identity backward, all-gather along attribute `axis` forward / slice backward.
 inline constexpr std::string_view kTensorParallelCopy = "TensorParallelCopy", kTensorParallelSum = "TensorParallelSum",
                                   kTensorParallelGather = "TensorParallelGather";
+/// Vocabulary parallelism's kernels (Note [vocabulary parallelism] in planner/sharding/vocab.cpp).
+inline constexpr std::string_view kTensorParallelEmbedding = "TensorParallelEmbedding",
+                                  kTensorParallelCrossEntropy = "TensorParallelCrossEntropy";
 /// True for a node of the "rannc" domain (a collective: communication, no arithmetic).
 inline bool isRannc(const Node &n) { return n.domain == kRanncDomain; }
 

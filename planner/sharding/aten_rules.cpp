@@ -124,6 +124,7 @@ OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<
   bool any_cut = false;
   for (const OpInput &x : in) any_cut = any_cut || x.sh.axis >= 0;
   if (args.empty() || op.empty()) return any_cut ? fail() : allOutputs(n, {});
+  if (auto r = any_cut ? vocabLoss(g, n, in) : seed_allowed ? vocabLookupSeed(g, n, in) : std::nullopt) return *r;
   auto input = [&](size_t arg) { return args.size() > arg && args[arg].inputs.size() == 1 ? args[arg].inputs[0] : -1; };
   if (op == "linear") { // x @ W^T + b, W [out, in]
     const int x = input(0), w = input(1), b = input(2);

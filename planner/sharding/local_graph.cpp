@@ -139,6 +139,8 @@ Expected<ir::Graph> localGraph(const ir::Graph &g, const Analysis &a, int degree
     if (node.outputs.empty() || node.outputs[0] == ir::kNoValue || a.values[node.outputs[0]].axis < 0) continue;
     if (Status s = rewriteTarget(out, node); !s) return Error{s.message()};
   }
+  for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(g.nodes.size()); ++n)
+    if (Status s = detail::rewriteVocabOp(out, n, a.values); !s) return Error{s.message()};
   // Collectives, each right before its first reader.
   std::map<ir::NodeId, std::vector<ir::NodeId>> before; // reader -> new nodes placed before it
   std::vector<ir::Node> added;

@@ -1,6 +1,7 @@
 // Analysis::print: what the analysis found, per op, for `rannc-plan import --tensor-parallel`.
 #include <map>
 
+#include "planner/sharding/propagate.h"
 #include "planner/sharding/sharding.h"
 
 namespace rannc::sharding {
@@ -15,6 +16,12 @@ std::string shardingText(const ValueSharding &s) {
 } // namespace
 
 std::string_view nodeRole(const ir::Graph &g, const Analysis &a, ir::NodeId n) {
+  switch (detail::vocabRole(g, a.values, n)) {
+  case detail::VocabRole::Lookup: return "vocab-parallel embedding";
+  case detail::VocabRole::Loss: return "vocab-parallel loss";
+  case detail::VocabRole::LossLogSoftmax: return "vocab-parallel loss (its log-softmax)";
+  case detail::VocabRole::None: break;
+  }
   const ir::Node &node = g.nodes[n];
   bool partial = false, cut_out = false, cut_weight = false;
   for (ir::ValueId out : node.outputs)

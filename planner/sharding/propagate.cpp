@@ -454,7 +454,12 @@ OpResult propagate(const ir::Graph &g, const ir::Node &n, const std::vector<OpIn
   const std::string_view op = n.op_type;
   if (onnx && op == "MatMul") return matmul(n, in, seed_allowed);
   if (onnx && op == "Gemm") return gemm(n, in, seed_allowed);
-  if (!any_cut) return allOutputs(n, {});
+  if (!any_cut) {
+    if (seed_allowed)
+      if (auto r = vocabLookupSeed(g, n, in)) return *r;
+    return allOutputs(n, {});
+  }
+  if (auto r = vocabLoss(g, n, in)) return *r;
   if (!onnx) return fail();
   if (op == "Shape" || op == "Size") return allOutputs(n, {}); // sizes: analyze() tracks the cut one
   if (!all_ranks) return fail();

@@ -23,6 +23,7 @@
 
 #include "planner/ir/ir.h"
 #include "planner/sharding/sharding.h"
+#include "planner/support/status.h"
 
 namespace rannc::sharding::detail {
 
@@ -40,6 +41,8 @@ struct OpResult {
   std::vector<ValueSharding> outs;                ///< per node output
   std::vector<std::pair<size_t, int>> cut_weights; ///< (input index, axis) of weights to cut
   bool column = false;                             ///< a column-parallel product (the region's seed)
+  bool seed = false;      ///< a vocabulary-parallel lookup (a region's seed, Note [vocabulary parallelism])
+  bool runs_split = false; ///< runs on slices though its outputs are whole (a vocabulary-parallel loss)
 };
 
 /// A rule's answer when it cannot prove the local result.
@@ -118,6 +121,26 @@ std::optional<size_t> atenShapeArg(const ir::Node &n);
 /// The bias input of a row-parallel aten::linear (output partial): localGraph
 /// moves it after the sum, so it is added once (Note [row-parallel bias]).
 std::optional<size_t> rowParallelBias(const ir::Node &n, bool output_partial);
+/// A lookup in a weight table that may be cut by rows: the table cut, the
+/// output partial (Note [vocabulary parallelism]); nullopt for other nodes.
+std::optional<OpResult> vocabLookupSeed(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in);
+/// A cross-entropy loss whose logits are cut along the class axis: whole
+/// loss, computed on slices (and the log-softmax of a log-softmax +
+/// negative-log-likelihood pair, passing the cut logits on); nullopt for
+/// other nodes and shardings.
+std::optional<OpResult> vocabLoss(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in);
+
+/// What node `id` is under the sharding `values`: a vocabulary-parallel
+/// lookup, a vocabulary-parallel loss, or neither.
+enum class VocabRole : uint8_t { None, Lookup, Loss, LossLogSoftmax };
+VocabRole vocabRole(const ir::Graph &g, const std::vector<ValueSharding> &values, ir::NodeId id);
+/// Makes node `id` of local graph `g` (values as in the whole graph: same
+/// ids) its "rannc" kernel when it has a VocabRole: TensorParallelEmbedding
+/// (table, ids), TensorParallelCrossEntropy (logits, target; attributes
+/// `reduction` and `ignore_index`); the log-softmax before a
+/// negative-log-likelihood loss becomes an Identity of the logits.
+Status rewriteVocabOp(ir::Graph &g, ir::NodeId id, const std::vector<ValueSharding> &values);
+
 /// The rule for ATen node `n` (propagate() for the "aten" domain).
 OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<OpInput> &in, bool seed_allowed);
 

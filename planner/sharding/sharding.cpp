@@ -24,12 +24,9 @@ namespace rannc::sharding {
 // region is bad: seeds only ever get disabled, so it ends, and the result
 // depends on the graph alone (deterministic).
 //
-// Embeddings stay whole. A lookup in a vocabulary-cut table would need each
-// device to shift the ids by its slice's first row and zero the rows it does
-// not hold, and the one local graph every device runs cannot name its
-// device's offset (no op of the graph knows the rank). A table read both by
-// a lookup and by the output layer (tied embeddings) therefore keeps the
-// output layer whole too.
+// A lookup in a parameter table seeds a region too, cutting the table by rows
+// (Note [vocabulary parallelism] in vocab.cpp); a loss over logits cut by
+// classes keeps them cut, so the output layer's logits are never gathered.
 
 namespace {
 
@@ -118,6 +115,7 @@ public:
         markBad(region_[v]);
     }
     if (g_.loss != ir::kNoValue && !sh_[g_.loss].replicated()) markBad(region_[g_.loss]);
+    markOddRegionsBad();
   }
 
   /// The seeds of bad regions (none when the pass is consistent).
@@ -143,6 +141,25 @@ public:
 private:
   void markBad(int region) {
     if (region >= 0) bad_[uf_.find(region)] = true;
+  }
+
+  // Note [regions that cannot be cut]
+  // A degree must divide every cut size of the graph, so one region whose
+  // sizes share no factor of 2 (a vocabulary of 50,257 or 97) would leave
+  // only t = 1 for the whole model. Such a region is given up instead:
+  // tensor-parallel groups are powers of two in practice (a node's 8
+  // devices), and the rest of the graph keeps its degrees.
+  void markOddRegionsBad() {
+    std::map<int, int64_t> gcd; // region root -> gcd of its cut sizes
+    for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g_.values.size()); ++v) {
+      const int a = sh_[v].axis;
+      if (a < 0 || region_[v] < 0 || !g_.values[v].shape_known || a >= static_cast<int>(g_.values[v].shape.size()))
+        continue;
+      int64_t &d = gcd[uf_.find(region_[v])];
+      d = std::gcd(d, g_.values[v].shape[a].offset);
+    }
+    for (const auto &[root, d] : gcd)
+      if (d % 2 != 0) markBad(root);
   }
 
   std::vector<OpInput> inputsOf(const ir::Node &node) const {
@@ -174,7 +191,7 @@ private:
       if (!res.ok) res.outs.assign(node.outputs.size(), ValueSharding{});
       res.cut_weights.clear();
     }
-    if (res.column) {
+    if (res.column || res.seed) {
       seeds_.push_back(n);
       region = uf_.join(region, n);
     }
@@ -186,7 +203,7 @@ private:
       region_[out] = sh_[out].replicated() ? -1 : region;
       split = split || !sh_[out].replicated();
     }
-    split_[n] = split;
+    split_[n] = split || res.runs_split;
     for (size_t i = 0; i < in.size(); ++i) {
       if (in[i].id == ir::kNoValue || !in[i].weight) continue;
       int axis = -1;

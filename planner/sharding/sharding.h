@@ -15,7 +15,9 @@
 //     into a partial sum, which one all-reduce (SumOverGroup, Megatron's g)
 //     makes whole again. Its input, replicated, enters through CopyToGroup
 //     (Megatron's f: identity forward, gradient all-reduce backward);
-//   - an embedding gathered from a vocabulary-cut table is a partial sum;
+//   - an embedding gathered from a vocabulary-cut table is a partial sum,
+//     and a cross-entropy loss over class-cut logits is computed on the
+//     slices (Note [vocabulary parallelism] in vocab.cpp);
 //   - everything else (norms, the residual stream) stays replicated.
 #pragma once
 
@@ -76,7 +78,8 @@ struct Analysis {
 
 /// How node `n` runs under `a`: "column-parallel" (a product with a weight
 /// cut by output columns), "row-parallel" (a product giving a partial sum),
-/// "partial", "split" (runs on slices) or "whole".
+/// "vocab-parallel embedding", "vocab-parallel loss", "partial", "split"
+/// (runs on slices) or "whole".
 std::string_view nodeRole(const ir::Graph &g, const Analysis &a, ir::NodeId n);
 
 /// Finds the sharding of `g` (Note [tensor parallel sharding]); an all-replicated
@@ -87,7 +90,9 @@ Expected<Analysis> analyze(const ir::Graph &g);
 /// with cut axes at 1/degree of their size, shape constants that name a cut
 /// size rewritten, and one node of domain "rannc" per collective
 /// ("TensorParallelCopy", "TensorParallelSum", "TensorParallelGather" with an
-/// `axis` attribute) inserted before its readers. degree 1 returns `g`.
+/// `axis` attribute) inserted before its readers; vocabulary-parallel lookups
+/// and losses become "rannc" kernels of the same name (TensorParallelEmbedding,
+/// TensorParallelCrossEntropy). degree 1 returns `g`.
 Expected<ir::Graph> localGraph(const ir::Graph &g, const Analysis &a, int degree);
 
 } // namespace rannc::sharding

@@ -12,6 +12,13 @@
                    to the same losses on 1 rank and on a 2-stage pipeline (the
                    initial weights do not depend on the plan), and to other
                    losses with another seed.
+--case tp-vocab    a weightless GPT of Megatron's vocabulary (51,200;
+                   --gpt-flags=--untied for an output layer of its own)
+                   planned at --tensor-parallel 2 on one stage: each device
+                   holds half of the word embedding and of the output layer
+                   (Note [vocabulary parallelism] in planner/sharding/vocab.cpp);
+                   what stays whole is no more than the position table and
+                   the per-layer vectors.
 --case external-data  the GPT test model re-saved with its weights in an ONNX
                    external data file trains to PyTorch's losses (the file is
                    read), and fails clearly once that file is gone.
@@ -108,6 +115,32 @@ def plan_100b(args, work):
         sys.exit("a 100-billion-parameter model cannot fit one 80 GB device: expected a pipeline")
 
 
+# --------------------------------------------------------------------------- tp-vocab
+
+def tp_vocab(args, work):
+    layers, hidden, seq, vocab, t = 2, 256, 256, 51200, 2
+    model = os.path.join(work, "gpt.onnx")
+    info = make_large(args, "gpt", "--layers", str(layers), "--hidden", str(hidden), "--heads", "8", "--seq-len",
+                      str(seq), "--vocab", str(vocab), *args.gpt_flags.split(), "-o", model)
+    plan = os.path.join(work, "gpt-tp2.pb")
+    must(run([args.plan_tool, model, "--gpus", str(t), "--device-type", "a100-80g", "--profile", "analytic",
+              "--batch-size", "8", "--stages", "1", "--replicas", "1", "--tensor-parallel", str(t), "-o", plan]),
+         "rannc-plan")
+    stage = json.loads(must(run([args.plan_tool, "show", plan, "--json"]), "rannc-plan show").stdout)["stages"][0]
+    whole = 4 * info["params"]
+    # param_bytes = (whole - kept) / t + kept, for the `kept` bytes not split.
+    kept = (t * stage["param_bytes"] - whole) / (t - 1)
+    # Position table, two LayerNorms and two row-parallel biases per layer, the final LayerNorm.
+    bound = 4 * (seq * hidden + 6 * layers * hidden + 2 * hidden)
+    print(f"{info['params']} parameters; each device holds {stage['param_bytes']} of {whole} bytes; "
+          f"{kept:.0f} bytes not split (bound {bound}; the word embedding alone is {4 * vocab * hidden})")
+    if stage.get("tensor_parallel") != t:
+        sys.exit(f"the stage is not {t}-way tensor parallel: {stage}")
+    if not 0 <= kept <= bound:
+        sys.exit(f"{kept:.0f} parameter bytes are held whole on each device; at most {bound} should be "
+                 "(the word embedding and the tied output layer are cut by vocabulary)")
+
+
 # --------------------------------------------------------------------------- train
 
 def write_data(work, name, arrays):
@@ -200,7 +233,7 @@ def external_data(args, work):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--case", required=True, choices=["plan-100b", "train", "external-data"])
+    ap.add_argument("--case", required=True, choices=["plan-100b", "train", "external-data", "tp-vocab"])
     ap.add_argument("--plan-tool", required=True)
     ap.add_argument("--exec-tool", required=True)
     ap.add_argument("--mpirun", default="mpirun")
@@ -209,12 +242,13 @@ def main():
     ap.add_argument("--models", help="folder of make_model.py models (external-data)")
     ap.add_argument("--model", default="gpt")
     ap.add_argument("--work", required=True)
+    ap.add_argument("--gpt-flags", default="", help="more make_large.py flags for tp-vocab (--untied)")
     ap.add_argument("--plan-limit", type=float, default=60, help="seconds import + plan of the 100B model may take")
     args = ap.parse_args()
     work = os.path.join(args.work, args.case)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    {"plan-100b": plan_100b, "train": train, "external-data": external_data}[args.case](args, work)
+    {"plan-100b": plan_100b, "train": train, "external-data": external_data, "tp-vocab": tp_vocab}[args.case](args, work)
 
 
 if __name__ == "__main__":

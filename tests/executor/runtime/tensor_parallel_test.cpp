@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 
 #include "executor/comm/comm.h"
 #include "executor/comm/device_comm.h"
@@ -79,6 +80,69 @@ TEST(TensorParallelGpu, ColumnRowMlpOnTheGpu) {
   auto group = comm::createDeviceCommunicator(w.split(0, w.rank()), gpu, currentGpuStream(gpu), gpus >= w.size());
   checkAgainstUnsharded(1, *group, torch::Device(torch::kCUDA, c10::DeviceIndex(gpu)));
 }
+
+/// Note [vocabulary parallelism]: TensorParallelEmbedding -> sum -> copy ->
+/// MatMul (classes cut) -> TensorParallelCrossEntropy, against LibTorch's
+/// embedding and cross_entropy on the whole tables, ignored targets included.
+void checkVocabParallel(const std::string &reduction) {
+  comm::Communicator &group = world();
+  const int t = group.size(), me = group.rank();
+  const int64_t V = 6, D = 4, N = 7;
+  ASSERT_EQ(V % t, 0);
+  ir::Graph g;
+  g.opset = 17;
+  auto value = [&](const std::string &name, ir::Shape shape, ir::ValueKind k, ir::DType dt = ir::DType::F32) {
+    const ir::ValueId id = g.addValue({name, dt, std::move(shape), true, k});
+    if (k == ir::ValueKind::Input) g.inputs.push_back(id);
+    if (k == ir::ValueKind::Parameter) g.parameters.push_back(id);
+    return id;
+  };
+  const ir::ValueId ids = value("ids", {Dim::batch()}, ir::ValueKind::Input, ir::DType::I64);
+  const ir::ValueId target = value("target", {Dim::batch()}, ir::ValueKind::Input, ir::DType::I64);
+  const ir::ValueId table = value("table", {Dim::fixed(V / t), Dim::fixed(D)}, ir::ValueKind::Parameter);
+  const ir::ValueId w = value("w", {Dim::fixed(D), Dim::fixed(V / t)}, ir::ValueKind::Parameter);
+  auto op = [&](const std::string &type, std::vector<ir::ValueId> in, const std::string &domain, ir::AttrMap attrs = {}) {
+    const ir::ValueId out = value(type + "_out", {}, ir::ValueKind::Intermediate);
+    g.addNode({type, type, domain, std::move(in), {out}, std::move(attrs)});
+    return out;
+  };
+  const ir::ValueId e = op("TensorParallelSum", {op("TensorParallelEmbedding", {table, ids}, "rannc")}, "rannc");
+  const ir::ValueId logits = op("MatMul", {op("TensorParallelCopy", {e}, "rannc"), w}, "");
+  g.loss = op("TensorParallelCrossEntropy", {logits, target}, "rannc",
+              {{"reduction", reduction}, {"ignore_index", int64_t{-1}}});
+  torch::manual_seed(11);
+  const torch::Tensor full_table = torch::randn({V, D}).requires_grad_(true);
+  const torch::Tensor full_w = torch::randn({D, V}).requires_grad_(true);
+  const torch::Tensor x = torch::tensor({0, 5, 3, -1, 2, 4, 1}, torch::kLong); // -1: the last row (ONNX Gather)
+  const torch::Tensor y = torch::tensor({5, 0, -1, 2, 3, -1, 1}, torch::kLong); // -1 ignored
+  ASSERT_EQ(x.size(0), N);
+  const int64_t red = reduction == "none" ? 0 : reduction == "mean" ? 1 : 2;
+  torch::Tensor want = torch::nn::functional::cross_entropy(
+      torch::embedding(full_table, x.remainder(V)).matmul(full_w), y,
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-1).reduction(
+          red == 0 ? torch::nn::functional::CrossEntropyFuncOptions::reduction_t(torch::kNone)
+                   : red == 1 ? torch::nn::functional::CrossEntropyFuncOptions::reduction_t(torch::kMean)
+                              : torch::nn::functional::CrossEntropyFuncOptions::reduction_t(torch::kSum)));
+  (red == 0 ? want.sum() : want).backward();
+  std::map<ir::ValueId, torch::Tensor> mine{{table, shardOf(full_table.detach(), 0, me, t).requires_grad_(true)},
+                                            {w, shardOf(full_w.detach(), 1, me, t).requires_grad_(true)}};
+  StageRunner run(g, schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0), mine, {});
+  run.setTensorParallel(&group);
+  run.forward(0, {{ids, x}, {target, y}});
+  const torch::Tensor got = run.loss(0);
+  EXPECT_TRUE(torch::allclose(got, want.detach(), 1e-5, 1e-6)) << got << " vs " << want;
+  if (red != 0) {
+    run.backward(0, {}, 1.0);
+    const torch::Tensor gt = run.parameter(table).grad(), gw = run.parameter(w).grad();
+    ASSERT_TRUE(gt.defined() && gw.defined());
+    EXPECT_TRUE(torch::allclose(gt, shardOf(full_table.grad(), 0, me, t), 1e-5, 1e-6)) << gt;
+    EXPECT_TRUE(torch::allclose(gw, shardOf(full_w.grad(), 1, me, t), 1e-5, 1e-6)) << gw;
+  }
+}
+
+TEST(TensorParallel, VocabParallelLookupAndLossMeanMatchLibTorch) { checkVocabParallel("mean"); }
+TEST(TensorParallel, VocabParallelLookupAndLossSumMatchLibTorch) { checkVocabParallel("sum"); }
+TEST(TensorParallel, VocabParallelLossNoneMatchesLibTorch) { checkVocabParallel("none"); }
 
 TEST(TensorParallel, CollectivesOfTheGroup) {
   comm::Communicator &group = world();

@@ -34,7 +34,7 @@ inline ir::Graph loadModel(const std::string &model, const std::string &file,
 
 struct Found {
   Analysis a;
-  int column = 0, row = 0, copy = 0, sum = 0, gather = 0;
+  int column = 0, row = 0, copy = 0, sum = 0, gather = 0, embedding = 0, loss = 0;
 };
 
 inline Found found(const ir::Graph &g) {
@@ -47,6 +47,8 @@ inline Found found(const ir::Graph &g) {
     std::string_view role = nodeRole(g, f.a, n);
     f.column += role == "column-parallel";
     f.row += role == "row-parallel";
+    f.embedding += role == "vocab-parallel embedding";
+    f.loss += role == "vocab-parallel loss";
   }
   for (const Collective &c : f.a.collectives) {
     f.copy += c.kind == CollectiveKind::CopyToGroup;
@@ -71,7 +73,8 @@ inline int headCuts(const ir::Graph &g, const Analysis &a, const std::vector<int
 }
 
 /// The local graph at `degree` verifies, holds 1/degree of every cut
-/// parameter, and one rannc-domain node per collective.
+/// parameter, and one rannc-domain node per collective and per
+/// vocabulary-parallel lookup or loss.
 inline void checkLocal(const ir::Graph &g, const Analysis &a, int degree) {
   auto local = localGraph(g, a, degree);
   ASSERT_TRUE(local.ok()) << local.error().message;
@@ -81,9 +84,11 @@ inline void checkLocal(const ir::Graph &g, const Analysis &a, int degree) {
     const int64_t whole = ir::numelAt(g.values[p].shape, 1), here = ir::numelAt(local->values[p].shape, 1);
     EXPECT_EQ(here * (a.values[p].axis >= 0 ? degree : 1), whole) << g.values[p].name;
   }
-  size_t rannc = 0;
+  size_t rannc = 0, vocab = 0;
   for (const ir::Node &n : local->nodes) rannc += ir::isRannc(n);
-  EXPECT_EQ(rannc, degree == 1 ? 0 : a.collectives.size()); // degree 1 is the graph itself
+  for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(g.nodes.size()); ++n)
+    vocab += nodeRole(g, a, n) == "vocab-parallel embedding" || nodeRole(g, a, n) == "vocab-parallel loss";
+  EXPECT_EQ(rannc, degree == 1 ? 0 : a.collectives.size() + vocab); // degree 1 is the graph itself
 }
 
 } // namespace rannc::sharding

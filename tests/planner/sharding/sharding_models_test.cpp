@@ -21,14 +21,17 @@ TEST(ShardingModels, GptIsMegatronPerLayer) {
   Found f = found(g);
   EXPECT_EQ(f.column, 2 * 4 + 1); // q, k, v, fc1 per layer; the output layer
   EXPECT_EQ(f.row, 2 * 2);        // attention's out-projection, fc2
-  EXPECT_EQ(f.sum, 2 * 2);        // one all-reduce per row-parallel product
+  EXPECT_EQ(f.sum, 2 * 2 + 1);    // one all-reduce per row-parallel product, one for the lookup
   EXPECT_EQ(f.copy, 2 * 2 + 1);   // one per block input, one for the output layer
-  EXPECT_EQ(f.gather, 1);         // the vocabulary-cut logits before the loss
+  EXPECT_EQ(f.gather, 0);         // the loss takes the vocabulary-cut logits
+  EXPECT_EQ(f.embedding, 1);
+  EXPECT_EQ(f.loss, 1);
   EXPECT_EQ(f.a.cut_sizes, (std::vector<int64_t>{4, 64, 100, 256}));
   EXPECT_EQ(f.a.degrees(8), (std::vector<int>{1, 2, 4}));
   EXPECT_GT(headCuts(g, f.a, {4}), 0);
-  // Embeddings stay whole (a vocabulary-cut lookup needs each device's row offset).
-  EXPECT_TRUE(f.a.values[g.parameters[0]].replicated());
+  // The token table is cut by vocabulary; the position table (16 x 64) stays whole.
+  EXPECT_EQ(f.a.values[g.parameters[0]].axis, 0);
+  EXPECT_TRUE(f.a.values[g.parameters[1]].replicated());
   checkLocal(g, f.a, 2);
   checkLocal(g, f.a, 4);
   EXPECT_FALSE(localGraph(g, f.a, 8).ok());
@@ -38,23 +41,28 @@ TEST(ShardingModels, BertIsMegatronPerLayer) {
   ir::Graph g = load("bert");
   Found f = found(g);
   EXPECT_EQ(f.row, 2 * 2);
-  EXPECT_EQ(f.sum, 2 * 2);
+  EXPECT_EQ(f.sum, 2 * 2 + 1); // and the word embedding's
+  EXPECT_EQ(f.embedding, 1);   // word embeddings; positions and token types stay whole
   EXPECT_EQ(f.column, 2 * 4 + 1);
   EXPECT_GT(headCuts(g, f.a, {4}), 0);
   checkLocal(g, f.a, 2);
 }
 
-TEST(ShardingModels, TiedEmbeddingsKeepTheOutputLayerWhole) {
+TEST(ShardingModels, TiedEmbeddingsAreCutByVocabularyForBothUses) {
   ir::Graph g = load("gpt_tied");
   Found f = found(g);
-  EXPECT_EQ(f.column, 2 * 4);
+  EXPECT_EQ(f.column, 2 * 4 + 1);
   EXPECT_EQ(f.row, 2 * 2);
   EXPECT_EQ(f.gather, 0);
-  for (ir::ValueId p : g.parameters) {
+  EXPECT_EQ(f.embedding, 1);
+  EXPECT_EQ(f.loss, 1);
+  int tables = 0;
+  for (ir::ValueId p : g.parameters)
     if (g.values[p].shape.size() == 2 && g.values[p].shape[0].offset == 100) {
-      EXPECT_TRUE(f.a.values[p].replicated()) << g.values[p].name;
+      EXPECT_EQ(f.a.values[p].axis, 0) << g.values[p].name;
+      ++tables;
     }
-  }
+  EXPECT_EQ(tables, 1); // one table, read by the lookup and the output layer
   checkLocal(g, f.a, 2);
 }
 
@@ -90,7 +98,9 @@ TEST(ShardingModels, PrintNamesTheRolesAndCollectives) {
   EXPECT_NE(text.find("column-parallel; copy("), std::string::npos) << text;
   EXPECT_NE(text.find("row-parallel"), std::string::npos) << text;
   EXPECT_NE(text.find("sum(%"), std::string::npos) << text;
-  EXPECT_NE(text.find("gather(%"), std::string::npos) << text;
+  EXPECT_NE(text.find("(Gather): vocab-parallel embedding; param %tok_emb.weight axis 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("(SoftmaxCrossEntropyLoss): vocab-parallel loss"), std::string::npos) << text;
+  EXPECT_EQ(text.find("gather(%"), std::string::npos) << text;
 }
 
 /// rannc-plan import --tensor-parallel N: the analysis, then the degrees.

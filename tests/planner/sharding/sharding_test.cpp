@@ -222,19 +222,147 @@ TEST(Sharding, OutputLayerIsGatheredBeforeTheLoss) {
   EXPECT_EQ(ir::shapeString(local->values[logits].shape), "[B,8]");
 }
 
-/// A weight that two readers want cut differently (tied embedding) stays whole.
-TEST(Sharding, TiedWeightStaysReplicated) {
+/// A weight that two readers want cut differently stays whole: a table
+/// looked up by rows and multiplied as a [rows, cols] matrix by its columns.
+TEST(Sharding, WeightWantedCutTwoWaysStaysReplicated) {
   Builder b;
   ValueId ids = b.input("ids", {B(), F(4)}, DType::I64);
+  ValueId x = b.input("x", {B(), F(4), F(50)});
+  ValueId table = b.param("table", {F(50), F(8)});
+  ValueId e = b.op("Gather", {table, ids}, {B(), F(4), F(8)});
+  ValueId y = b.matmul(x, table, {B(), F(4), F(8)});
+  b.loss(b.op("Add", {e, y}, {B(), F(4), F(8)}));
+  Analysis a = analyzed(b.g);
+  EXPECT_FALSE(a.any());
+  EXPECT_TRUE(a.values[table].replicated());
+}
+
+/// Note [vocabulary parallelism]: a lookup in a table of more rows than
+/// columns cuts it by rows and gives a partial sum; the local graph looks up
+/// with TensorParallelEmbedding, and sums.
+TEST(Sharding, EmbeddingIsCutByVocabulary) {
+  Builder b;
+  ValueId ids = b.input("ids", {B(), F(4)}, DType::I64);
+  ValueId table = b.param("table", {F(50), F(8)}), pos = b.param("pos", {F(4), F(8)});
+  ValueId e = b.op("Gather", {table, ids}, {B(), F(4), F(8)});
+  ValueId p = b.op("Gather", {pos, b.ints("positions", {0, 1, 2, 3})}, {F(4), F(8)});
+  b.loss(b.op("Add", {e, p}, {B(), F(4), F(8)}));
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[table].axis, 0);
+  EXPECT_TRUE(a.values[e].partial);
+  EXPECT_TRUE(a.values[pos].replicated()); // Note [which tables are cut]
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{50}));
+  EXPECT_EQ(nodeRole(b.g, a, 0), "vocab-parallel embedding");
+  const Collective *sum = find(a, CollectiveKind::SumOverGroup, e);
+  ASSERT_NE(sum, nullptr);
+  auto local = localGraph(b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  EXPECT_EQ(local->nodes[0].op_type, ir::kTensorParallelEmbedding);
+  EXPECT_TRUE(ir::isRannc(local->nodes[0]));
+  EXPECT_EQ(local->nodes[0].inputs, (std::vector<ValueId>{table, ids}));
+  EXPECT_EQ(ir::shapeString(local->values[table].shape), "[25,8]");
+  EXPECT_EQ(local->nodes[2].op_type, ir::kTensorParallelSum);
+  EXPECT_EQ(local->verify(), "");
+}
+
+/// x [B,8] -> Mul s -> MatMul w [8,32]: logits of 32 classes, and targets y [B].
+struct Classifier {
+  Builder b;
+  ValueId y, w, logits;
+  Classifier() {
+    ValueId x = b.input("x", {B(), F(8)});
+    y = b.input("y", {B()}, DType::I64);
+    ValueId s = b.param("s", {F(8)});
+    w = b.param("w", {F(8), F(32)});
+    logits = b.matmul(b.op("Mul", {x, s}, {B(), F(8)}), w, {B(), F(32)});
+  }
+};
+
+/// The output layer's logits stay cut by classes into the loss, which
+/// becomes TensorParallelCrossEntropy: nothing is gathered.
+TEST(Sharding, CrossEntropyTakesVocabularyCutLogits) {
+  Classifier c;
+  Builder &b = c.b;
+  const ValueId y = c.y, w = c.w, logits = c.logits;
+  ValueId loss = b.op("SoftmaxCrossEntropyLoss", {logits, y}, {},
+                      {{"reduction", std::string("sum")}, {"ignore_index", int64_t{-1}}});
+  b.g.loss = loss;
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[w].axis, 1);
+  EXPECT_EQ(a.values[logits].axis, 1);
+  EXPECT_TRUE(a.values[loss].replicated());
+  EXPECT_EQ(count(a, CollectiveKind::GatherAxis), 0);
+  EXPECT_EQ(nodeRole(b.g, a, 2), "vocab-parallel loss");
+  auto local = localGraph(b.g, a, 4);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Node &ce = local->nodes.back();
+  EXPECT_EQ(ce.op_type, ir::kTensorParallelCrossEntropy);
+  EXPECT_EQ(ce.domain, ir::kRanncDomain);
+  EXPECT_EQ(std::get<std::string>(ce.attrs.at("reduction")), "sum");
+  EXPECT_EQ(std::get<int64_t>(ce.attrs.at("ignore_index")), -1);
+  EXPECT_EQ(ir::shapeString(local->values[logits].shape), "[B,8]");
+  // Class weights: the loss cannot be computed on slices, so the logits are gathered.
+  Builder cw = b;
+  cw.g.nodes.back().inputs.push_back(cw.param("cw", {F(32)}));
+  Analysis weighted = analyzed(cw.g);
+  EXPECT_EQ(count(weighted, CollectiveKind::GatherAxis), 1);
+}
+
+/// LogSoftmax over the classes read only by NegativeLogLikelihoodLoss: the
+/// pair is a cross entropy of the cut logits; the log-softmax passes them on.
+TEST(Sharding, LogSoftmaxAndNllLossTakeVocabularyCutLogits) {
+  Classifier c;
+  Builder &b = c.b;
+  const ValueId y = c.y, logits = c.logits;
+  ValueId lsm = b.op("LogSoftmax", {logits}, {B(), F(32)}, {{"axis", int64_t{1}}});
+  b.g.loss = b.op("NegativeLogLikelihoodLoss", {lsm, y}, {}, {{"ignore_index", int64_t{-100}}});
+  Analysis a = analyzed(b.g);
+  EXPECT_EQ(a.values[lsm].axis, 1);
+  EXPECT_EQ(count(a, CollectiveKind::GatherAxis), 0);
+  EXPECT_EQ(nodeRole(b.g, a, 2), "vocab-parallel loss (its log-softmax)");
+  EXPECT_EQ(nodeRole(b.g, a, 3), "vocab-parallel loss");
+  auto local = localGraph(b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Node &id = local->nodes[local->nodes.size() - 2], &ce = local->nodes.back();
+  EXPECT_EQ(id.op_type, "Identity");
+  EXPECT_EQ(id.inputs, (std::vector<ValueId>{logits}));
+  EXPECT_EQ(ce.op_type, ir::kTensorParallelCrossEntropy);
+  EXPECT_EQ(ce.inputs[0], lsm);
+  EXPECT_EQ(std::get<int64_t>(ce.attrs.at("ignore_index")), -100);
+  EXPECT_EQ(local->verify(), "");
+  // A second reader of the log-probabilities needs them whole: gathered first.
+  Builder two_readers = b;
+  two_readers.op("Exp", {lsm}, {B(), F(32)});
+  Analysis two = analyzed(two_readers.g);
+  EXPECT_EQ(count(two, CollectiveKind::GatherAxis), 1);
+  EXPECT_TRUE(two.values[lsm].replicated());
+}
+
+/// Tied embeddings: the table is cut by rows for the lookup and for the
+/// output layer alike, and the two make one region.
+TEST(Sharding, TiedEmbeddingIsCutByVocabularyForBothUses) {
+  Builder b;
+  ValueId ids = b.input("ids", {B(), F(4)}, DType::I64);
+  ValueId y = b.input("y", {B(), F(4)}, DType::I64);
   ValueId table = b.param("table", {F(50), F(8)});
   ValueId s = b.param("s", {F(8)});
   ValueId e = b.op("Gather", {table, ids}, {B(), F(4), F(8)});
   ValueId es = b.op("Mul", {e, s}, {B(), F(4), F(8)});
   ValueId wt = b.op("Transpose", {table}, {F(8), F(50)}, {{"perm", std::vector<int64_t>{1, 0}}});
-  b.loss(b.matmul(es, wt, {B(), F(4), F(50)}));
+  ValueId logits = b.matmul(es, wt, {B(), F(4), F(50)});
+  ValueId classes = b.op("Transpose", {logits}, {B(), F(50), F(4)}, {{"perm", std::vector<int64_t>{0, 2, 1}}});
+  b.g.loss = b.op("SoftmaxCrossEntropyLoss", {classes, y}, {});
   Analysis a = analyzed(b.g);
-  EXPECT_FALSE(a.any());
-  EXPECT_TRUE(a.values[table].replicated());
+  EXPECT_EQ(a.values[table].axis, 0);
+  EXPECT_EQ(a.values[wt].axis, 1);
+  EXPECT_TRUE(a.values[e].partial);
+  EXPECT_EQ(a.values[classes].axis, 1);
+  EXPECT_EQ(count(a, CollectiveKind::GatherAxis), 0);
+  auto local = localGraph(b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  EXPECT_EQ(ir::shapeString(local->values[table].shape), "[25,8]");
+  EXPECT_EQ(local->nodes.back().op_type, ir::kTensorParallelCrossEntropy);
+  EXPECT_EQ(local->nodes.back().attrs.count("ignore_index"), 0u); // ONNX's default: none ignored
 }
 
 /// Per-head attention with grouped-query key/value heads: q 4 heads, k/v 2, head size 2.

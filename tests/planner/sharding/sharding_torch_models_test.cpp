@@ -25,7 +25,10 @@ void expectLlamaMegatron(const ir::Graph &g) {
   Found f = found(g);
   EXPECT_EQ(f.column, 2 * 5 + 1); // q, k, v, gate, up; the output layer
   EXPECT_EQ(f.row, 2 * 2);        // o, down
-  EXPECT_EQ(f.sum, 2 * 2);
+  EXPECT_EQ(f.sum, 2 * 2 + 1);    // and the embedding's (Note [vocabulary parallelism])
+  EXPECT_EQ(f.embedding, 1);
+  EXPECT_EQ(f.loss, 1);
+  EXPECT_EQ(f.gather, 0);
   // Both head counts are cut sizes: a degree must divide the key/value heads too.
   EXPECT_NE(std::find(f.a.cut_sizes.begin(), f.a.cut_sizes.end(), 4), f.a.cut_sizes.end());
   EXPECT_NE(std::find(f.a.cut_sizes.begin(), f.a.cut_sizes.end(), 2), f.a.cut_sizes.end());
@@ -46,6 +49,7 @@ TEST(ShardingTorchModels, DynamoLlamaCutsTheMlpAndKeepsBatchFoldedAttentionWhole
   Found f = found(g);
   EXPECT_EQ(f.column, 2 * 2 + 1); // gate, up; the output layer
   EXPECT_EQ(f.row, 2);            // down
+  EXPECT_EQ(f.loss, 1);           // the output layer's logits stay cut into the loss
   EXPECT_EQ(headCuts(g, f.a, {}), 0);
   EXPECT_EQ(f.a.cut_sizes, (std::vector<int64_t>{64, 100}));
   checkLocal(g, f.a, 2);
@@ -56,8 +60,10 @@ TEST(ShardingTorchModels, TorchScriptGptIsMegatronPerLayer) {
   Found f = found(g);
   EXPECT_EQ(f.column, 2 * 4 + 1);
   EXPECT_EQ(f.row, 2 * 2);
-  EXPECT_EQ(f.sum, 2 * 2);
-  EXPECT_EQ(f.gather, 1);
+  EXPECT_EQ(f.sum, 2 * 2 + 1); // and the vocabulary-parallel lookup's
+  EXPECT_EQ(f.gather, 0);
+  EXPECT_EQ(f.embedding, 1); // aten::embedding of the token table; positions stay whole
+  EXPECT_EQ(f.loss, 1);      // aten::cross_entropy_loss
   EXPECT_EQ(f.a.cut_sizes, (std::vector<int64_t>{4, 64, 100, 256}));
   EXPECT_GT(headCuts(g, f.a, {4}), 0);
   checkLocal(g, f.a, 2);
@@ -68,7 +74,8 @@ TEST(ShardingTorchModels, TorchScriptGptIsMegatronPerLayer) {
   for (size_t n = 1; n < local->nodes.size(); ++n)
     adds_after_sum += local->nodes[n].op_type == "aten::add" &&
                       local->nodes[n - 1].op_type == ir::kTensorParallelSum &&
-                      local->nodes[n].inputs[0] == local->nodes[n - 1].outputs[0];
+                      local->nodes[n].inputs[0] == local->nodes[n - 1].outputs[0] &&
+                      local->values[local->nodes[n].inputs[1]].kind == ir::ValueKind::Parameter;
   EXPECT_EQ(adds_after_sum, 2 * 2);
 }
 
