@@ -489,7 +489,8 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
     }
     progress("stage DP: M=" + std::to_string(c.microbatches) + (relaxed ? " bounded" : " searched") +
              " at stage widths in multiples of " + std::to_string(quantum) + " on " +
-             std::to_string(dp.numStates()) + " states: " + std::to_string(best) + " s");
+             std::to_string(dp.numStates()) + " states (bound " + std::to_string(c.bound) + " s): " +
+             std::to_string(best) + " s");
   };
   const double seeded = incumbent;
   for (const Candidate &c : order)
