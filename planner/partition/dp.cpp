@@ -9,6 +9,7 @@
 #include "planner/partition/evaluate.h"
 #include "planner/partition/solve.h"
 #include "planner/partition/solver_common.h"
+#include "planner/partition/stage_table.h"
 
 namespace rannc::partition {
 namespace {
@@ -105,6 +106,8 @@ namespace {
 // for M=64 at quantum 2 from the baseline's step, 9 s after a pass at 8),
 // then at its quantum, and last bounded by the relaxation at its quantum.
 
+using detail::StageVals;
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // About 60 bytes a state (bounds and an empty front): 2^25 states ~ 2 GB.
 constexpr int64_t kMaxStates = int64_t{1} << 25;
@@ -123,27 +126,13 @@ struct Point {
   int16_t tp; // the stage's tensor-parallel degree
 };
 
-/// Per-stage numbers of one candidate stage (placement included).
-struct StageVals {
-  double a;    // F + G
-  double c[2]; // the maxima's arguments, see Note [exact stage DP]
-  double ar;
-  bool recompute;
-  bool zero;
-  int16_t tp;
-};
-
-class MicrobatchDP {
+class MicrobatchDP : private detail::StageTable {
 public:
   /// `quantum` > 1: stage widths in multiples of it, d counted in quanta;
   /// `relaxed`: the relaxation of Note [device quantum] instead.
   MicrobatchDP(const Problem &p, int microbatches, Schedule schedule, const std::vector<int> &stage_counts,
                int quantum = 1, bool relaxed = false)
-      : p_(p), n_(p.numBlocks()), D_(p.devices.count), M_(microbatches), sched_(schedule),
-        R_(replicaCandidates(p, microbatches)),
-        T_(tpCandidates(p)), cap_(p.devices.capacity()), q_(std::max(1, quantum)), Dq_(D_ / q_),
-        relaxed_(relaxed && q_ > 1) {
-    nc_ = sched_ == Schedule::GPipe ? 2 : 1;
+      : StageTable(p, microbatches, schedule, quantum, relaxed) {
     w_[0] = w_[1] = M_ - 1;
     if (p.constraints.replicas.size() > 1) per_stage_ = &p.constraints.replicas;
     if (p.constraints.tensor_parallel.size() > 1) per_stage_tp_ = &p.constraints.tensor_parallel;
@@ -162,63 +151,6 @@ public:
     source_.assign(kmax_ + 1, false);
     for (int s : stage_counts)
       if (relaxed_ || s <= Dq_) source_[std::min(s, kmax_)] = true;
-    per_microbatch_ = (p.batch_size + M_ - 1) / M_;
-    for (int r : R_) samples_.push_back(static_cast<double>(replicaSamples(p.batch_size, M_, r)));
-
-    // Prefix sums of the whole numbers and of their tensor-parallel parts
-    // (Note [tensor parallel stages]); a stage of degree t takes whole - (1 -
-    // 1/t) split.
-    f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = f0_;
-    tf0_ = tf1_ = tg0_ = tg1_ = tparams_ = tlowp_ = coll_ = ncoll_ = f0_;
-    for (int i = 0; i < n_; ++i) {
-      const Block &b = p.blocks[i];
-      f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
-      f1_[i + 1] = f1_[i] + b.fwd.per_sample_s;
-      g0_[i + 1] = g0_[i] + b.bwd.fixed_s;
-      g1_[i + 1] = g1_[i] + b.bwd.per_sample_s;
-      params_[i + 1] = params_[i] + b.param_bytes;
-      bufs_[i + 1] = bufs_[i] + b.buffer_bytes + b.lowp_weight_bytes; // both fixed per stage
-      tf0_[i + 1] = tf0_[i] + b.tp.fwd.fixed_s;
-      tf1_[i + 1] = tf1_[i] + b.tp.fwd.per_sample_s;
-      tg0_[i + 1] = tg0_[i] + b.tp.bwd.fixed_s;
-      tg1_[i + 1] = tg1_[i] + b.tp.bwd.per_sample_s;
-      tparams_[i + 1] = tparams_[i] + b.tp.param_bytes;
-      tlowp_[i + 1] = tlowp_[i] + b.tp.lowp_weight_bytes;
-      coll_[i + 1] = coll_[i] + b.tp.collective_bytes_per_sample;
-      ncoll_[i + 1] = ncoll_[i] + b.tp.collectives;
-    }
-    // stageWorking from range maxima, one pair of sparse tables per
-    // micro-batch size and degree: of w_u, and of w_u + b kept_[u+1], where
-    // S_u = act_[e] - kept_[u+1] and kept_[k] = act_[k] - X_k.
-    act_.resize(T_.size()), kept_.resize(T_.size());
-    for (size_t ti = 0; ti < T_.size(); ++ti) {
-      std::vector<double> &act = act_[ti], &kept = kept_[ti];
-      act.assign(n_ + 1, 0);
-      for (int i = 0; i < n_; ++i) // Note [unsaved values]
-        act[i + 1] = act[i] + p.blocks[i].activationAt(T_[ti]) - p.blocks[i].unsaved_freed_bytes_per_sample;
-      for (int k = 0; k <= n_; ++k) kept.push_back(act[k] - p.unsavedCutAt(k));
-    }
-    auto sparse = [this](std::vector<double> row) {
-      std::vector<std::vector<double>> table{std::move(row)};
-      for (int len = 2; len <= n_; len *= 2) {
-        const std::vector<double> &prev = table.back();
-        std::vector<double> next(n_ - len + 1);
-        for (int i = 0; i + len <= n_; ++i) next[i] = std::max(prev[i], prev[i + len / 2]);
-        table.push_back(std::move(next));
-      }
-      return table;
-    };
-    work_.resize(T_.size()), keyed_work_.resize(T_.size());
-    for (size_t ti = 0; ti < T_.size(); ++ti)
-      for (double b : samples_) {
-        std::vector<double> work, keyed;
-        for (int u = 0; u < n_; ++u) {
-          work.push_back(p.blocks[u].workingAt(b, T_[ti]));
-          keyed.push_back(work.back() + b * kept_[ti][u + 1]);
-        }
-        work_[ti].push_back(sparse(std::move(work)));
-        keyed_work_[ti].push_back(sparse(std::move(keyed)));
-      }
     num_states_ = static_cast<int64_t>(kmax_ + 1) * (n_ + 1) * (Dq_ + 1);
   }
 
@@ -244,16 +176,21 @@ public:
     // over devices used: source and target states are then contiguous, and a
     // stage's numbers depend on d only through three same-node tests and the
     // all-reduce's bandwidth, so they are computed once per combination.
+    placeSeats();
     for (int a = n_ - 1; a >= 0; --a)
       for (int e = a + 1; e <= n_; ++e) {
         if (!paramsFit(a, e)) break;
+        const int mask = placementMask(a, e);
         for (size_t ti = 0; ti < T_.size(); ++ti) {
           const int tp = T_[ti];
           if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
+          if (!paramsFit(a, e, ti)) continue;
+          const bool grows = memoryGrowsWithInflight(a, e, ti);
           for (size_t ri = 0; ri < R_.size(); ++ri) {
             const int r = R_[ri], devices = r * tp, rq = quanta(devices);
             if (r > per_microbatch_) break;
             if (!widthAllowed(devices)) continue;
+            const std::vector<Seat> &seat = seats_[ti][ri];
             // Across nodes the all-reduce also depends on d through the ring's
             // bandwidth (Note [ring all-reduce bandwidth]): a few values per flags.
             struct Cached {
@@ -262,10 +199,14 @@ public:
             };
             Cached cache[4][kAnyPlacement + 1][4];
             int cached[4][kAnyPlacement + 1] = {};
+            int last_inflight = -1, choice = -1;
             for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
               if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
               if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
-              const int choice = memoryChoice(a, e, ri, ti, inflightFor(k));
+              // k only enters through the micro-batches in flight, which never
+              // fall as k grows: a stage that does not fit fits at no larger k.
+              if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
+              if (choice < 0 && grows) break;
               if (choice < 0) continue;
               int next[2];
               const int num_next = nextClasses(k, e, next);
@@ -273,18 +214,17 @@ public:
                 const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, rq);
                 for (int d = 0; d + rq <= Dq_ - later_ * (k - 1); ++d) {
                   const int64_t s = s0 + d, t = t0 + d;
-                  if (lb_a_[t] == kInf || !groupsFit(d, r, tp)) continue;
-                  const int flags = placedAt(a, e, devices, d), rank = d * q_;
-                  const double bw =
-                      flags == kAnyPlacement || (flags & 4) ? 0.0 : p_.devices.allReduceBandwidth(rank, r, tp);
+                  if (lb_a_[t] == kInf || !(seat[d].bits & kGroupsFit)) continue;
+                  const int flags = relaxed_ ? kAnyPlacement : seat[d].bits & mask;
+                  const double bw = flags == kAnyPlacement || (flags & 4) ? 0.0 : seat[d].bw;
                   int &count = cached[choice][flags];
                   Cached *hit = nullptr;
                   for (int i = 0; i < count && !hit; ++i)
                     if (cache[choice][flags][i].bw == bw) hit = &cache[choice][flags][i];
                   StageVals uncached;
                   if (!hit && count < 4)
-                    hit = &cache[choice][flags][count++], *hit = {bw, placedValues(a, e, ri, ti, choice, flags, rank)};
-                  if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, rank);
+                    hit = &cache[choice][flags][count++], *hit = {bw, placedValues(a, e, ri, ti, choice, flags, seat[d].bw)};
+                  if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, seat[d].bw);
                   const StageVals &v = hit ? hit->v : uncached;
                   if (!(v.ar < ar_limit_)) continue;
                   lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
@@ -307,6 +247,7 @@ public:
   /// all-reduce of the plan with the least V (ties: least all-reduce), the
   /// next threshold; or -1 when no plan is left under the current one.
   double solve(double &incumbent, Solution &best, SolveStats &stats) {
+    placeSeats();
     fronts_.assign(num_states_, {});
     for (int k = 1; k <= kmax_; ++k) {
       const int64_t s = sid(k, 0, 0);
@@ -356,17 +297,6 @@ private:
   int64_t sid(int k, int a, int d) const { return (static_cast<int64_t>(k) * (n_ + 1) + a) * (Dq_ + 1) + d; }
   int aOf(int64_t s) const { return static_cast<int>((s / (Dq_ + 1)) % (n_ + 1)); }
   int dOf(int64_t s) const { return static_cast<int>(s % (Dq_ + 1)); }
-  /// The quanta a stage of `devices` devices advances d by (rounded down in the relaxation).
-  int quanta(int devices) const { return devices / q_; }
-  /// Whether a stage may be `devices` wide: a multiple of the quantum (any width in the relaxation).
-  bool widthAllowed(int devices) const { return relaxed_ || devices % q_ == 0; }
-  /// Whether a stage of r groups of tp ranks from quantum d keeps each group
-  /// inside a node (Note [tensor parallel stages]); the relaxation does not
-  /// know the rank, so it allows every placement.
-  bool groupsFit(int d, int r, int tp) const { return relaxed_ || p_.devices.groupsInsideNodes(d * q_, r, tp); }
-  int node(int rank) const { return rank / p_.devices.per_node; }
-  const Link &link(bool intra) const { return intra ? p_.devices.intra_node : p_.devices.inter_node; }
-
   double valueOf(const Point &q) const {
     double v = q.a;
     for (int i = 0; i < nc_; ++i) v += w_[i] * q.c[i];
@@ -406,139 +336,7 @@ private:
     return 1;
   }
 
-  /// The largest entry of a sparse table over blocks [a, e), a < e.
-  static double rangeMax(const std::vector<std::vector<double>> &table, int a, int e) {
-    int level = 0;
-    while ((2 << level) <= e - a) ++level;
-    return std::max(table[level][a], table[level][e - (1 << level)]);
-  }
-
-  /// stageWorking(p, a, e, b, T_[ti]) for b = samples_[ri]: block u < e-1
-  /// counts w_u - b max(0, S_u - cut[e]). kept_ never decreases (Note
-  /// [unsaved values]; partition::validate holds it at every degree), so
-  /// S_u >= cut[e] holds for a prefix [a, m) of the blocks, found by bisection.
-  double maxWork(int a, int e, size_t ri, size_t ti) const {
-    const double b = samples_[ri];
-    double w = p_.blocks[e - 1].workingAt(b, T_[ti]);
-    if (e - a < 2) return w;
-    const std::vector<double> &kept = kept_[ti];
-    const double total = act_[ti][e], cut = p_.cut_bytes_per_sample[e]; // S_u = total - kept[u+1]
-    const int m = static_cast<int>(std::upper_bound(kept.begin() + a + 1, kept.begin() + e, total - cut) -
-                                   (kept.begin() + 1));
-    if (m > a) w = std::max(w, rangeMax(keyed_work_[ti][ri], a, m) - b * (total - cut));
-    if (m < e - 1) w = std::max(w, rangeMax(work_[ti][ri], m, e - 1));
-    return w;
-  }
-
-  /// 1 - 1/t for T_[ti]: the share of a split number one device does not hold.
-  double keep(size_t ti) const { return 1 - 1.0 / T_[ti]; }
-
   int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
-
-  /// Parameters, gradients and optimizer state of blocks [a, e) fit at all
-  /// (false for every longer range too), the state sharded as far as it can be.
-  bool paramsFit(int a, int e) const {
-    const double params = params_[e] - params_[a] - keep(T_.size() - 1) * (tparams_[e] - tparams_[a]);
-    const double opt = p_.optimizer_bytes_per_param_byte * params;
-    const int max_r = R_.empty() ? 1 : R_.back();
-    return params + params + (p_.allow_zero && max_r > 1 ? opt / max_r : opt) + (bufs_[e] - bufs_[a]) <= cap_;
-  }
-
-  static constexpr int kRecompute = 1, kZero = 2; ///< bits of a memory choice
-
-  /// How blocks [a, e) on R_[ri] replicas fit with `inflight` micro-batches
-  /// in flight: the fastest allowed choice that fits, as kRecompute | kZero
-  /// bits, or -1 when none does. Sharding costs no time (Note [partition cost
-  /// model]), so it is taken only where memory needs it; recomputation costs
-  /// a forward, so it comes last. evaluateStage's formula (stageMemory) on
-  /// the same sums, from prefix sums.
-  int memoryChoice(int a, int e, size_t ri, size_t ti, int inflight) const {
-    StageMemoryInputs in;
-    in.param_bytes = params_[e] - params_[a] - keep(ti) * (tparams_[e] - tparams_[a]);
-    in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
-    in.model_buffers = bufs_[e] - bufs_[a] - keep(ti) * (tlowp_[e] - tlowp_[a]);
-    in.act_per_sample = act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a); // K (Note [unsaved values])
-    in.working = maxWork(a, e, ri, ti);
-    in.cut_in = p_.cut_bytes_per_sample[a];
-    in.cut_out = p_.cut_bytes_per_sample[e];
-    in.samples = samples_[ri];
-    in.inflight = inflight;
-    in.replicas = R_[ri];
-    for (bool rec : {false, true}) {
-      if (!p_.recomputeAllowed(rec)) continue;
-      for (bool zero : {false, true}) {
-        if (!p_.zeroAllowed(zero, in.replicas)) continue;
-        if (stageMemory(in, rec, zero).total() <= cap_) return (rec ? kRecompute : 0) | (zero ? kZero : 0);
-      }
-    }
-    return -1;
-  }
-
-  /// Which links a stage [a, e) on ranks d .. d+r-1 (r: its devices) uses:
-  /// bit 0 its inputs arrive inside a node, bit 1 its output gradients do,
-  /// bit 2 its all-reduce stays inside a node (Note [partition cost model]).
-  int placement(int a, int e, int r, int d) const {
-    int flags = 0;
-    if (a > 0 && node(d - 1) == node(d + r - 1)) flags |= 1;
-    if (e < n_ && node(d) == node(d + r)) flags |= 2;
-    if (node(d) == node(d + r - 1)) flags |= 4;
-    return flags;
-  }
-
-  static constexpr int kAnyPlacement = 8; ///< the relaxation's placement: the least of every number
-
-  /// placement() of a stage starting at quantum d; the relaxation does not know the rank.
-  int placedAt(int a, int e, int r, int d) const { return relaxed_ ? kAnyPlacement : placement(a, e, r, d * q_); }
-
-  /// values() at a placement from placedAt: for kAnyPlacement each number's
-  /// least over the placements, a lower bound on the stage wherever it sits.
-  /// The relaxation's least all-reduce is the one inside a node (flag 4),
-  /// which no ring across nodes beats, so `rank` does not matter there.
-  StageVals placedValues(int a, int e, size_t ri, size_t ti, int choice, int flags, int rank) const {
-    if (flags != kAnyPlacement) return values(a, e, ri, ti, choice, flags, rank);
-    StageVals least = values(a, e, ri, ti, choice, 0, rank);
-    for (int f = 1; f < kAnyPlacement; ++f) {
-      const StageVals v = values(a, e, ri, ti, choice, f, rank);
-      least.a = std::min(least.a, v.a), least.ar = std::min(least.ar, v.ar);
-      for (int i = 0; i < nc_; ++i) least.c[i] = std::min(least.c[i], v.c[i]);
-    }
-    return least;
-  }
-
-  /// The stage's numbers (see StageVals) for a placement from placement().
-  /// `rank`: the stage's first rank; its shard's replicas are every tp-th rank from there.
-  StageVals values(int a, int e, size_t ri, size_t ti, int choice, int flags, int rank) const {
-    const bool rec = choice & kRecompute;
-    const int r = R_[ri], tp = T_[ti];
-    const double b = samples_[ri], k = keep(ti);
-    const double params = params_[e] - params_[a] - k * (tparams_[e] - tparams_[a]);
-    double fwd = (f0_[e] - f0_[a]) + (f1_[e] - f1_[a]) * b - k * ((tf0_[e] - tf0_[a]) + (tf1_[e] - tf1_[a]) * b);
-    double bwd = (g0_[e] - g0_[a]) + (g1_[e] - g1_[a]) * b - k * ((tg0_[e] - tg0_[a]) + (tg1_[e] - tg1_[a]) * b);
-    if (tp > 1) { // the group's collectives, in both passes (Note [tensor parallel stages])
-      const double coll = ringAllReduce((coll_[e] - coll_[a]) * b, tp, p_.devices.intra_node, ncoll_[e] - ncoll_[a]);
-      fwd += coll, bwd += coll;
-    }
-    double recv_act = 0, recv_grad = 0, ar = 0;
-    if (a > 0) {
-      recv_act = receiveTime(p_.devices, link(flags & 1), flags & 1, p_.cut_bytes_per_sample[a] * b, tp);
-    }
-    if (e < n_) {
-      recv_grad = receiveTime(p_.devices, link(flags & 2), flags & 2, p_.cut_bytes_per_sample[e] * b, tp);
-    }
-    if (r > 1) {
-      Link ring = link(flags & 4);
-      ring.bandwidth = p_.devices.allReduceBandwidth(rank, r, tp);
-      ar = ringAllReduce(params, r, ring, 2.0 * (r - 1));
-    }
-    const double f = recv_act + fwd, g = recv_grad + (rec ? fwd : 0) + bwd;
-    StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0, static_cast<int16_t>(tp)};
-    if (sched_ == Schedule::GPipe) {
-      v.c[0] = f, v.c[1] = g;
-    } else {
-      v.c[0] = f + g;
-    }
-    return v;
-  }
 
   /// Calls fn(target state, stage numbers) for every stage that can follow state (k, a, d).
   template <typename Fn> void forEachStage(int k, int a, int d, Fn &&fn) const {
@@ -549,20 +347,23 @@ private:
     const int stage_index = num_pinned - k; // with per-stage counts pinned, k is exact
     for (int e = a + 1; e <= n_ - (k - 1); ++e) {
       if (!paramsFit(a, e)) break; // more blocks only add parameters
+      const int mask = placementMask(a, e);
       for (size_t ti = 0; ti < T_.size(); ++ti) {
         const int tp = T_[ti];
         if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
         if (per_stage_tp_ && (*per_stage_tp_)[stage_index] != tp) continue;
+        if (!paramsFit(a, e, ti)) continue;
         for (size_t ri = 0; ri < R_.size(); ++ri) {
           const int r = R_[ri], devices = r * tp, rq = quanta(devices);
           if (!widthAllowed(devices)) continue;
           if (d + rq > Dq_ - later_ * (k - 1)) break; // the later stages need a device (quantum) each
           if (r > per_microbatch_) break;               // a replica without samples (only pinned counts get here)
           if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
-          if (!groupsFit(d, r, tp)) continue;
+          const Seat &seat = seats_[ti][ri][d];
+          if (!(seat.bits & kGroupsFit)) continue;
           const int choice = memoryChoice(a, e, ri, ti, inflight);
           if (choice < 0) continue;
-          const StageVals v = placedValues(a, e, ri, ti, choice, placedAt(a, e, devices, d), d * q_);
+          const StageVals v = placedValues(a, e, ri, ti, choice, relaxed_ ? kAnyPlacement : seat.bits & mask, seat.bw);
           if (!(v.ar < ar_limit_)) continue;
           int next[2];
           const int num_next = nextClasses(k, e, next);
@@ -593,16 +394,6 @@ private:
     return true;
   }
 
-  const Problem &p_;
-  const int n_, D_, M_;
-  const Schedule sched_;
-  const std::vector<int> R_;
-  const std::vector<int> T_; // tensor-parallel degrees, ascending
-  const double cap_;
-  const int q_, Dq_;    // device quantum and the quanta on the devices (Note [device quantum])
-  const bool relaxed_;  // the relaxation: widths rounded down to quanta, any placement
-  const int later_ = relaxed_ ? 0 : 1; // quanta each later stage needs at least
-  int nc_ = 1;
   double w_[2] = {0, 0};
   double ar_limit_ = kInf;
   int kmax_ = 0;         // stage-count classes 1..kmax_ (Note [stage count classes])
@@ -610,14 +401,6 @@ private:
   std::vector<bool> source_;
   const std::vector<int> *per_stage_ = nullptr;
   const std::vector<int> *per_stage_tp_ = nullptr;
-  int64_t per_microbatch_ = 0;
-  std::vector<double> samples_;
-  std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_;
-  std::vector<double> tf0_, tf1_, tg0_, tg1_, tparams_, tlowp_, coll_, ncoll_; // tensor-parallel parts
-  std::vector<std::vector<double>> act_;  ///< per degree: of act_i - fr_i at that degree
-  std::vector<std::vector<double>> kept_; ///< per degree: act_[k] - X_k (Note [unsaved values])
-  std::vector<std::vector<std::vector<std::vector<double>>>> work_; // work_[ti][ri][j][i] = max over blocks [i, i + 2^j)
-  std::vector<std::vector<std::vector<std::vector<double>>>> keyed_work_; // the same of w_u + b kept_[u+1]
   int64_t num_states_ = 0;
   std::vector<double> lb_a_, lb_psi_, lb_c_[2];
   std::vector<std::vector<Point>> fronts_;
@@ -706,7 +489,8 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
     }
     progress("stage DP: M=" + std::to_string(c.microbatches) + (relaxed ? " bounded" : " searched") +
              " at stage widths in multiples of " + std::to_string(quantum) + " on " +
-             std::to_string(dp.numStates()) + " states: " + std::to_string(best) + " s");
+             std::to_string(dp.numStates()) + " states (bound " + std::to_string(c.bound) + " s): " +
+             std::to_string(best) + " s");
   };
   const double seeded = incumbent;
   for (const Candidate &c : order)

@@ -215,11 +215,24 @@ TEST(TensorParallel, CoarseningWithAPinnedDegreeCutsOnlyWhereStagesMayBorder) {
   auto dp = solveDP(c->problem);
   ASSERT_TRUE(dp.ok()) << dp.error().message;
   EXPECT_TRUE(evaluate(p, expandToUnits(*c, dp->solution)).feasible());
-  // Degree 1 searched too: every cut stays (a stage of degree 1 may use it).
+  // Degree 1 searched too: three whole pieces are more than two blocks, so
+  // the blocks still cut only at whole cuts (a degree-2 stage may border each).
   p.constraints.tensor_parallel.clear();
   auto mixed = coarsen(p, CoarsenOptions{2});
   ASSERT_TRUE(mixed.ok());
-  EXPECT_TRUE(mixed->unit_begin[1] == 4 || mixed->unit_begin[1] == 5) << mixed->unit_begin[1];
+  EXPECT_TRUE(mixed->unit_begin[1] == 3 || mixed->unit_begin[1] == 6) << mixed->unit_begin[1];
+  // Into five blocks: fewer whole pieces (3) than blocks, so both whole cuts
+  // are boundaries and the other two boundaries fall inside layers for balance.
+  auto five = coarsen(p, CoarsenOptions{5});
+  ASSERT_TRUE(five.ok());
+  ASSERT_EQ(five->unit_begin.size(), 6u);
+  EXPECT_EQ(std::count(five->unit_begin.begin(), five->unit_begin.end(), 3), 1);
+  EXPECT_EQ(std::count(five->unit_begin.begin(), five->unit_begin.end(), 6), 1);
+  // Only degree 1 searched: balance alone, as before tensor parallelism.
+  p.tp_degrees.clear();
+  auto plain = coarsen(p, CoarsenOptions{2});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->unit_begin[1] == 4 || plain->unit_begin[1] == 5) << plain->unit_begin[1];
 }
 
 TEST(TensorParallel, NoPlanMessageWidensAPinnedStageToWholeCuts) {
