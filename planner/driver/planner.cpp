@@ -234,8 +234,10 @@ struct Imported {
 /// (its unknown shapes completed where the front ends can, Note [flop counts]
 /// and the executor's batch axes need them).
 Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir, const FrontEnds &front_ends,
-                              std::ostream &log) {
-  auto graph = import::importModel(model, data_dir, &front_ends.torch);
+                              std::ostream &log, import::ImportAudit *audit = nullptr) {
+  import::ImportAudit own;
+  auto graph = import::importModel(model, data_dir, &front_ends.torch, audit ? audit : &own);
+  if (!audit) import::logAudit(own, "rannc-plan: " + model + ": ", log);
   if (!graph || import::modelFormat(model) != import::ModelFormat::Onnx || !front_ends.onnx_shapes) return graph;
   auto completed = front_ends.onnx_shapes(*graph, model);
   if (!completed)
@@ -377,9 +379,11 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out) {
 
 Status runImport(const std::string &model_path, const std::string &data_dir, const FrontEnds &front_ends,
                  std::ostream &out, std::ostream &log, int tensor_parallel) {
-  auto graph = importAny(model_path, data_dir, front_ends, log);
+  import::ImportAudit audit;
+  auto graph = importAny(model_path, data_dir, front_ends, log, &audit);
   if (!graph) return graph.error();
   graph->print(out);
+  import::printAudit(audit, out);
   return tensor_parallel > 0 ? printTensorParallel(*graph, tensor_parallel, out) : Status::success();
 }
 

@@ -16,7 +16,8 @@ bool isTorchScriptPath(const std::string &path) { return modelFormat(path) == Mo
 
 bool isTorchExportPath(const std::string &path) { return modelFormat(path) == ModelFormat::TorchExport; }
 
-Expected<ir::Graph> importModel(const std::string &path, const std::string &data_dir, const TorchImporters *torch) {
+Expected<ir::Graph> importModel(const std::string &path, const std::string &data_dir, const TorchImporters *torch,
+                                ImportAudit *audit) {
   const ModelFormat format = modelFormat(path);
   if (format != ModelFormat::Onnx && !torch)
     return Error{path + ": a LibTorch archive, which the ONNX importer does not read "
@@ -39,7 +40,7 @@ Expected<ir::Graph> importModel(const std::string &path, const std::string &data
                  " declares its own"};
   auto bytes = readFile(path);
   if (!bytes) return bytes.error();
-  return importOnnxBytes(*bytes, path);
+  return importOnnxBytes(*bytes, path, audit);
 }
 
 } // namespace rannc::import

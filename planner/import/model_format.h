@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "planner/import/audit.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
@@ -43,8 +44,9 @@ struct TorchImporters {
 /// describes a TorchScript archive's inputs and is refused for the formats
 /// that declare their own. Without `torch` (the ONNX-only callers) LibTorch
 /// archives are refused as such; a format `torch` has no importer for, as
-/// not available in this tool.
+/// not available in this tool. `audit`, when given, receives what the
+/// import found and fixed (Note [import audit]).
 Expected<ir::Graph> importModel(const std::string &path, const std::string &data_dir = "",
-                                const TorchImporters *torch = nullptr);
+                                const TorchImporters *torch = nullptr, ImportAudit *audit = nullptr);
 
 } // namespace rannc::import

@@ -231,7 +231,7 @@ Expected<onnx::ModelProto> parseModel(const std::string &bytes, const std::strin
 
 } // namespace
 
-Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where) {
+Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where, ImportAudit *audit) {
   auto model = parseModel(bytes, where);
   if (!model) return model.error();
   return importModelProto(*model, where, nullptr, nullptr);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "planner/import/audit.h"
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
 
@@ -20,7 +21,9 @@ namespace rannc::import {
 
 /// Imports a serialized ONNX ModelProto as a training graph; `where` names it
 /// in error messages. The graph must have exactly one output, the scalar loss.
-Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where);
+/// `audit`, when given, receives what the import found and fixed (Note [import audit]).
+Expected<ir::Graph> importOnnxBytes(const std::string &bytes, const std::string &where,
+                                    ImportAudit *audit = nullptr);
 
 /// A model imported for inference (the conformance runner): any outputs.
 struct InferenceModel {
