@@ -75,8 +75,8 @@ int64_t memoryFormatToC10(int64_t code) {
 
 class Lowering {
 public:
-  Lowering(const json &program, const runtime::Pt2Archive &archive, std::string where)
-      : program_(program), archive_(archive), where_(std::move(where)) {}
+  Lowering(const json &program, const runtime::Pt2Archive &archive, std::string where, ImportAudit *audit)
+      : program_(program), archive_(archive), where_(std::move(where)), audit_(audit) {}
 
   Expected<ir::Graph> run() {
     const json &gm = program_.at("graph_module");
@@ -101,8 +101,9 @@ public:
       const std::string kind = spec.begin().key();
       if (kind == "buffer_mutation") continue;
       if (kind != "user_output" && kind != "loss_output")
-        return Error{where_ + ": the program has a " + kind + " output (an input or gradient written back), "
-                              "which rannc does not lower; forward must return only the scalar training loss"};
+        return Error{refuse("written-back input", "the program has a " + kind + " output (an input or gradient "
+                                                  "written back), which rannc does not lower; forward must return "
+                                                  "only the scalar training loss").message()};
       const json &arg = spec.begin().value().at("arg");
       if (!arg.contains("as_tensor")) return Error{where_ + ": an output that is not a tensor"};
       if (!loss.empty()) return Error{where_ + ": forward must return only the scalar training loss"};
@@ -123,6 +124,17 @@ public:
 
 private:
   Status fail(const std::string &what) const { return Error{where_ + ": " + what}; }
+
+  /// Records a finding in the audit, when there is one (Note [import audit]).
+  void note(AuditAction action, const std::string &kind, const std::string &reason,
+            std::vector<std::string> names = {}) {
+    if (audit_) audit_->add(action, kind, reason, std::move(names));
+  }
+  /// Records a refusal and returns it as the import's error.
+  Status refuse(const std::string &kind, const std::string &what) {
+    note(AuditAction::Refused, kind, what);
+    return fail(what);
+  }
 
   Expected<ir::DType> metaDType(const std::string &name) const {
     if (!tensor_meta_.contains(name)) return Error{where_ + ": no tensor description for '" + name + "'"};
@@ -187,12 +199,25 @@ private:
       // A tensor read under two names (tied weights, a constant lifted twice) is one value.
       if (auto w = state_ids_.find(name); w != state_ids_.end()) {
         values_[graph_name] = state_ids_[state_name] = w->second;
+        if (vk == ir::ValueKind::Parameter)
+          note(AuditAction::Fixed, "tied weight",
+               "one tensor stored under several names: one parameter, named as named_parameters() names it",
+               {state_name + " = " + name});
         continue;
       }
       const torch::Tensor &t = it->second;
       // The signature says what trains (Note [torch.export lowering]): a
       // buffer, persistent or not, never does, whatever its dtype.
-      if (vk == ir::ValueKind::Parameter && !t.is_floating_point()) vk = ir::ValueKind::Constant;
+      if (vk == ir::ValueKind::Buffer && t.is_floating_point() && !body.value("persistent", true))
+        note(AuditAction::Fixed, "untrained buffer",
+             "floating-point non-persistent buffers (an ONNX initializer of theirs would train): kept as "
+             "buffers, never trained, as the program's signature says",
+             {name});
+      if (vk == ir::ValueKind::Parameter && !t.is_floating_point()) {
+        note(AuditAction::Warning, "integer parameter",
+             "parameters that are not floating point: constants, as no gradient can train them", {name});
+        vk = ir::ValueKind::Constant;
+      }
       const ir::ValueId id = g_.addValue(tensorValue(uniqueName(name), t, vk));
       if (vk == ir::ValueKind::Parameter) g_.parameters.push_back(id);
       else if (vk == ir::ValueKind::Buffer) g_.buffers.push_back(id);
@@ -440,12 +465,13 @@ private:
     } else if (target == "torch.ops.higher_order.wrap_with_autocast" && at == 4) {
       const json &enabled = ins[2].at("arg");
       if (!enabled.contains("as_bool") || enabled.at("as_bool").get<bool>())
-        return fail(here + " runs a region under an enabled torch.autocast; rannc sets one precision for the "
-                           "whole model (rannc-plan --precision bf16|fp16): export without autocast in forward");
+        return refuse("autocast region", here + " runs a region under an enabled torch.autocast; rannc sets one "
+                                                "precision for the whole model (rannc-plan --precision bf16|fp16): "
+                                                "export without autocast in forward");
     } else {
-      return fail(here + " is a higher-order op rannc does not lower: it inlines no_grad/enable_grad regions "
-                         "(wrap_with_set_grad_enabled) and disabled autocast regions; torch.cond, checkpointing "
-                         "and custom ops are refused");
+      return refuse("higher-order op", here + " is a higher-order op rannc does not lower: it inlines "
+                                              "no_grad/enable_grad regions (wrap_with_set_grad_enabled) and disabled "
+                                              "autocast regions; torch.cond, checkpointing and custom ops are refused");
     }
     const json &sub = ins[at].at("arg").at("as_graph").at("graph");
     const json &params = sub.at("inputs");
@@ -477,6 +503,11 @@ private:
     const std::vector<std::string> names = resultNames(n.at("outputs"));
     if (names.size() != results.size()) return fail(here + ": its results do not match its subgraph's outputs");
     const std::string path = modulePath(n);
+    if (!grad)
+      note(AuditAction::Fixed, "no_grad region",
+           "regions run under torch.no_grad(): inlined, their results detached so no gradient flows through them, "
+           "as in PyTorch",
+           {path.empty() ? here : path});
     for (size_t k = 0; k < names.size(); ++k) {
       const bool tensor = sub.at("outputs")[k].contains("as_tensor");
       values_[names[k]] = grad || !tensor ? results[k]
@@ -504,6 +535,10 @@ private:
     auto value = valueOf(graph_name);
     if (!value) return Status(value.error());
     const std::string base = g_.values[buffer->second].name + "/update";
+    note(AuditAction::Fixed, "buffer mutation",
+         "buffers a functionalized program writes back: updated in place where the new value is computed, once "
+         "per forward",
+         {g_.values[buffer->second].name});
     const ir::ValueId detached = tensorNode("aten::detach", base + "_detach", {*value});
     tensorNode("aten::copy_", base, {buffer->second, detached});
     return Status::success();
@@ -571,6 +606,7 @@ private:
   const json &program_;
   const runtime::Pt2Archive &archive_;
   std::string where_;
+  ImportAudit *audit_;
   json tensor_meta_;
   ir::Graph g_;
   std::map<std::string, ir::ValueId> values_;     // graph names -> IR values
@@ -584,10 +620,10 @@ private:
 
 } // namespace
 
-Expected<ir::Graph> importTorchExport(const std::string &path) {
+Expected<ir::Graph> importTorchExport(const std::string &path, ImportAudit *audit) {
   auto archive = runtime::readPt2Archive(path);
   if (!archive) return archive.error();
-  Lowering lowering(archive->program, *archive, path);
+  Lowering lowering(archive->program, *archive, path, audit);
   auto graph = [&]() -> Expected<ir::Graph> {
     try {
       return lowering.run();
