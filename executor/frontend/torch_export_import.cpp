@@ -89,9 +89,9 @@ public:
     // Buffers a functionalized program writes back (Note [buffer mutations]).
     for (const json &spec : sig.at("output_specs"))
       if (spec.begin().key() == "buffer_mutation") {
-        const json &body = spec.begin().value();
-        mutations_[body.at("arg").at("as_tensor").at("name").get<std::string>()] =
-            body.at("buffer_name").get<std::string>();
+        const json &body = spec.begin().value(); // arg: a TensorArgument, {"name": ...}
+        const json &arg = body.at("arg").contains("as_tensor") ? body.at("arg").at("as_tensor") : body.at("arg");
+        mutations_[arg.at("name").get<std::string>()] = body.at("buffer_name").get<std::string>();
       }
     for (const json &n : graph.at("nodes"))
       if (Status st = lowerNode(n); !st) return Error{st.message()};
