@@ -3,13 +3,14 @@
 
 Usage:
   .venv/bin/python models/make_model.py --model {mlp,bert,gpt,nanogpt,hf_encoder,hf_gpt2,hf_bert,hf_llama,
-                                                 resnet18,mobilenet_v3_small,vit_tiny,convnext_tiny,swin_tiny} --out DIR
+                                                 hf_qwen2,hf_mistral,hf_t5,resnet18,mobilenet_v3_small,vit_tiny,convnext_tiny,swin_tiny} --out DIR
       [--batch-size 8] [--samples 64] [--steps 10] [--lr-sgd 0.1]
       [--lr-adam 0.001] [--opset 17] [--seed 0]
       [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt, hf_*)
       [--tie-embeddings]                                        (gpt)
       [--image-size S]                                          (torchvision models)
       [--torchscript [--torchscript-bare]] [--dynamo-onnx] [--torch-export] [--precisions bf16,fp16]
+      [--no-legacy-onnx] [--no-variants]
 
 Writes:
   DIR/model.onnx             graph whose single output "loss" is the scalar loss
@@ -52,7 +53,7 @@ except ImportError as e:  # the usual cause: a python3 other than the project's 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
 
-HF_MODELS = ("hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama")  # zoo's transformers-style models
+HF_MODELS = ("hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama", "hf_mistral", "hf_t5")  # zoo's transformers-style models
 MIN_OPSET, MAX_OPSET = 13, 17  # the range rannc supports; 17 is also torch 1.13's newest
 
 
@@ -96,7 +97,7 @@ def make_data(name, model, n, seed, ignored_labels=False):
         labels = np.where(attention_mask == 1, tokens, -100)
         return {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask,
                 "labels": labels.astype(np.int64)}
-    if name in ("hf_gpt2", "hf_llama", "hf_qwen2", "sdpa_llama"):
+    if name in ("hf_gpt2", "hf_llama", "hf_qwen2", "sdpa_llama", "hf_mistral", "hf_t5"):
         # Hugging Face's causal-LM convention: labels = input_ids, the model
         # shifts them itself (the last position predicts nothing); 10% noise.
         noise = rng.random_sample(full.shape) < 0.10
@@ -167,6 +168,23 @@ def export_dynamo(model, example, names, path):
         first.setdefault(id(p), nm)
     write_json(os.path.join(os.path.dirname(path), "aliases.json"),
                {nm: first[id(p)] for nm, p in model.named_parameters(remove_duplicate=False) if nm != first[id(p)]})
+
+
+def export_torch_program(model, example, names, path):
+    """torch.export.export + torch.export.save as PyTorch's docs show them
+    (strict=False, the batch dynamic, everything else default). A Hugging
+    Face model is called as its users call it, without an attention_mask:
+    zoo's all-ones mask is there for the legacy ONNX exporter only."""
+    batch_dim = torch.export.Dim("batch", min=2)
+    ones_mask = getattr(model, "ones_mask", False)
+    model.ones_mask = False
+    try:
+        program = torch.export.export(model, tuple(example), dynamic_shapes={nm: {0: batch_dim} for nm in names},
+                                      strict=False)
+    finally:
+        if ones_mask:
+            model.ones_mask = ones_mask
+    torch.export.save(program, path)
 
 
 def export(model, example, names, path, opset):
@@ -467,6 +485,11 @@ def parse_args(argv):
     p.add_argument("--torch-export", action="store_true",
                    help="also write DIR/model.pt2: torch.export.export with the batch dynamic, saved by "
                         "torch.export.save")
+    p.add_argument("--no-legacy-onnx", action="store_true",
+                   help="do not write DIR/model.onnx (the legacy exporter cannot export every family, e.g. T5's "
+                        "decoder); only the exports asked for")
+    p.add_argument("--no-variants", action="store_true",
+                   help="write only the sgd and adam references, not the optimizer variants' (faster)")
     p.add_argument("--torchscript-bare", action="store_true",
                    help="with --torchscript: save the archive as torch.jit.save does by default, without the "
                         "input description (rannc-plan then needs --data DIR)")
@@ -576,10 +599,7 @@ def main(argv=None):
                os.path.join(a.out, "model.onnx"), a.opset)
         model.load_state_dict(initial)  # paranoia: export must not have touched the weights
     if a.torch_export:
-        batch_dim = torch.export.Dim("batch", min=2)
-        program = torch.export.export(model, tuple(batch(data, names, 0, a.batch_size)),
-                                      dynamic_shapes={nm: {0: batch_dim} for nm in names})
-        torch.export.save(program, os.path.join(a.out, "model.pt2"))
+        export_torch_program(model, batch(data, names, 0, a.batch_size), names, os.path.join(a.out, "model.pt2"))
         model.load_state_dict(initial)
     if a.dynamo_onnx:
         export_dynamo(model, batch(data, names, 0, a.batch_size), names, os.path.join(a.out, "model_dynamo.onnx"))
@@ -644,7 +664,7 @@ def main(argv=None):
                 "skipped_steps": skipped, "batch_size": a.batch_size, "steps": a.steps, "losses": losses,
             })
 
-    for vname, v in VARIANTS.items():
+    for vname, v in ({} if a.no_variants else VARIANTS).items():
         steps = variant_steps(v, a.steps, a.samples, a.batch_size)
         ref = train_variant(model, data, names, steps, a.batch_size, v)
         write_json(os.path.join(a.out, f"reference_{vname}.json"), {

@@ -481,6 +481,33 @@ class SdpaDecoder(nn.Module):
         return F.cross_entropy(logits[:, :-1].reshape(-1, self.vocab), labels[:, 1:].reshape(-1))
 
 
+class HFMistral(_HFModel):
+    """transformers' MistralForCausalLM (Llama's layers with sliding-window
+    attention, rotary inv_freq a non-persistent buffer, untied lm_head)."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.MistralConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                               num_hidden_layers=layers, num_attention_heads=heads,
+                               num_key_value_heads=max(1, heads // 2), max_position_embeddings=seq_len,
+                               attention_dropout=0.0, use_cache=False, bos_token_id=None, eos_token_id=None,
+                               loss_type="ForCausalLM")
+        super().__init__(tf.MistralForCausalLM, cfg, vocab, seq_len)
+
+
+class HFT5(_HFModel):
+    """transformers' T5ForConditionalGeneration (encoder-decoder, relative
+    position buckets, embeddings shared by encoder, decoder and lm_head); the
+    decoder's inputs are the labels shifted right, as the model makes them."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.T5Config(vocab_size=vocab, d_model=hidden, d_kv=hidden // heads, d_ff=2 * hidden, num_layers=layers,
+                          num_heads=heads, dropout_rate=0.0, use_cache=False, decoder_start_token_id=0,
+                          pad_token_id=0, eos_token_id=None)
+        super().__init__(tf.T5ForConditionalGeneration, cfg, vocab, seq_len)
+
+
 class VisionClassifier(nn.Module):
     """A torchvision classifier + cross-entropy; inputs x [B, 3, S, S], y [B].
 
@@ -568,9 +595,11 @@ def SwinTiny(num_classes=10, image_size=32):
 
 MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
           "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder,
-          "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama, "hf_qwen2": HFQwen2, "sdpa_llama": SdpaDecoder, "convnext_tiny": ConvNeXtTiny,
+          "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama, "hf_qwen2": HFQwen2, "sdpa_llama": SdpaDecoder,
+          "hf_mistral": HFMistral, "hf_t5": HFT5, "convnext_tiny": ConvNeXtTiny,
           "swin_tiny": SwinTiny, "efficientnet_b0": EfficientNetB0, "regnet_y_400mf": RegNetY400MF}
-TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama")
+TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama",
+                "hf_mistral", "hf_t5")
 VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny", "convnext_tiny", "swin_tiny", "efficientnet_b0",
                  "regnet_y_400mf")
 

@@ -30,7 +30,10 @@ namespace args = ir::aten_args;
 // batch) are IR values like aten::size's; a list mixing them with constants
 // becomes a prim::ListConstruct node. Parameters stored once under two names
 // (tied weights) are one parameter named by the first, as named_parameters()
-// does. Shapes are found by running the graph, as for TorchScript; the input
+// does. The graph signature alone says what trains: parameters train,
+// buffers (any dtype, persistent or not: a rotary inv_freq) never do, lifted
+// constants are constants. Ops are named by their module path from the
+// nn_module_stack metadata (readable plans). Shapes are found by running the graph, as for TorchScript; the input
 // description comes from the program's signature (dim 0 symbolic, the batch).
 
 /// "torch.ops.aten.linear.default" -> ("aten::linear", ""); sym-int Python
@@ -72,8 +75,8 @@ int64_t memoryFormatToC10(int64_t code) {
 
 class Lowering {
 public:
-  Lowering(const json &program, const runtime::Pt2Archive &archive, std::string where)
-      : program_(program), archive_(archive), where_(std::move(where)) {}
+  Lowering(const json &program, const runtime::Pt2Archive &archive, std::string where, ImportAudit *audit)
+      : program_(program), archive_(archive), where_(std::move(where)), audit_(audit) {}
 
   Expected<ir::Graph> run() {
     const json &gm = program_.at("graph_module");
@@ -83,17 +86,24 @@ public:
     g_.name = where_;
     g_.opset = 17;
     if (Status st = lowerInputs(sig); !st) return Error{st.message()};
-    int index = 0;
+    // Buffers a functionalized program writes back (Note [buffer mutations]).
+    for (const json &spec : sig.at("output_specs"))
+      if (spec.begin().key() == "buffer_mutation") {
+        const json &body = spec.begin().value(); // arg: a TensorArgument, {"name": ...}
+        const json &arg = body.at("arg").contains("as_tensor") ? body.at("arg").at("as_tensor") : body.at("arg");
+        mutations_[arg.at("name").get<std::string>()] = body.at("buffer_name").get<std::string>();
+      }
     for (const json &n : graph.at("nodes"))
-      if (Status st = lowerNode(n, index++); !st) return Error{st.message()};
+      if (Status st = lowerNode(n); !st) return Error{st.message()};
     // The loss: the one user (or loss) output.
     std::string loss;
     for (const json &spec : sig.at("output_specs")) {
       const std::string kind = spec.begin().key();
+      if (kind == "buffer_mutation") continue;
       if (kind != "user_output" && kind != "loss_output")
-        return Error{where_ + ": the program has a " + kind + " output (a buffer or input written back, as a "
-                              "functionalized program after run_decompositions() has), which rannc does not lower "
-                              "yet; save the program torch.export.export returns"};
+        return Error{refuse("written-back input", "the program has a " + kind + " output (an input or gradient "
+                                                  "written back), which rannc does not lower; forward must return "
+                                                  "only the scalar training loss").message()};
       const json &arg = spec.begin().value().at("arg");
       if (!arg.contains("as_tensor")) return Error{where_ + ": an output that is not a tensor"};
       if (!loss.empty()) return Error{where_ + ": forward must return only the scalar training loss"};
@@ -115,6 +125,17 @@ public:
 private:
   Status fail(const std::string &what) const { return Error{where_ + ": " + what}; }
 
+  /// Records a finding in the audit, when there is one (Note [import audit]).
+  void note(AuditAction action, const std::string &kind, const std::string &reason,
+            std::vector<std::string> names = {}) {
+    if (audit_) audit_->add(action, kind, reason, std::move(names));
+  }
+  /// Records a refusal and returns it as the import's error.
+  Status refuse(const std::string &kind, const std::string &what) {
+    note(AuditAction::Refused, kind, what);
+    return fail(what);
+  }
+
   Expected<ir::DType> metaDType(const std::string &name) const {
     if (!tensor_meta_.contains(name)) return Error{where_ + ": no tensor description for '" + name + "'"};
     auto st = runtime::scalarTypeFromExport(tensor_meta_.at(name).at("dtype").get<int64_t>());
@@ -135,7 +156,7 @@ private:
         auto dtype = metaDType(name);
         if (!dtype) return Status(dtype.error());
         ir::Value v;
-        v.name = name;
+        v.name = uniqueName(name);
         v.kind = ir::ValueKind::Input;
         v.dtype = *dtype;
         v.shape_known = true;
@@ -175,13 +196,29 @@ private:
       if (it == archive_.tensors.end()) return fail("the archive has no tensor '" + state_name + "'");
       const std::string &storage = archive_.storage_of.at(state_name);
       const std::string name = canonical_of_storage.emplace(storage, state_name).first->second;
-      if (auto w = weight_ids_.find(name); w != weight_ids_.end()) {
-        values_[graph_name] = w->second;
+      // A tensor read under two names (tied weights, a constant lifted twice) is one value.
+      if (auto w = state_ids_.find(name); w != state_ids_.end()) {
+        values_[graph_name] = state_ids_[state_name] = w->second;
+        if (vk == ir::ValueKind::Parameter)
+          note(AuditAction::Fixed, "tied weight",
+               "one tensor stored under several names: one parameter, named as named_parameters() names it",
+               {state_name + " = " + name});
         continue;
       }
       const torch::Tensor &t = it->second;
-      if (vk == ir::ValueKind::Parameter && !t.is_floating_point()) vk = ir::ValueKind::Constant;
-      const ir::ValueId id = g_.addValue(tensorValue(name, t, vk));
+      // The signature says what trains (Note [torch.export lowering]): a
+      // buffer, persistent or not, never does, whatever its dtype.
+      if (vk == ir::ValueKind::Buffer && t.is_floating_point() && !body.value("persistent", true))
+        note(AuditAction::Fixed, "untrained buffer",
+             "floating-point non-persistent buffers (an ONNX initializer of theirs would train): kept as "
+             "buffers, never trained, as the program's signature says",
+             {name});
+      if (vk == ir::ValueKind::Parameter && !t.is_floating_point()) {
+        note(AuditAction::Warning, "integer parameter",
+             "parameters that are not floating point: constants, as no gradient can train them", {name});
+        vk = ir::ValueKind::Constant;
+      }
+      const ir::ValueId id = g_.addValue(tensorValue(uniqueName(name), t, vk));
       if (vk == ir::ValueKind::Parameter) g_.parameters.push_back(id);
       else if (vk == ir::ValueKind::Buffer) g_.buffers.push_back(id);
       else {
@@ -189,6 +226,7 @@ private:
         g_.constant_data[id] = runtime::fromTorch(t.contiguous());
       }
       if (vk != ir::ValueKind::Constant) weight_ids_.emplace(name, id);
+      state_ids_[name] = state_ids_[state_name] = id;
       values_[graph_name] = id;
     }
     return Status::success();
@@ -327,7 +365,7 @@ private:
         }
       }
       ir::Value lv;
-      lv.name = list.name;
+      lv.name = uniqueName(list.name);
       const ir::ValueId lid = g_.addValue(std::move(lv));
       list.outputs.push_back(lid);
       g_.addNode(std::move(list));
@@ -338,10 +376,180 @@ private:
     return fail(here + ": argument '" + formal.name() + "' is serialized as " + kind + ", which rannc does not lower");
   }
 
-  Status lowerNode(const json &n, int index) {
+  /// The module path of `n` (`model.layers.3.mlp`) from its nn_module_stack
+  /// metadata ("key,path,type;..." outermost first); empty at the root.
+  static std::string modulePath(const json &n) {
+    if (!n.contains("metadata") || !n.at("metadata").contains("nn_module_stack")) return "";
+    const std::string stack = n.at("metadata").at("nn_module_stack").get<std::string>();
+    const std::string last = stack.substr(stack.rfind(';') == std::string::npos ? 0 : stack.rfind(';') + 1);
+    const auto a = last.find(','), b = last.find(',', a == std::string::npos ? a : a + 1);
+    if (a == std::string::npos || b == std::string::npos) return "";
+    const std::string path = last.substr(a + 1, b - a - 1);
+    return path.rfind("_empty", 0) == 0 ? "" : path;
+  }
+
+  /// `name`, or `name` with a suffix when an IR value already has it (an
+  /// inlined region's names repeat the program's).
+  std::string uniqueName(const std::string &name) {
+    std::string out = name;
+    for (int k = 1; !used_names_.insert(out).second; ++k) out = name + "_" + std::to_string(k);
+    return out;
+  }
+
+  /// The IR value a serialized tensor or sym-int argument names.
+  Expected<ir::ValueId> argValue(const json &arg, const std::string &here) const {
+    if (arg.contains("as_tensor")) return valueOf(arg.at("as_tensor").at("name").get<std::string>());
+    for (const char *k : {"as_sym_int", "as_sym_float", "as_sym_bool"})
+      if (arg.contains(k) && arg.at(k).contains("as_name")) return valueOf(arg.at(k).at("as_name").get<std::string>());
+    return Error{where_ + ": " + here + ": a region operand or result that is not a tensor or symbolic number"};
+  }
+
+  /// The names of a node's or a region's results, flattened.
+  static std::vector<std::string> resultNames(const json &outputs) {
+    std::vector<std::string> names;
+    for (const json &out : outputs) {
+      const std::string kind = out.begin().key();
+      const json &v = out.begin().value();
+      if (kind == "as_tensor") names.push_back(v.at("name").get<std::string>());
+      else if (kind == "as_tensors")
+        for (const json &t : v) names.push_back(t.at("name").get<std::string>());
+      else if (v.is_object() && v.contains("as_name")) names.push_back(v.at("as_name").get<std::string>());
+    }
+    return names;
+  }
+
+  /// An ATen node `op` on the tensors `ins`, named `name` (aten::detach;
+  /// aten::copy_ with non_blocking=False); its output.
+  ir::ValueId tensorNode(const std::string &op, const std::string &name, std::vector<ir::ValueId> ins) {
+    ir::Node node;
+    node.name = name;
+    node.op_type = op;
+    node.domain = "aten";
+    node.attrs[args::kOverload] = std::string();
+    node.attrs[args::kNargs] = int64_t(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) node.attrs[args::kindKey(i)] = args::kTensor;
+    if (op == "aten::copy_") {
+      node.attrs[args::kNargs] = int64_t(3);
+      node.attrs[args::kindKey(2)] = args::kConstBool;
+      node.attrs[args::valueKey(2)] = int64_t(0);
+    }
+    node.inputs = std::move(ins);
+    ir::Value v;
+    v.name = uniqueName(name);
+    const ir::ValueId id = g_.addValue(std::move(v));
+    node.outputs.push_back(id);
+    g_.addNode(std::move(node));
+    return id;
+  }
+
+  // Note [higher-order regions]
+  // torch.export keeps a region run under another mode as a higher-order op
+  // whose subgraph is an argument: transformers' rotary embeddings run under
+  // torch.no_grad() (wrap_with_set_grad_enabled(False, graph, *operands)),
+  // and under torch.autocast(enabled=False) (wrap_with_autocast(device,
+  // dtype, enabled, cache, graph, *operands)). The subgraph is inlined, its
+  // inputs bound to the operands. A region without gradients ends in
+  // aten::detach on each tensor result: autograd then stops there, as
+  // PyTorch's no_grad stops it. An enabled autocast region would run in
+  // another precision than the rest, which rannc sets per plan
+  // (--precision), so it is refused; so are the other higher-order ops
+  // (torch.cond, checkpoint, custom ops), which compute something else.
+  Status lowerRegion(const json &n, const std::string &target, const std::string &here) {
+    const json &ins = n.at("inputs");
+    size_t at = ins.size();
+    for (size_t i = 0; i < ins.size() && at == ins.size(); ++i)
+      if (ins[i].at("arg").contains("as_graph")) at = i;
+    bool grad = true;
+    if (target == "torch.ops.higher_order.wrap_with_set_grad_enabled" && at == 1) {
+      grad = ins[0].at("arg").at("as_bool").get<bool>();
+    } else if (target == "torch.ops.higher_order.wrap_with_autocast" && at == 4) {
+      const json &enabled = ins[2].at("arg");
+      if (!enabled.contains("as_bool") || enabled.at("as_bool").get<bool>())
+        return refuse("autocast region", here + " runs a region under an enabled torch.autocast; rannc sets one "
+                                                "precision for the whole model (rannc-plan --precision bf16|fp16): "
+                                                "export without autocast in forward");
+    } else {
+      return refuse("higher-order op", here + " is a higher-order op rannc does not lower: it inlines "
+                                              "no_grad/enable_grad regions (wrap_with_set_grad_enabled) and disabled "
+                                              "autocast regions; torch.cond, checkpointing and custom ops are refused");
+    }
+    const json &sub = ins[at].at("arg").at("as_graph").at("graph");
+    const json &params = sub.at("inputs");
+    if (params.size() != ins.size() - at - 1) return fail(here + ": its subgraph's inputs do not match its operands");
+    std::map<std::string, ir::ValueId> scope;
+    for (size_t k = 0; k < params.size(); ++k) {
+      auto operand = argValue(ins[at + 1 + k].at("arg"), here);
+      if (!operand) return Status(operand.error());
+      for (const std::string &name : resultNames(json::array({params[k]}))) scope[name] = *operand;
+    }
+    std::swap(scope, values_); // the region sees its own names only
+    ++region_depth_;
+    Status lowered = Status::success();
+    for (const json &inner : sub.at("nodes"))
+      if (lowered = lowerNode(inner); !lowered) break;
+    --region_depth_;
+    std::vector<ir::ValueId> results;
+    if (lowered)
+      for (const json &out : sub.at("outputs")) {
+        auto r = argValue(out, here);
+        if (!r) {
+          lowered = Status(r.error());
+          break;
+        }
+        results.push_back(*r);
+      }
+    std::swap(scope, values_);
+    if (!lowered) return lowered;
+    const std::vector<std::string> names = resultNames(n.at("outputs"));
+    if (names.size() != results.size()) return fail(here + ": its results do not match its subgraph's outputs");
+    const std::string path = modulePath(n);
+    if (!grad)
+      note(AuditAction::Fixed, "no_grad region",
+           "regions run under torch.no_grad(): inlined, their results detached so no gradient flows through them, "
+           "as in PyTorch",
+           {path.empty() ? here : path});
+    for (size_t k = 0; k < names.size(); ++k) {
+      const bool tensor = sub.at("outputs")[k].contains("as_tensor");
+      values_[names[k]] = grad || !tensor ? results[k]
+                                          : tensorNode("aten::detach", (path.empty() ? "" : path + "/") + names[k],
+                                                      {results[k]});
+      if (Status st = applyMutation(names[k]); !st) return st;
+    }
+    return Status::success();
+  }
+
+  // Note [buffer mutations]
+  // A functionalized program (run_decompositions()) does not update buffers
+  // in place: it returns each new value as a buffer_mutation output
+  // (BatchNorm's running statistics from _native_batch_norm_legit_functional,
+  // num_batches_tracked + 1), and PyTorch copies it into the buffer after
+  // forward. The lowering writes it in place right where the value is made,
+  // aten::copy_(buffer, detach(new)), so the stage that computes it updates
+  // its own buffer once per forward, as aten.batch_norm and aten.add_ do in
+  // the program torch.export.export returns.
+  Status applyMutation(const std::string &graph_name) {
+    auto m = mutations_.find(graph_name);
+    if (region_depth_ > 0 || m == mutations_.end()) return Status::success(); // a region's names are its own
+    auto buffer = state_ids_.find(m->second);
+    if (buffer == state_ids_.end()) return fail("buffer_mutation of '" + m->second + "', which is no input buffer");
+    auto value = valueOf(graph_name);
+    if (!value) return Status(value.error());
+    const std::string base = g_.values[buffer->second].name + "/update";
+    note(AuditAction::Fixed, "buffer mutation",
+         "buffers a functionalized program writes back: updated in place where the new value is computed, once "
+         "per forward",
+         {g_.values[buffer->second].name});
+    const ir::ValueId detached = tensorNode("aten::detach", base + "_detach", {*value});
+    tensorNode("aten::copy_", base, {buffer->second, detached});
+    return Status::success();
+  }
+
+  Status lowerNode(const json &n) {
+    const int index = index_++;
     const std::string target = n.at("target").get<std::string>();
     if (isAssertion(target)) return Status::success();
     const std::string here = "node '" + n.value("name", std::to_string(index)) + "' (" + target + ")";
+    if (target.rfind("torch.ops.higher_order.", 0) == 0) return lowerRegion(n, target, here);
     auto op = operatorName(target);
     if (!op)
       return fail(here + " is not an ATen operator (higher-order ops such as torch.cond, and custom ops, are not "
@@ -351,7 +559,9 @@ private:
                           (op->second.empty() ? "" : "." + op->second));
     const c10::FunctionSchema &schema = jop->schema();
     ir::Node node;
-    node.name = n.value("name", op->first.substr(6) + "_" + std::to_string(index));
+    // Readable plans: the op's module path, as ONNX exporters name nodes.
+    const std::string path = modulePath(n);
+    node.name = (path.empty() ? "" : path + "/") + n.value("name", op->first.substr(6) + "_" + std::to_string(index));
     node.op_type = op->first;
     node.domain = "aten";
     node.attrs[args::kOverload] = op->second;
@@ -368,7 +578,7 @@ private:
       const json &v = out.begin().value();
       auto define = [&](const std::string &name) {
         ir::Value iv;
-        iv.name = name;
+        iv.name = uniqueName(name);
         const ir::ValueId id = g_.addValue(std::move(iv));
         values_[name] = id;
         node.outputs.push_back(id);
@@ -386,25 +596,34 @@ private:
         return fail(here + ": an output serialized as " + kind + ", which rannc does not lower");
       }
     }
+    const std::vector<std::string> produced = resultNames(n.at("outputs"));
     g_.addNode(std::move(node));
+    for (const std::string &name : produced)
+      if (Status st = applyMutation(name); !st) return st;
     return Status::success();
   }
 
   const json &program_;
   const runtime::Pt2Archive &archive_;
   std::string where_;
+  ImportAudit *audit_;
   json tensor_meta_;
   ir::Graph g_;
   std::map<std::string, ir::ValueId> values_;     // graph names -> IR values
   std::map<std::string, ir::ValueId> weight_ids_; // canonical weight names
+  std::map<std::string, ir::ValueId> state_ids_;  // every state_dict / constant name -> its value
+  std::map<std::string, std::string> mutations_;  // new value's graph name -> buffer it writes
+  std::set<std::string> used_names_;              // IR value names taken
+  int index_ = 0;
+  int region_depth_ = 0;
 };
 
 } // namespace
 
-Expected<ir::Graph> importTorchExport(const std::string &path) {
+Expected<ir::Graph> importTorchExport(const std::string &path, ImportAudit *audit) {
   auto archive = runtime::readPt2Archive(path);
   if (!archive) return archive.error();
-  Lowering lowering(archive->program, *archive, path);
+  Lowering lowering(archive->program, *archive, path, audit);
   auto graph = [&]() -> Expected<ir::Graph> {
     try {
       return lowering.run();

@@ -94,6 +94,32 @@ public:
       buffers_.emplace(b.name, b.value);
       canonical_.emplace(b.value.unsafeGetTensorImpl(), b.name);
     }
+    for (const auto &m : module_.named_modules()) module_types_.emplace(m.name, m.value.type());
+  }
+
+  /// The module path of an inlined node (`model.layers.0.mlp`): each call
+  /// jit::Inline recorded names the called module's attribute ("0" for a
+  /// ModuleList's child), found as the nearest submodule of the caller's path
+  /// with that name and the call's module type (readable plans).
+  std::string modulePath(const jit::Node *n) const {
+    const auto cs = n->callstack();
+    if (!cs) return "";
+    std::string path;
+    for (const auto &frame : (*cs)->vec()) {
+      const auto &info = std::get<2>(frame);
+      if (!info || info->instance_name() == "SELF") continue;
+      const std::string &name = info->instance_name();
+      const std::string prefix = path.empty() ? "" : path + ".";
+      std::string found;
+      for (const auto &[p, type] : module_types_) {
+        const bool under = p.rfind(prefix, 0) == 0 && p.size() > prefix.size();
+        const bool named = p == prefix + name || (p.size() > name.size() + 1 &&
+                                                  p.compare(p.size() - name.size() - 1, std::string::npos, "." + name) == 0);
+        if (under && named && type == info->class_type() && (found.empty() || p.size() < found.size())) found = p;
+      }
+      path = found.empty() ? prefix + name : found;
+    }
+    return path;
   }
 
   Expected<ir::Graph> run(const nlohmann::json &inputs_desc, const std::string &inputs_source) {
@@ -287,7 +313,8 @@ private:
     if (!schema && kind != c10::prim::ListConstruct) return fail(n, "has no operator schema");
 
     ir::Node node;
-    node.name = std::string(kind.toUnqualString()) + "_" + std::to_string(index);
+    const std::string path = modulePath(n); // readable plans, as ONNX exporters name nodes
+    node.name = (path.empty() ? "" : path + "/") + kind.toUnqualString() + "_" + std::to_string(index);
     node.op_type = kind.toQualString();
     node.domain = "aten";
     node.attrs[args::kOverload] = schema ? schema->overload_name() : std::string();
@@ -393,6 +420,7 @@ private:
   std::unordered_map<const jit::Value *, std::vector<const jit::Value *>> tuples_;
   std::map<std::string, torch::Tensor> params_, buffers_;
   std::map<std::string, ir::ValueId> weights_;
+  std::map<std::string, c10::ClassTypePtr> module_types_; // submodules by path
   std::unordered_map<const c10::TensorImpl *, std::string> canonical_; // lookups only
 };
 

@@ -44,14 +44,17 @@ std::map<ir::ValueId, torch::Tensor> initialTensors(const ir::Graph &g, const st
   std::map<ir::ValueId, torch::Tensor> out;
   for (ir::ValueId v : values) {
     const ir::Value &val = g.values[v];
-    if (!ir::isFloating(val.dtype) || !val.shape_known)
-      throw std::runtime_error("cannot initialize '" + val.name + "': not a floating-point tensor of known shape");
+    if (!val.shape_known) throw std::runtime_error("cannot initialize '" + val.name + "': its shape is unknown");
     std::vector<int64_t> dims;
     for (const ir::Dim &d : val.shape) {
       if (!d.isFixed())
         throw std::runtime_error("cannot initialize '" + val.name + "': shape " + ir::shapeString(val.shape) +
                                  " is not fixed");
       dims.push_back(d.offset);
+    }
+    if (!ir::isFloating(val.dtype)) { // an integer or boolean buffer (num_batches_tracked, position ids)
+      out[v] = torch::zeros(dims, torch::TensorOptions().dtype(toScalarType(val.dtype)));
+      continue;
     }
     // The role the first normalization reading it gives it (Note [initial weights]).
     int fill = -1; // -1: random (or 0 for rank <= 1); 0 or 1: constant

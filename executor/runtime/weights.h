@@ -29,7 +29,8 @@ namespace rannc::runtime {
 ///   - tensors of rank 2 or more (weight matrices, embeddings, convolution
 ///     kernels): normal(0, 0.02), the BERT/GPT initializer, drawn from
 ///     LibTorch's CPU generator seeded with splitmix64(SEED ^ FNV-1a(name)).
-/// Float tensors are drawn in float32 and converted to the value's dtype.
+/// Float tensors are drawn in float32 and converted to the value's dtype;
+/// integer and boolean ones (num_batches_tracked, position ids) are 0.
 std::map<ir::ValueId, torch::Tensor> initialTensors(const ir::Graph &g, const std::vector<ir::ValueId> &values,
                                                     uint64_t seed);
 

@@ -321,6 +321,15 @@ Status runPlan(const PlanOptions &opts, std::ostream &out, std::ostream &log) {
   if (opts.output.empty()) return Error{"no output file: pass -o PLAN (.pb, .pbtxt or .json)"};
   auto plan = makePlan(opts, log);
   if (!plan) return plan.error();
+  // A plan rannc-plan writes, check and rannc-exec read back: refuse to write
+  // one they would refuse (an importer's duplicate value name, say).
+  std::vector<std::string> problems = plan::structuralProblems(*plan);
+  if (auto graph = plan::graphFromProto(plan->graph()); !graph) problems.push_back(graph.error().message);
+  if (!problems.empty()) {
+    std::string list;
+    for (const auto &p : problems) list += "\n  " + p;
+    return Error{"internal error: the plan for " + opts.model + " would not read back, so it was not written:" + list};
+  }
   if (Status st = plan::writePlan(*plan, opts.output); !st) return st;
   log << "rannc-plan: wrote " << opts.output << " (" << plan->stages_size() << " stage(s) on "
       << plan::worldSize(*plan) << " rank(s), " << plan->microbatches() << " micro-batch(es), "

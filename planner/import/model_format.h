@@ -36,8 +36,8 @@ bool isTorchExportPath(const std::string &path);
 struct TorchImporters {
   /// A TorchScript archive; `data_dir`, when not empty, describes its inputs by their .npy files.
   std::function<Expected<ir::Graph>(const std::string &path, const std::string &data_dir)> torchscript;
-  /// A torch.export program, which describes its own inputs.
-  std::function<Expected<ir::Graph>(const std::string &path)> torch_export;
+  /// A torch.export program, which describes its own inputs; `audit` (may be null) gets its findings.
+  std::function<Expected<ir::Graph>(const std::string &path, ImportAudit *audit)> torch_export;
 };
 
 /// Imports a model file by its format. `data_dir` (--data), when not empty,

@@ -150,9 +150,11 @@ def check_training(args):
     log = os.path.join(work, "log.jsonl")
     train_args = ref["exec_args"] if args.variant else ["--steps", str(ref["steps"]), "--optimizer", args.optimizer,
                                                         "--lr", repr(ref["lr"])]
-    trained = os.path.join(work, "trained.pt" if args.torchscript else "trained.onnx")
+    # A LibTorch archive's trained weights come back as a state dict (--export-state).
+    pt2 = (args.model_file or "").endswith(".pt2")
+    trained = os.path.join(work, "trained.pt" if args.torchscript or pt2 else "trained.onnx")
     if args.check_state:
-        train_args = train_args + ["--export-state" if args.torchscript else "--export-onnx", trained]
+        train_args = train_args + ["--export-state" if args.torchscript or pt2 else "--export-onnx", trained]
     train_args = train_args + args.exec_args.split()
     if args.device == "cuda":
         train_args += ["--device", "cuda"]
@@ -230,7 +232,8 @@ def check_training(args):
     if args.variant:
         worst = max(worst, check_variant(ref, steps))
     if args.check_state:
-        worst = max(worst, check_state(trained, model_dir, name, args.torchscript, args.model_file or "model.onnx"))
+        worst = max(worst, check_state(trained, model_dir, name, args.torchscript, args.model_file or "model.onnx",
+                                       args.model_file if pt2 else None))
     if args.device_memory:
         check_memory(args, plan_path, model_dir, ref, steps)
     if args.summary:
@@ -266,7 +269,7 @@ def check_metrics(rec, stages, one_rank):
             sys.exit(f"tokens_per_s / samples_per_s = {per_sample}, not a whole sequence length")
 
 
-def check_state(trained, model_dir, name, torchscript=False, model_file="model.onnx"):
+def check_state(trained, model_dir, name, torchscript=False, model_file="model.onnx", pt2=None):
     """Every trained parameter and BatchNorm running statistic of the exported
     model against PyTorch's (reference_<opt>_{params,buffers}.npz), per tensor
     max|a - b| / max(max|b|, 1e-3) (Adam: the 2-norm, see below): the floor keeps rounding noise on tensors
@@ -286,6 +289,20 @@ def check_state(trained, model_dir, name, torchscript=False, model_file="model.o
         module = torch.jit.load(os.path.join(model_dir, "model.pt"))
         start = {k: v.detach().numpy() for k, v in list(module.named_parameters()) + list(module.named_buffers())}
         buffers = os.path.join(model_dir, f"reference_{name}_torch_buffers.npz")
+    elif pt2:
+        # A torch.export program (model file `pt2`): its state dict and its
+        # lifted constants (non-persistent buffers) are where training starts.
+        import torch
+        got = {k: v.numpy() for k, v in torch.load(trained).items()}
+        program = torch.export.load(os.path.join(model_dir, pt2))
+        start = {k: v.detach().numpy() for k, v in list(program.state_dict.items()) + list(program.constants.items())
+                 if isinstance(v, torch.Tensor)}
+        buffers = os.path.join(model_dir, f"reference_{name}_torch_buffers.npz")
+        # Buffers forward never reads (Llama's original_inv_freq) have no
+        # PyTorch reference: unchanged, there is nothing to compare.
+        compared = set(np.load(os.path.join(model_dir, f"reference_{name}_params.npz")))
+        compared |= set(np.load(buffers)) if os.path.exists(buffers) else set()
+        got = {k: v for k, v in got.items() if k in compared or not np.array_equal(v, start.get(k))}
     else:
         got = {i.name: numpy_helper.to_array(i) for i in onnx.load(trained).graph.initializer}
         start = {i.name: numpy_helper.to_array(i)
@@ -303,7 +320,7 @@ def check_state(trained, model_dir, name, torchscript=False, model_file="model.o
     # exporter's folded masks and scales) are not trained: unchanged, they
     # are not PyTorch's parameters to compare.
     aliases_file = os.path.join(model_dir, "aliases.json")
-    aliases = json.load(open(aliases_file)) if os.path.exists(aliases_file) and not torchscript else {}
+    aliases = json.load(open(aliases_file)) if os.path.exists(aliases_file) and not torchscript and not pt2 else {}
     start = {aliases.get(k, k): v for k, v in start.items()}
     got = {aliases.get(k, k): v for k, v in got.items()}
     got = {k: v for k, v in got.items() if k in want or not np.array_equal(v, start.get(k))}

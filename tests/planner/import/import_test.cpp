@@ -48,7 +48,7 @@ TEST(ModelFormat, DispatchesToTheImporterOfTheFormat) {
     calls.push_back("ts " + path + " " + data_dir);
     return ir::Graph{};
   };
-  torch.torch_export = [&](const std::string &path) -> Expected<ir::Graph> {
+  torch.torch_export = [&](const std::string &path, ImportAudit *) -> Expected<ir::Graph> {
     calls.push_back("export " + path);
     return ir::Graph{};
   };
