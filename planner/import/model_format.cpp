@@ -38,7 +38,7 @@ Expected<ir::Graph> importModel(const std::string &path, const std::string &data
     if (!torch->torch_export) return unavailable;
     if (!data_dir.empty())
       return Error{"--data " + data_dir + ": " + path + " is a torch.export program, which describes its own inputs"};
-    return torch->torch_export(path, audit);
+    return torch->torch_export(path, &audit);
   case ModelFormat::Onnx:
     break;
   }
