@@ -485,9 +485,6 @@ def parse_args(argv):
     p.add_argument("--torch-export", action="store_true",
                    help="also write DIR/model.pt2: torch.export.export with the batch dynamic, saved by "
                         "torch.export.save")
-    p.add_argument("--no-legacy-onnx", action="store_true",
-                   help="do not write DIR/model.onnx (the legacy exporter cannot export every family, e.g. T5's "
-                        "decoder); only the exports asked for")
     p.add_argument("--no-variants", action="store_true",
                    help="write only the sgd and adam references, not the optimizer variants' (faster)")
     p.add_argument("--torchscript-bare", action="store_true",
