@@ -42,6 +42,13 @@ TEST(ModelFormat, ByExtensionInAnyCase) {
 }
 
 TEST(ModelFormat, DispatchesToTheImporterOfTheFormat) {
+  // The files must exist and be regular: importModel opens them before any
+  // LibTorch loader does (Note [hostile inputs]).
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "rannc_import_dispatch";
+  std::filesystem::create_directories(dir);
+  const std::string ts = (dir / "m.pt").string(), ep = (dir / "m.pt2").string();
+  std::ofstream(ts) << "x";
+  std::ofstream(ep) << "x";
   std::vector<std::string> calls;
   TorchImporters torch;
   torch.torchscript = [&](const std::string &path, const std::string &data_dir) -> Expected<ir::Graph> {
@@ -52,12 +59,12 @@ TEST(ModelFormat, DispatchesToTheImporterOfTheFormat) {
     calls.push_back("export " + path);
     return ir::Graph{};
   };
-  EXPECT_TRUE(importModel("m.pt", "data", &torch).ok());
-  EXPECT_TRUE(importModel("m.pt2", "", &torch).ok());
-  EXPECT_EQ(calls, (std::vector<std::string>{"ts m.pt data", "export m.pt2"}));
+  EXPECT_TRUE(importModel(ts, "data", &torch).ok());
+  EXPECT_TRUE(importModel(ep, "", &torch).ok());
+  EXPECT_EQ(calls, (std::vector<std::string>{"ts " + ts + " data", "export " + ep}));
 
   // --data describes a TorchScript archive's inputs only; the others declare their own.
-  auto pt2 = importModel("m.pt2", "data", &torch);
+  auto pt2 = importModel(ep, "data", &torch);
   ASSERT_FALSE(pt2.ok());
   EXPECT_NE(pt2.error().message.find("describes its own inputs"), std::string::npos) << pt2.error().message;
   auto onnx = importModel(modelPath("gpt"), "data", &torch);
@@ -67,7 +74,7 @@ TEST(ModelFormat, DispatchesToTheImporterOfTheFormat) {
 
   // A tool without the LibTorch front ends refuses those formats, ONNX still imports.
   const TorchImporters none;
-  for (const char *p : {"m.pt", "m.pt2"}) {
+  for (const std::string &p : {ts, ep}) {
     auto g = importModel(p, "", &none);
     ASSERT_FALSE(g.ok()) << p;
     EXPECT_NE(g.error().message.find("not available in this tool"), std::string::npos) << g.error().message;
