@@ -136,7 +136,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   if (Status st = reporter.open(); !st) return st; // resumed: the log was trimmed, then appended to
   if (rank == 0)
     log << startupLine(s.plan, comm.size(), steps, K, opts, cost::precisionName(precision), s.tensor_parallel)
-        << gpu.describe();
+        << scatterGatherLine(s) << gpu.describe();
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
