@@ -13,52 +13,70 @@ int tagFor(int mb, int kind) { return 2 * mb + kind; }
 
 std::unordered_map<ir::ValueId, torch::Tensor> StageTransfers::recvActivations(int mb) {
   std::vector<torch::Tensor> values(prog_.recvs.size());
-  if (exchanges())
-    for (size_t i = 0; i < values.size(); ++i)
-      values[i] = recv(prog_.recvs[i].value, prog_.recvs[i].peer_stage, false, tagFor(mb, kActTag));
-  if (group_) shareFromLeader(*group_, values, s_.device); // Note [tensor parallel ranks]
+  std::vector<bool> scattered_values(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = recv(prog_.recvs[i].value, prog_.recvs[i].peer_stage, false, tagFor(mb, kActTag), scattered_values, i);
+  shareWhole(values, scattered_values); // Note [tensor parallel ranks]
   std::unordered_map<ir::ValueId, torch::Tensor> feeds;
   for (size_t i = 0; i < values.size(); ++i) feeds[prog_.recvs[i].value] = std::move(values[i]);
   return feeds;
 }
 
 void StageTransfers::sendActivations(const runtime::StageRunner &runner, int mb) {
-  if (!exchanges()) return;
   for (const auto &snd : prog_.sends)
-    send(runner.value(mb, snd.value), snd.value, snd.peer_stage, true, tagFor(mb, kActTag));
+    if (leader() || scattered(snd.peer_stage, true))
+      send(runner.value(mb, snd.value), snd.value, snd.peer_stage, true, tagFor(mb, kActTag));
 }
 
 std::vector<torch::Tensor> StageTransfers::recvGradients(int mb) {
   std::vector<torch::Tensor> grads(prog_.sends.size());
-  if (exchanges())
-    for (size_t i = 0; i < grads.size(); ++i) {
-      torch::Tensor g = recv(prog_.sends[i].value, prog_.sends[i].peer_stage, true, tagFor(mb, kGradTag));
-      grads[i] = g.numel() == 0 ? torch::Tensor() : g;
-    }
-  if (group_) shareFromLeader(*group_, grads, s_.device);
+  std::vector<bool> scattered_values(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    torch::Tensor g =
+        recv(prog_.sends[i].value, prog_.sends[i].peer_stage, true, tagFor(mb, kGradTag), scattered_values, i);
+    grads[i] = g.defined() && g.numel() == 0 ? torch::Tensor() : g;
+  }
+  shareWhole(grads, scattered_values);
   return grads;
 }
 
 void StageTransfers::sendGradients(const runtime::StageRunner &runner, int mb) {
-  if (!exchanges()) return;
   for (const auto &r : prog_.recvs) {
+    if (!leader() && !scattered(r.peer_stage, true)) continue;
     torch::Tensor g = runner.inputGrad(mb, r.value);
     send(g.defined() ? g : torch::empty({0}), r.value, r.peer_stage, false, tagFor(mb, kGradTag));
   }
 }
 
-Link StageTransfers::link(int peer_stage, bool producer) const {
-  return Link{s_.stage_ranks[size_t(peer_stage)], shards_[size_t(peer_stage)], shards_[s_.stage][s_.replica],
-              s_.replica, int(s_.stage_ranks[size_t(s_.stage)].size()), producer};
+void StageTransfers::shareWhole(std::vector<torch::Tensor> &values, const std::vector<bool> &scattered_values) {
+  if (!group_) return;
+  std::vector<torch::Tensor> whole;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!scattered_values[i]) whole.push_back(values[i]);
+  if (whole.empty()) return;
+  shareFromLeader(*group_, whole, s_.device);
+  for (size_t i = 0, k = 0; i < values.size(); ++i)
+    if (!scattered_values[i]) values[i] = std::move(whole[k++]);
 }
 
-torch::Tensor StageTransfers::recv(ir::ValueId v, int peer_stage, bool producer, int tag) {
-  return recvValue(transport_, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag);
+Link StageTransfers::link(int peer_stage, bool producer, bool scattered) const {
+  return Link{scattered ? scatter_.peers(peer_stage) : s_.stage_ranks[size_t(peer_stage)],
+              shards_[size_t(peer_stage)], shards_[s_.stage][s_.replica], s_.replica,
+              int(s_.stage_ranks[size_t(s_.stage)].size()), producer};
+}
+
+torch::Tensor StageTransfers::recv(ir::ValueId v, int peer_stage, bool producer, int tag,
+                                   std::vector<bool> &scattered_values, size_t i) {
+  scattered_values[i] = scattered(peer_stage, false);
+  if (!leader() && !scattered_values[i]) return torch::Tensor(); // shareWhole fills it
+  return recvValue(scattered_values[i] ? scatter_.transport() : transport_, batchLayout(s_.graph.values[v]),
+                   link(peer_stage, producer, scattered_values[i]), tag);
 }
 
 void StageTransfers::send(const torch::Tensor &t, ir::ValueId v, int peer_stage, bool producer, int tag) {
-  sendValue(transport_, t, batchLayout(s_.graph.values[v]), link(peer_stage, producer), tag,
-            "value '" + s_.graph.values[v].name + "'");
+  const bool sc = scattered(peer_stage, true);
+  sendValue(sc ? scatter_.transport() : transport_, t, batchLayout(s_.graph.values[v]),
+            link(peer_stage, producer, sc), tag, "value '" + s_.graph.values[v].name + "'");
 }
 
 } // namespace rannc::train

@@ -10,6 +10,7 @@
 #include "executor/runtime/stage.h"
 #include "executor/schedule/schedule.h"
 #include "executor/train/links.h"
+#include "executor/train/scatter_gather.h"
 #include "executor/train/setup.h"
 #include "executor/train/transport.h"
 
@@ -22,10 +23,12 @@ namespace rannc::train {
 class StageTransfers {
 public:
   /// `group`: a tensor-parallel stage's group, whose leader alone exchanges
-  /// values with other stages and shares them (Note [tensor parallel ranks]).
+  /// values with other stages and shares them (Note [tensor parallel ranks]),
+  /// or whose every rank exchanges slices (Note [scatter/gather in the executor]).
   StageTransfers(Transport &transport, const Setup &s, const schedule::StageProgram &prog,
                  std::vector<std::vector<schedule::SampleRange>> shards, comm::Communicator *group = nullptr)
-      : transport_(transport), s_(s), prog_(prog), shards_(std::move(shards)), group_(group) {}
+      : transport_(transport), s_(s), prog_(prog), shards_(std::move(shards)), group_(group),
+        scatter_(transport, s, group) {}
 
   /// RecvActivations: the values the stage receives for micro-batch `mb`.
   std::unordered_map<ir::ValueId, torch::Tensor> recvActivations(int mb);
@@ -38,8 +41,11 @@ public:
   void sendGradients(const runtime::StageRunner &runner, int mb);
 
 private:
-  Link link(int peer_stage, bool producer) const;
-  torch::Tensor recv(ir::ValueId v, int peer_stage, bool producer, int tag);
+  Link link(int peer_stage, bool producer, bool scattered) const;
+  /// Receives `v` or its gradient from `peer_stage`, or (neither the leader
+  /// nor scattered) leaves it for shareWhole: sets `scattered_values[i]`.
+  torch::Tensor recv(ir::ValueId v, int peer_stage, bool producer, int tag, std::vector<bool> &scattered_values,
+                     size_t i);
   void send(const torch::Tensor &t, ir::ValueId v, int peer_stage, bool producer, int tag);
 
   Transport &transport_;
@@ -47,7 +53,14 @@ private:
   const schedule::StageProgram &prog_;
   std::vector<std::vector<schedule::SampleRange>> shards_; ///< every stage's replicas' samples of a micro-batch
   comm::Communicator *group_;                             ///< the tensor-parallel group, or null
-  bool exchanges() const { return !group_ || group_->rank() == 0; } ///< this rank talks to other stages
+  ScatterGather scatter_;
+  bool leader() const { return !group_ || group_->rank() == 0; }
+  /// Whether what this rank sends to (`sending`) or receives from `peer_stage` goes scattered.
+  bool scattered(int peer_stage, bool sending) const {
+    return sending ? scatter_.scatters(s_.stage, peer_stage) : scatter_.scatters(peer_stage, s_.stage);
+  }
+  /// shareFromLeader for the entries of `values` that did not come scattered.
+  void shareWhole(std::vector<torch::Tensor> &values, const std::vector<bool> &scattered_values);
 };
 
 } // namespace rannc::train

@@ -17,6 +17,8 @@
 //     of its group (shareFromLeader), and only a leader sends the gradients
 //     of received values (they are the same on every device: a value's
 //     sharded readers sum their parts in a TensorParallelCopy's backward);
+//     where the plan says so, every device sends and receives its slice
+//     instead (Note [scatter/gather in the executor], scatter_gather.h);
 //   - every device of group g trains on replica g's samples, and weights its
 //     loss as one replica does; the loss counts once, the leader's;
 //   - the data-parallel sums of a shard go over the ranks holding the same

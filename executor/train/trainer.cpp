@@ -153,7 +153,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         << (shares.denominator() ? "rannc-exec: the loss is a mean over " + shares.denominator()->what +
                                        ": each micro-batch weighs its share of the batch's count\n"
                                  : "")
-        << gpu.describe();
+        << scatterGatherLine(s) << gpu.describe();
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "planner/cluster/transfers.h"
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
 
@@ -266,7 +267,8 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.devices.reserve_bytes = double(cluster.device.runtime_reserve_bytes);
   p.devices.intra_node = {cluster.intra_node.bandwidth, cluster.intra_node.latency_s};
   p.devices.inter_node = {cluster.inter_node.bandwidth, cluster.inter_node.latency_s};
-  p.devices.scatter_gather = cluster.device.type == "cuda"; // Note [scatter/gather transfers] in evaluate.cpp
+  // Note [scatter/gather transfers] in evaluate.cpp; rannc-exec reads the same rule from the plan.
+  p.devices.scatter_gather = cluster::scatterGatherTransfers(cluster.device.type);
   p.optimizer_bytes_per_param_byte = cost::optimizerStateFactor(opts.optimizer);
   // Activation recomputation (Note [recomputation] in executor/runtime/stage.h):
   // auto lets the DP choose it per stage where activations would not fit.

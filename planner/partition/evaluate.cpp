@@ -201,9 +201,13 @@ double ringAllReduce(double bytes, int n, const Link &link, double latencies) {
 // degree-1 stage feeding a degree-t one is charged as if it scattered too.
 // Inside a node scattering saves nothing (the all-gather takes the same
 // link), so intra-node transfers stay whole. Lowering sets scatter_gather for
-// `cuda` devices: it is how GPU tensor parallelism moves stage boundaries;
-// rannc-exec still sends whole values from every device (docs/cost-model.md),
-// and `cpu` plans keep the transfers it runs.
+// `cuda` devices (cluster::scatterGatherTransfers, planner/cluster/transfers.h):
+// it is how GPU tensor parallelism moves stage boundaries. rannc-exec applies
+// the same rule to the plan's device type and the same node test at the same
+// ranks (Note [scatter/gather in the executor] in
+// executor/train/scatter_gather.h), between stages of equal degree; a stage
+// fed by one of another degree is charged here as if scattered, but gets the
+// value whole.
 double receiveTime(const Devices &d, const Link &link, bool intra, double bytes, int t) {
   if (intra || t <= 1 || !d.scatter_gather) return link.latency_s + bytes / link.bandwidth;
   return link.latency_s + bytes / (t * link.bandwidth) + d.intra_node.latency_s +
@@ -214,6 +218,7 @@ namespace {
 
 int nodeOf(const Problem &p, int rank) { return rank / p.devices.per_node; }
 
+// Note [scatter/gather in the executor] applies the same test at the same ranks.
 bool sameNode(const Problem &p, int first, int last) { return nodeOf(p, first) == nodeOf(p, last); }
 
 const Link &linkFor(const Problem &p, bool intra) { return intra ? p.devices.intra_node : p.devices.inter_node; }

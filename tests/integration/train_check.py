@@ -100,6 +100,20 @@ def edit_tensor_parallel(plan_path, degree):
     open(plan_path, "w").write(text)
 
 
+def edit_scatter_gather(plan_path):
+    """Makes the text plan's cluster two nodes of `cuda` devices, as a person
+    editing the .pbtxt would, so that rannc-exec (run with --device cpu)
+    scatters and gathers the values between its tensor-parallel stages as the
+    GPU cost model assumes (Note [scatter/gather in the executor] in
+    executor/train/scatter_gather.h)."""
+    text = open(plan_path).read()
+    per_node = int(re.search(r"^  devices_per_node: (\d+)$", text, flags=re.M).group(1))
+    text = re.sub(r"^  num_nodes: \d+$", "  num_nodes: 2", text, count=1, flags=re.M)
+    text = re.sub(r"^  devices_per_node: \d+$", f"  devices_per_node: {per_node // 2}", text, count=1, flags=re.M)
+    text = re.sub(r'^    type: "cpu"$', '    type: "cuda"', text, count=1, flags=re.M)
+    open(plan_path, "w").write(text)
+
+
 def cuda_reference(args, model_dir):
     """PyTorch's losses for the model on this machine's GPU (exit 77 without one)."""
     if gpus_visible(args.exec_tool) == 0:
@@ -133,15 +147,20 @@ def check_training(args):
     # ctest -j runs them side by side.
     if args.exec_args:
         layout += "-" + args.exec_args.replace("--", "").replace(" ", "_").replace(",", "-")
+    if args.edit_scatter_gather:
+        layout += "-scatter_gather"
     work = os.path.join(args.work, f"{args.model}-{args.ranks}-{name}-{args.microbatches}-{layout}"
                                    + ("-cuda" if args.device == "cuda" else "")
                                    + ("-ts" if args.torchscript else "") + (f"-{args.model_file}" if args.model_file else "")
                                    + (f"-{args.precision}" if lowp else "") + ("-overflow" if args.overflow else ""))
     os.makedirs(work, exist_ok=True)
     plan_path = plan(args, model_dir, args.ranks, args.microbatches, ref["batch_size"],
-                     os.path.join(work, "plan.pbtxt" if args.edit_tensor_parallel else "plan.pb"))
+                     os.path.join(work, "plan.pbtxt" if args.edit_tensor_parallel or args.edit_scatter_gather
+                                  else "plan.pb"))
     if args.edit_tensor_parallel:
         edit_tensor_parallel(plan_path, args.edit_tensor_parallel)
+    if args.edit_scatter_gather:
+        edit_scatter_gather(plan_path)
     # The DP may leave devices idle where more ranks would not be faster (a
     # measured profile on a busy machine); the plan runs on its own world size.
     ranks = json.loads(run([args.plan_tool, "show", plan_path, "--json"]).stdout)["world_size"]
@@ -158,6 +177,8 @@ def check_training(args):
     train_args = train_args + args.exec_args.split()
     if args.device == "cuda":
         train_args += ["--device", "cuda"]
+    elif args.edit_scatter_gather:
+        train_args += ["--device", "cpu"]  # the plan now names cuda devices
     if args.overflow:
         train_args += ["--loss-scale", repr(ref["loss_scale"])]
     p = run(mpirun(args, ranks) + [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"),
@@ -179,6 +200,8 @@ def check_training(args):
     if tensor_parallel and "tensor-parallel stage(s)" not in p.stderr:
         # Note [tensor parallel ranks]: a plan without a tensor-parallel stage would pass unnoticed.
         sys.exit("--tensor-parallel: rannc-exec did not say it runs tensor-parallel stages")
+    if args.edit_scatter_gather and "scatter/gather across nodes (Megatron-LM): stage(s) 0 -> 1, 1 -> 0" not in p.stderr:
+        sys.exit("--edit-scatter-gather: rannc-exec did not say it scatters between stages 0 and 1")
     if "rannc-exec: done: " not in p.stderr:
         sys.exit("rannc-exec printed no final summary")
     if len(steps) != ref["steps"]:
@@ -598,6 +621,9 @@ def main():
     ap.add_argument("--edit-tensor-parallel", default="",
                     help="write the plan as text and give every stage this tensor-parallel degree by hand "
                          "(N, or N1,N2,... per stage)")
+    ap.add_argument("--edit-scatter-gather", action="store_true",
+                    help="write the plan as text and make its cluster two nodes of cuda devices by hand, so that "
+                         "rannc-exec --device cpu scatters between tensor-parallel stages")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")

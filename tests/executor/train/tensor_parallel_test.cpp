@@ -13,6 +13,7 @@
 #include "executor/runtime/collectives.h"
 #include "executor/train/optim.h"
 #include "executor/train/parameter_update.h"
+#include "executor/train/scatter_gather.h"
 #include "executor/train/tensor_parallel.h"
 #include "executor/train/zero.h"
 #include "tests/executor/tp_mlp.h"
@@ -23,6 +24,24 @@ namespace {
 using tptest::Mlp;
 
 using tptest::world;
+
+// Note [scatter/gather in the executor]: the t slices, joined in position
+// order, are the flattened value and then zeros, for any size.
+TEST(ScatterGather, SlicesJoinToTheValueWhateverItsSize) {
+  for (const std::vector<int64_t> &shape : {std::vector<int64_t>{}, {1}, {7}, {5, 3}, {2, 4, 6}})
+    for (int t : {2, 3, 4}) {
+      const torch::Tensor v = torch::randn(shape);
+      const int64_t n = v.numel(), chunk = (n + t - 1) / t;
+      std::vector<torch::Tensor> slices;
+      for (int p = 0; p < t; ++p) {
+        slices.push_back(flatSlice(v, p, t));
+        ASSERT_EQ(slices.back().sizes(), torch::IntArrayRef({chunk})) << "t " << t << " position " << p;
+      }
+      const torch::Tensor joined = torch::cat(slices);
+      EXPECT_TRUE(torch::equal(joined.narrow(0, 0, n).reshape(shape), v)) << "t " << t;
+      EXPECT_TRUE(torch::equal(joined.narrow(0, n, t * chunk - n), torch::zeros({t * chunk - n}))) << "t " << t;
+    }
+}
 
 TEST(TensorParallelRanks, GroupsAreConsecutiveRunsOfTheDegree) {
   const std::vector<int> ranks{4, 5, 6, 7, 8, 9}; // a stage of 3 replicas x TP 2 from rank 4
