@@ -356,7 +356,9 @@ class _HFModel(nn.Module):
     MatMul/Softmax by the legacy exporter; attn_implementation="eager" trains
     the same); forward returns `outputs[0]` of `return_dict=False`. Their non-persistent buffers (BERT's integer
     position_ids, Llama's rotary inv_freq) are inlined as constants by the
-    exporters (make_model.py does it for the dynamo one)."""
+    legacy exporter; the default dynamo export keeps them as buffers, which
+    rannc's importer tells from parameters by the export's signature (Note
+    [export signature])."""
 
     input_names = ("input_ids", "labels")
 
