@@ -197,6 +197,10 @@ TEST(BatchStatistics, ExactPlansOneMicroBatchAndSaysSo) {
   EXPECT_EQ(requiredFormatVersion(*exact), 4u);
   EXPECT_TRUE(batchStatisticsNotes(*exact).empty());
   EXPECT_TRUE(structuralProblems(*exact).empty());
+  std::ostringstream table;
+  printPlanTable(*exact, table);
+  EXPECT_NE(table.str().find("batchnorm: exact: one micro-batch"), std::string::npos) << table.str();
+  EXPECT_EQ(table.str().find("warning: batchnorm"), std::string::npos) << table.str();
   // The same layout without the flag: each replica's 4 samples, one note per stage.
   auto local = resnetPlan(false, 1);
   ASSERT_TRUE(local.ok()) << local.error().message;
