@@ -152,11 +152,12 @@ def dynamic_shapes(model, names):
     exports: the batch of every input, and for token models the sequence too,
     as Hugging Face exports them (with a fixed sequence the ONNX optimizer
     folds the position embedding's lookup into a constant, which rannc
-    refuses)."""
+    refuses), from 2 or the model's `min_seq_len` (the exporter's suggested
+    fix where the model's guards need more) to its seq_len."""
     batch_dim = torch.export.Dim("batch", min=2)
     if not hasattr(model, "seq_len"):
         return {nm: {0: batch_dim} for nm in names}
-    seq_dim = torch.export.Dim("seq", min=2, max=model.seq_len)
+    seq_dim = torch.export.Dim("seq", min=getattr(model, "min_seq_len", 2), max=model.seq_len)
     return {nm: {0: batch_dim, 1: seq_dim} for nm in names}
 
 
