@@ -52,11 +52,17 @@ def train_reference(model, data, names, steps, bsz, lr):
     return losses
 
 
-def export(model, example, names, fmt, path):
-    """The default export of `model` in format `fmt`, the batch dimension dynamic."""
+def export(model, example, names, fmt, path, seq_len=None):
+    """The default export of `model` in format `fmt`, the batch dimension
+    dynamic, and with `seq_len` the sequence (dimension 1, up to seq_len) too,
+    as Hugging Face exports a token model (models/make_model.py's
+    dynamic_shapes declares the same)."""
     import torch
     batch_dim = torch.export.Dim("batch")
     shapes = {nm: {0: batch_dim} for nm in names}
+    if seq_len:
+        seq_dim = torch.export.Dim("seq", min=2, max=seq_len)
+        shapes = {nm: {0: batch_dim, 1: seq_dim} for nm in names}
     if fmt == "onnx":
         torch.onnx.export(model, tuple(example), path, dynamic_shapes=shapes)
     else:
@@ -64,14 +70,14 @@ def export(model, example, names, fmt, path):
         torch.export.save(program, path)
 
 
-def export_all(model, initial, example, names, folder):
-    """Both default exports of `model` from the weights `initial` into folder/model.*:
-    {format: "ok" or the exporter's refusal}."""
+def export_all(model, initial, example, names, folder, seq_len=None):
+    """Both default exports of `model` from the weights `initial` into folder/model.*
+    (export's dynamic dimensions): {format: "ok" or the exporter's refusal}."""
     exported = {}
     for fmt in FORMATS:
         model.load_state_dict(initial)
         try:
-            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]))
+            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]), seq_len)
             exported[fmt] = "ok"
         except Exception as e:  # the exporter's own refusal is a result
             exported[fmt] = f"export: {type(e).__name__}: " + (str(e).strip().splitlines() or [""])[0][:160]
