@@ -17,6 +17,7 @@ PACKAGES=(
   libyaml-cpp-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   llvm-14-tools libonnx-testdata graphviz
+  chromium fonts-dejavu-core
 )
 
 missing=()

@@ -18,6 +18,7 @@
 #include "executor/frontend/torch_import.h"
 #include "executor/train/version.h"
 #include "planner/support/trace.h"
+#include "tools/rannc-plan/view_verbs.h"
 
 namespace {
 
@@ -128,6 +129,13 @@ Verb addPlan(CLI::App &app, bool planning) {
   app.add_option("--threads", o->threads, "intra-op threads per rank that measured costs assume")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  o->progress_interval_s = 2; // Note [progress lines]
+  auto *every = app.add_option("--progress-every", o->progress_interval_s,
+                               "seconds: while planning, say what it is doing at least this often")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber);
+  app.add_flag_callback("--quiet", [o] { o->progress_interval_s = 0; }, "no progress lines while planning")
+      ->excludes(every);
   return {&app, [=] {
             flags->devices_given = gpus->count() || type->count();
             if (auto st = rannc::planner::finishPlanOptions(*flags, *o); !st) return fail(st.message());
@@ -282,11 +290,17 @@ Verb addDiff(CLI::App &app) {
   return {cmd, [=] { return finish(rannc::planner::runDiff(*a, *b, std::cout)); }};
 }
 
+/// compare and report (view_verbs.h), as main's verbs.
+Verb viewVerb(rannc::tools::StatusVerb v) {
+  return {v.cmd, [run = v.run] { return finish(run()); }};
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   CLI::App app{"Plans pipeline-parallel training of MODEL (.onnx) for a cluster and writes the plan.\n"
-               "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help);\n"
+               "Other verbs: show, check, convert, simulate, compare, report, dot, diff, profile, import\n"
+               "(rannc-plan VERB --help);\n"
                "rannc-plan --version prints the versions this build uses",
                "rannc-plan"};
   app.add_flag_callback(
@@ -297,7 +311,8 @@ int main(int argc, char **argv) {
       },
       "print the versions this build uses");
   std::vector<Verb> verbs = {addShow(app),     addCheck(app), addConvert(app), addSimulate(app),
-                             addDot(app),      addDiff(app),  addProfile(app), addImport(app)};
+                             addDot(app),      addDiff(app),  addProfile(app), addImport(app),
+                             viewVerb(rannc::tools::addCompare(app)), viewVerb(rannc::tools::addReport(app))};
   // Verbs are reserved words in first place only; anything else there is a
   // model to plan, and then no word is a verb (a model may be named "show").
   const std::string first = argc > 1 ? argv[1] : "";
