@@ -178,15 +178,18 @@ void memoryBars(const proto::Plan &plan, std::ostream &os) {
       {"low-precision weights", "#ff9da7", [](const proto::StageEstimates &e) { return e.lowp_weight_bytes(); }},
       {"working", "#9c755f", [](const proto::StageEstimates &e) { return e.working_bytes(); }},
   };
-  double most = 1;
+  // The scale fits the largest stage, and the capacity where it is near: a
+  // small model on a large device would otherwise draw no bar at all.
+  double most = 1, capacity = 0;
   for (const auto &st : plan.stages()) {
     double sum = 0;
     for (const Kind &k : kKinds) sum += double(k.bytes(st.estimates()));
-    most = std::max({most, sum, double(st.estimates().memory_capacity_bytes()),
-                     double(st.estimates().peak_memory_bytes())});
+    most = std::max({most, sum, double(st.estimates().peak_memory_bytes())});
+    capacity = std::max(capacity, double(st.estimates().memory_capacity_bytes()));
   }
+  if (capacity <= 2 * most) most = std::max(most, capacity);
   const double left = 70, width = 960, bar = 22, gap = 10;
-  const double scale = (width - left - 10) / most;
+  const double scale = (width - left - 300) / most; // room for the peak label
   const double height = double(plan.stages_size()) * (bar + gap) + 8;
   os << "<svg id=\"memory-bars\" width=\"" << width << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " "
      << height << "\" xmlns=\"http://www.w3.org/2000/svg\">\n";
@@ -204,7 +207,11 @@ void memoryBars(const proto::Plan &plan, std::ostream &os) {
       x += b * scale;
     }
     const double cap = double(e.memory_capacity_bytes());
-    if (cap > 0)
+    os << "<text x=\"" << num(x + 6) << "\" y=\"" << num(y + bar * 0.7) << "\">peak "
+       << esc(plan::bytesText(double(e.peak_memory_bytes())));
+    if (cap > most) os << " of " << esc(plan::bytesText(cap)) << " (capacity off the scale)";
+    os << "</text>\n";
+    if (cap > 0 && cap <= most)
       os << "<line x1=\"" << num(left + cap * scale, 2) << "\" x2=\"" << num(left + cap * scale, 2) << "\" y1=\""
          << num(y - 2) << "\" y2=\"" << num(y + bar + 2) << "\" stroke=\"#b00\" stroke-width=\"2\"><title>stage " << s
          << ": capacity " << esc(plan::bytesText(cap)) << "</title></line>\n";
