@@ -248,7 +248,7 @@ void stageGraph(const proto::Plan &plan, const SvgRenderer &render, std::ostream
 Status runReport(const ReportOptions &opts, const SvgRenderer &render, std::ostream &log) {
   auto plan = readSoundPlan(opts.plan);
   if (!plan) return plan.error();
-  auto predicted = predictStep(*plan, opts.plan, opts.reestimate, false);
+  auto predicted = predictStep(*plan, opts.plan, opts.reestimate, false, /*plan_compute=*/true);
   if (!predicted) return predicted.error();
   std::optional<MeasuredRun> run;
   std::optional<plan::Trace> trace;
@@ -274,8 +274,10 @@ Status runReport(const ReportOptions &opts, const SvgRenderer &render, std::ostr
   os << "</section>\n<section id=\"memory\"><h2>Memory per device, by kind (the plan's estimate)</h2>\n";
   memoryBars(*plan, os);
   os << "</section>\n<section id=\"timeline-predicted\"><h2>Predicted timeline: one step</h2>\n";
-  os << "<p class=\"note\">As <code>rannc-plan simulate --trace</code> draws it (analytic costs re-estimated for the "
-        "plan's cluster), " << esc(plan::timeText(predicted->step_s)) << " per step.</p>\n";
+  os << "<p class=\"note\">As <code>rannc-plan simulate --trace</code> draws it, with each stage's forward and "
+        "backward the plan's own (the costs it was planned with) and transfers from the analytic model: "
+     << esc(plan::timeText(predicted->step_s)) << " per step (the plan says "
+     << esc(plan::timeText(plan->estimates().step_time_s())) << ").</p>\n";
   legend(categoriesOf(predicted->events), os);
   timelineSvg(predicted->events, predicted->process_names, predicted->step_s, "predicted", os);
   os << "</section>\n";

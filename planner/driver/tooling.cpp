@@ -352,10 +352,29 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
 }
 
 Expected<PredictedStep> predictStep(const proto::Plan &plan, const std::string &what, const ReestimateOptions &opts,
-                                    bool overlap_allreduce) {
+                                    bool overlap_allreduce, bool plan_compute) {
   if (auto c = clusterOf(plan, opts); !c) return c.error(); // names the cluster file
   auto m = rebuildPlanModel(plan, opts);
   if (!m) return Error{what + ": " + m.error().message};
+  // Each stage's compute scaled to the plan's own forward and backward (a
+  // plan made with measured costs), transfers and all-reduce kept analytic.
+  // A tensor-parallel stage's split compute is left as it is.
+  for (int s = 0; plan_compute && s < m->solution.numStages(); ++s) {
+    const auto &est = plan.stages(s).estimates();
+    const partition::StageCost &c = m->evaluation.stages[s];
+    if (c.tensor_parallel > 1 || c.fwd_s <= 0 || c.bwd_s + c.recompute_s <= 0) continue;
+    const double kf = (est.fwd_time_s() - c.recv_activations_s) / c.fwd_s;
+    const double kb = (est.bwd_time_s() - c.recv_gradients_s) / (c.bwd_s + c.recompute_s);
+    if (!(kf > 0) || !(kb > 0)) continue;
+    for (int b = m->solution.stages[s].block_begin; b < m->solution.stages[s].block_end; ++b) {
+      partition::Block &block = m->problem.blocks[b];
+      for (partition::Affine *a : {&block.fwd, &block.bwd}) {
+        const double k = a == &block.fwd ? kf : kb;
+        a->fixed_s *= k;
+        a->per_sample_s *= k;
+      }
+    }
+  }
   partition::SimulateOptions so;
   so.overlap_allreduce = overlap_allreduce;
   auto sim = partition::simulate(m->problem, m->solution, so);

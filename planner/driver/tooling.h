@@ -96,9 +96,11 @@ struct PredictedStep {
   std::vector<std::map<std::string, double>> by_kind; ///< per rank: seconds by category
   double step_s = 0;
 };
-/// Simulates one step of `plan` (`what` names it in errors).
+/// Simulates one step of `plan` (`what` names it in errors) with analytic
+/// costs, or with `plan_compute` each stage's compute scaled to the plan's own
+/// forward and backward estimates (those of the costs it was planned with).
 Expected<PredictedStep> predictStep(const proto::Plan &plan, const std::string &what, const ReestimateOptions &opts,
-                                    bool overlap_allreduce);
+                                    bool overlap_allreduce, bool plan_compute = false);
 
 /// rannc-plan simulate PLAN [--trace T.json]
 Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::ostream &log);
