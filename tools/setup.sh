@@ -17,6 +17,7 @@ PACKAGES=(
   libyaml-cpp-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   llvm-14-tools libonnx-testdata graphviz
+  # plan_report_chromium renders rannc-plan report's page headless
   chromium fonts-dejavu-core
 )
 
