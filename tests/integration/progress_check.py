@@ -2,7 +2,7 @@
 """Progress while planning (issue 30, Note [progress lines]): rannc-plan says
 what it is doing at least every --progress-every seconds, and --quiet turns
 those lines off. Plans a model with measured costs (which takes a few seconds
-here) with lines due every 0.25 s, and checks the gaps between stderr lines as
+here) with lines due every 0.05 s, and checks the gaps between stderr lines as
 they arrive.
 
   .venv/bin/python tests/integration/progress_check.py --plan-tool build/tools/rannc-plan \\
@@ -44,18 +44,21 @@ def main():
         if not ok:
             failures.append(what)
 
-    every = 0.25
+    every = 0.05
     stamps, end = plan(a, ["--progress-every", str(every)])
     beats = [l for _, l in stamps if re.match(r"rannc-plan: .* \(\d+ s\)$", l)]
     for t, l in stamps:
         print(f"{t:7.2f}  {l}")
-    check(end > 4 * every, f"planning took {end:.2f} s, long enough to need progress lines")
+    # From the first line to the last: before it the process loads LibTorch,
+    # after it exits, and neither is planning.
+    times = [t for t, _ in stamps]
+    check(times[-1] - times[0] > 4 * every,
+          f"planning took {times[-1] - times[0]:.2f} s, long enough to need progress lines")
     check(any("costing" in l or "measuring" in l or "searching" in l or "importing" in l for l in beats),
           f"{len(beats)} progress lines say what planning is doing")
-    times = [0.0] + [t for t, _ in stamps] + [end]
     worst = max(b - a_ for a_, b in zip(times, times[1:]))
-    # Lines are due every 0.25 s; a loaded machine may delay one, never by seconds.
-    check(worst <= every + 1.0, f"the longest silence {worst:.2f} s (lines due every {every} s)")
+    # Lines are due every 0.05 s; a loaded machine may delay one, never by a second.
+    check(worst <= every + 0.5, f"the longest silence {worst:.2f} s (lines due every {every} s)")
     quiet, _ = plan(a, ["--quiet"])
     quiet_beats = [l for _, l in quiet if re.match(r"rannc-plan: .* \(\d+ s\)$", l) and "stage DP" not in l]
     check(not quiet_beats, f"--quiet: no progress lines ({quiet_beats[:2]})")
