@@ -481,6 +481,9 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   // Note [exact stage DP], each pass pruned by (and lowering) `best`.
   auto search = [&](const Candidate &c, int quantum, bool relaxed, double &best, Solution &plan, SolveStats &st) {
     MicrobatchDP dp(p, c.microbatches, schedule, stage_counts, quantum, relaxed);
+    if (opts.doing)
+      opts.doing("stage DP: searching M=" + std::to_string(c.microbatches) + " on " + std::to_string(dp.numStates()) +
+                 " states");
     for (double tau = kInf; tau > 0;) {
       dp.setAllReduceLimit(tau);
       if (!(timed(dp) < best)) break;
