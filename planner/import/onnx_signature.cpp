@@ -233,7 +233,10 @@ public:
 private:
   static constexpr const char *kFoldedReason =
       "torch.onnx.export's optimizer (optimize=True, the default) folded these parameters into other weights "
-      "(BatchNorm into its convolution), so they cannot be trained; export with torch.onnx.export(..., "
+      "(a BatchNorm: onnxscript writes it for inference, and the optimizer multiplies its weight, bias and running "
+      "statistics into the convolution before it; the file no longer holds them, so no importer can separate and "
+      "train them); save torch.export.export's program with torch.export.save instead, or export with "
+      "torch.onnx.export(..., "
       "optimize=False)";
   // Note [unread parameters]: no node of the optimized graph reads these
   // parameters, and rannc cannot say which computation the optimizer took:
