@@ -493,10 +493,10 @@ def parse_args(argv):
                         "transformers' causal LMs without an attention mask: aten::diff)")
     p.add_argument("--dynamo-onnx", action="store_true",
                    help="also write DIR/model_dynamo.onnx with torch.onnx.export's default (dynamo) exporter, "
-                        "its default opset, the batch dimension dynamic (torch.export.Dim)")
+                        "its default opset, the batch (and a token model's sequence) dynamic (torch.export.Dim)")
     p.add_argument("--torch-export", action="store_true",
-                   help="also write DIR/model.pt2: torch.export.export with the batch dynamic, saved by "
-                        "torch.export.save")
+                   help="also write DIR/model.pt2: torch.export.export with the dynamic dimensions of "
+                        "--dynamo-onnx, saved by torch.export.save")
     p.add_argument("--no-variants", action="store_true",
                    help="write only the sgd and adam references, not the optimizer variants' (faster)")
     p.add_argument("--torchscript-bare", action="store_true",
