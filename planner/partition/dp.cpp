@@ -106,10 +106,29 @@ namespace {
 // for M=64 at quantum 2 from the baseline's step, 9 s after a pass at 8),
 // then at its quantum, and last bounded by the relaxation at its quantum.
 
+// Note [work bound]
+// The backward pass bounds A, each maximum and Psi apart, each by its own
+// best completion, and the relaxation of Note [device quantum] lets stages
+// narrower than a quantum take no devices: both bounds miss that the same D
+// devices do all the work. With x_s = w . C_s + AR_s >= 0 and the stage
+// widths summing to at most D,
+//   w . max_s C_s + max_s AR_s >= max_s x_s >= sum_s x_s width_s / D,
+// so T >= sum_s (A_s + x_s width_s / D): additive over stages, a shortest
+// path over (stage-count class, blocks placed) with no device axis (dropping
+// the devices' limit only admits more paths). Each stage is costed at its
+// least over placements and ring bandwidths, its memory choice as in the DP.
+// It trades a stage's own slot against its device-seconds, which the
+// separate bounds cannot: on GPT 18.4B (256 devices, the best plan 6.22 s)
+// the bound of M=64 rose from 3.16 s to 5.71 s. workBound() costs
+// O(K n E |T| |R|), without the factor D of the backward pass, so it is
+// taken first, at every all-reduce threshold; the backward pass also keeps
+// the same sum per state on its device axis (lb_w_), used at the source.
+// Being a bound only, it changes no plan, only what is searched.
+
 using detail::StageVals;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-// About 60 bytes a state (bounds and an empty front): 2^25 states ~ 2 GB.
+// About 70 bytes a state (bounds and an empty front): 2^25 states ~ 2.3 GB.
 constexpr int64_t kMaxStates = int64_t{1} << 25;
 // Counts above this many states are bounded on the relaxation and searched
 // at a coarser quantum first (Note [device quantum]).
@@ -166,10 +185,11 @@ public:
   double lowerBound() {
     lb_a_.assign(num_states_, kInf);
     lb_psi_.assign(num_states_, kInf);
+    lb_w_.assign(num_states_, kInf);
     for (int i = 0; i < nc_; ++i) lb_c_[i].assign(num_states_, kInf);
     for (int d = 0; d <= Dq_; ++d) {
       const int64_t t = sid(0, n_, d);
-      lb_a_[t] = lb_psi_[t] = 0;
+      lb_a_[t] = lb_psi_[t] = lb_w_[t] = 0;
       for (int i = 0; i < nc_; ++i) lb_c_[i][t] = 0;
     }
     // Same transitions as forEachStage, looped so that the innermost loop runs
@@ -191,6 +211,7 @@ public:
             if (r > per_microbatch_) break;
             if (!widthAllowed(devices)) continue;
             const std::vector<Seat> &seat = seats_[ti][ri];
+            const double share = static_cast<double>(devices) / D_; // Note [work bound]
             // Across nodes the all-reduce also depends on d through the ring's
             // bandwidth (Note [ring all-reduce bandwidth]): a few values per flags.
             struct Cached {
@@ -229,7 +250,12 @@ public:
                   if (!(v.ar < ar_limit_)) continue;
                   lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
                   lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
-                  for (int i = 0; i < nc_; ++i) lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
+                  double x = v.ar;
+                  for (int i = 0; i < nc_; ++i) {
+                    lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
+                    x += w_[i] * v.c[i];
+                  }
+                  lb_w_[s] = std::min(lb_w_[s], v.a + x * share + lb_w_[t]);
                 }
               }
             }
@@ -238,7 +264,62 @@ public:
       }
     double best = kInf;
     for (int k = 1; k <= kmax_; ++k)
-      if (source_[k]) best = std::min(best, boundAt(sid(k, 0, 0), 0, nullptr));
+      if (source_[k]) best = std::min(best, std::max(boundAt(sid(k, 0, 0), 0, nullptr), lb_w_[sid(k, 0, 0)]));
+    return best;
+  }
+
+  /// A lower bound on T over every plan, from the devices' work (Note [work
+  /// bound]): the least over block-range paths of sum_s (A_s + (w . C_s +
+  /// AR_s) width_s / D), on (stage-count class, blocks placed) alone.
+  double workBound() {
+    const int64_t per_k = n_ + 1;
+    std::vector<double> lb(static_cast<size_t>(kmax_ + 1) * per_k, kInf);
+    lb[n_] = 0; // class 0, every block placed
+    for (int a = n_ - 1; a >= 0; --a)
+      for (int e = a + 1; e <= n_; ++e) {
+        if (!paramsFit(a, e)) break;
+        const int mask = placementMask(a, e);
+        for (size_t ti = 0; ti < T_.size(); ++ti) {
+          const int tp = T_[ti];
+          if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
+          if (!paramsFit(a, e, ti)) continue;
+          for (size_t ri = 0; ri < R_.size(); ++ri) {
+            const int r = R_[ri], devices = r * tp;
+            if (r > per_microbatch_) break;
+            if (devices > D_ || !widthAllowed(devices)) continue;
+            double cost[4];
+            bool have[4] = {};
+            int last_inflight = -1, choice = -1;
+            for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
+              if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
+              if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
+              if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
+              if (choice < 0) continue;
+              if (!have[choice]) { // the least over the stage's placements: a bound wherever it sits
+                cost[choice] = kInf, have[choice] = true;
+                for (int off = 0; off < p_.devices.per_node; ++off) {
+                  // Links, ring and groups depend on the first rank only through its offset in a node.
+                  const int rank = p_.devices.per_node + off;
+                  if (!p_.devices.groupsInsideNodes(rank, r, tp)) continue;
+                  const StageVals v = values(a, e, ri, ti, choice, placement(1, 0, devices, rank) & mask,
+                                             p_.devices.allReduceBandwidth(rank, r, tp));
+                  if (!(v.ar < ar_limit_)) continue;
+                  double spread = v.ar;
+                  for (int i = 0; i < nc_; ++i) spread += w_[i] * v.c[i];
+                  cost[choice] = std::min(cost[choice], v.a + spread * devices / D_);
+                }
+              }
+              int next[2];
+              const int num_next = nextClasses(k, e, next);
+              for (int j = 0; j < num_next; ++j)
+                lb[k * per_k + a] = std::min(lb[k * per_k + a], cost[choice] + lb[next[j] * per_k + e]);
+            }
+          }
+        }
+      }
+    double best = kInf;
+    for (int k = 1; k <= kmax_; ++k)
+      if (source_[k]) best = std::min(best, lb[k * per_k]);
     return best;
   }
 
@@ -403,6 +484,7 @@ private:
   const std::vector<int> *per_stage_tp_ = nullptr;
   int64_t num_states_ = 0;
   std::vector<double> lb_a_, lb_psi_, lb_c_[2];
+  std::vector<double> lb_w_; // Note [work bound], at the source only
   std::vector<std::vector<Point>> fronts_;
 };
 
@@ -470,7 +552,8 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
                    std::to_string(p.numBlocks()) + " blocks on " + std::to_string(p.devices.count) +
                    " devices at stage widths in multiples of " + std::to_string(dp->quantum()) +
                    "; coarsen the problem to fewer blocks first (coarsen())"};
-    order.push_back({timed(*dp), m, fine, warm, dp->quantum() == 1 || warm > 0});
+    const double work = dp->workBound(); // Note [work bound]
+    order.push_back({std::max(work, timed(*dp)), m, fine, warm, dp->quantum() == 1 || warm > 0});
     stats.device_quantum = std::max(stats.device_quantum, fine);
   }
   stats.microbatch_counts = static_cast<int>(order.size());
@@ -482,8 +565,11 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   auto search = [&](const Candidate &c, int quantum, bool relaxed, double &best, Solution &plan, SolveStats &st) {
     MicrobatchDP dp(p, c.microbatches, schedule, stage_counts, quantum, relaxed);
     for (double tau = kInf; tau > 0;) {
+      // The backward pass runs once, at tau = inf: its bounds stay lower
+      // bounds under every smaller threshold (fewer stages allowed), and
+      // the work bound, cheap, is taken again at each (Note [work bound]).
       dp.setAllReduceLimit(tau);
-      if (!(timed(dp) < best)) break;
+      if (!(dp.workBound() < best) || (tau == kInf && !(timed(dp) < best))) break;
       tau = dp.solve(best, plan, st);
       ++st.allreduce_thresholds;
     }
