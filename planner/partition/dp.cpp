@@ -119,7 +119,10 @@ namespace {
 // price: for any mu >= 0, sum_s width_s <= D gives
 //   T >= sum_s (A_s + x_s width_s / D + mu width_s) - mu D,
 // a shortest path again; workBound() takes the best of a few prices (GPT
-// 18.4B at M=1: 5.60 s unpriced, 52.9 s priced). Each stage is costed at its
+// 18.4B at M=1: 5.60 s unpriced, 52.9 s priced). It pays where the device
+// axis is long; on a few devices the backward pass is as cheap, so solveDP
+// takes it only from kWorkBoundDevices devices (GPT 1.7B on 32: 3 s of
+// planning became 47 s with it). Each stage is costed at its
 // least over placements and ring bandwidths, its memory choice as in the DP.
 // It trades a stage's own slot against its device-seconds, which the
 // separate bounds cannot: on GPT 18.4B (256 devices, the best plan 6.22 s)
@@ -137,6 +140,8 @@ constexpr int64_t kMaxStates = int64_t{1} << 25;
 // Counts above this many states are bounded on the relaxation and searched
 // at a coarser quantum first (Note [device quantum]).
 constexpr int64_t kWarmStates = int64_t{1} << 20;
+// Problems on fewer devices skip MicrobatchDP::workBound (Note [work bound]).
+constexpr int kWorkBoundDevices = 128;
 
 struct Point {
   double a;
@@ -277,57 +282,60 @@ public:
   /// block-range paths of sum_s (A_s + (w . C_s + AR_s + mu D) width_s / D) - mu D,
   /// on (stage-count class, blocks placed) alone.
   double workBound() {
-    // Prices per device as fractions of the unpriced bound over D; the first is 0.
-    constexpr double kPrices[] = {0, 0.03125, 0.0625, 0.125, 0.25, 0.5, 1};
+    // Prices per device in units of the ideal step over D (every block's
+    // time for the whole batch spread over every device); the first is 0.
+    constexpr double kPrices[] = {0, 0.125, 0.25, 0.5, 1};
     constexpr int kNumPrices = sizeof(kPrices) / sizeof(kPrices[0]);
-    const int64_t per_k = n_ + 1, per_price = (kmax_ + 1) * per_k;
-    std::vector<double> lb(static_cast<size_t>(kNumPrices * per_price), kInf);
-    double mu[kNumPrices] = {0};
-    double best = kInf;
-    for (int pass = 0; pass < 2; ++pass) { // unpriced first: it scales the prices
-      const int first = pass == 0 ? 0 : 1, last = pass == 0 ? 1 : kNumPrices;
-      for (int j = first; j < last; ++j) lb[j * per_price + n_] = 0; // class 0, every block placed
-      for (int a = n_ - 1; a >= 0; --a)
-        for (int e = a + 1; e <= n_; ++e) {
-          if (!paramsFit(a, e)) break;
-          const int mask = placementMask(a, e);
-          for (size_t ti = 0; ti < T_.size(); ++ti) {
-            const int tp = T_[ti];
-            if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
-            if (!paramsFit(a, e, ti)) continue;
-            for (size_t ri = 0; ri < R_.size(); ++ri) {
-              const int r = R_[ri], devices = r * tp;
-              if (r > per_microbatch_) break;
-              if (devices > D_ || !widthAllowed(devices)) continue;
-              double cost[4];
-              bool have[4] = {};
-              int last_inflight = -1, choice = -1;
-              for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
-                if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
-                if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
-                if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
-                if (choice < 0) continue;
-                if (!have[choice]) cost[choice] = leastWork(a, e, ri, ti, choice, mask), have[choice] = true;
-                int next[2];
-                const int num_next = nextClasses(k, e, next);
-                for (int j = first; j < last; ++j) {
-                  const double c = cost[choice] + mu[j] * devices;
-                  double *row = &lb[j * per_price];
-                  for (int x = 0; x < num_next; ++x) row[k * per_k + a] = std::min(row[k * per_k + a], c + row[next[x] * per_k + e]);
-                }
+    const double ideal = ((f0_[n_] + g0_[n_]) * M_ + (f1_[n_] + g1_[n_]) * p_.batch_size) / D_;
+    double mu[kNumPrices];
+    for (int j = 0; j < kNumPrices; ++j) mu[j] = kPrices[j] * ideal / D_;
+    const int64_t per_k = n_ + 1;
+    // lb[(k * (n + 1) + a) * kNumPrices + j]: the least priced sum from (k, a).
+    std::vector<double> lb(static_cast<size_t>((kmax_ + 1) * per_k * kNumPrices), kInf);
+    for (int j = 0; j < kNumPrices; ++j) lb[n_ * kNumPrices + j] = 0; // class 0, every block placed
+    for (int a = n_ - 1; a >= 0; --a)
+      for (int e = a + 1; e <= n_; ++e) {
+        if (!paramsFit(a, e)) break;
+        const int mask = placementMask(a, e);
+        for (size_t ti = 0; ti < T_.size(); ++ti) {
+          const int tp = T_[ti];
+          if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
+          if (!paramsFit(a, e, ti)) continue;
+          for (size_t ri = 0; ri < R_.size(); ++ri) {
+            const int r = R_[ri], devices = r * tp;
+            if (r > per_microbatch_) break;
+            if (devices > D_ || !widthAllowed(devices)) continue;
+            double cost[4][kNumPrices];
+            bool have[4] = {};
+            int last_inflight = -1, choice = -1;
+            for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
+              if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
+              if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
+              if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
+              if (choice < 0) continue;
+              if (!have[choice]) {
+                const double least = leastWork(a, e, ri, ti, choice, mask);
+                for (int j = 0; j < kNumPrices; ++j) cost[choice][j] = least + mu[j] * devices;
+                have[choice] = true;
+              }
+              double *from = &lb[(k * per_k + a) * kNumPrices];
+              int next[2];
+              const int num_next = nextClasses(k, e, next);
+              for (int x = 0; x < num_next; ++x) {
+                const double *to = &lb[(next[x] * per_k + e) * kNumPrices];
+                for (int j = 0; j < kNumPrices; ++j) from[j] = std::min(from[j], cost[choice][j] + to[j]);
               }
             }
           }
         }
-      for (int j = first; j < last; ++j) {
-        double least = kInf; // over the stage counts searched, at this price
-        for (int k = 1; k <= kmax_; ++k)
-          if (source_[k]) least = std::min(least, lb[j * per_price + k * per_k]);
-        if (least == kInf) return kInf; // no plan at all
-        best = j == 0 ? least : std::max(best, least - mu[j] * D_);
       }
-      if (pass == 0)
-        for (int j = 1; j < kNumPrices; ++j) mu[j] = kPrices[j] * best / D_;
+    double best = 0;
+    for (int j = 0; j < kNumPrices; ++j) {
+      double least = kInf; // over the stage counts searched, at this price
+      for (int k = 1; k <= kmax_; ++k)
+        if (source_[k]) least = std::min(least, lb[(k * per_k) * kNumPrices + j]);
+      if (least == kInf) return kInf; // no plan at all
+      best = std::max(best, least - mu[j] * D_);
     }
     return best;
   }
@@ -559,6 +567,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   // the finer one; its bound comes from the relaxation at that coarse quantum
   // (a bound on every width, cheap).
   const std::vector<int> quanta = detail::deviceQuanta(p, opts.device_quantum);
+  const bool use_work = p.devices.count >= kWorkBoundDevices;
   const int64_t budget = std::min(opts.max_states, kMaxStates), warm_budget = std::min(kWarmStates, budget / 8);
   for (int m : microbatchCandidates(p)) {
     std::optional<MicrobatchDP> dp;
@@ -579,7 +588,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
                    std::to_string(p.numBlocks()) + " blocks on " + std::to_string(p.devices.count) +
                    " devices at stage widths in multiples of " + std::to_string(dp->quantum()) +
                    "; coarsen the problem to fewer blocks first (coarsen())"};
-    const double work = dp->workBound(); // Note [work bound]
+    const double work = use_work ? dp->workBound() : 0; // Note [work bound]
     order.push_back({std::max(work, timed(*dp)), m, fine, warm, dp->quantum() == 1 || warm > 0});
     stats.device_quantum = std::max(stats.device_quantum, fine);
   }
@@ -596,7 +605,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
       // bounds under every smaller threshold (fewer stages allowed), and
       // the work bound, cheap, is taken again at each (Note [work bound]).
       dp.setAllReduceLimit(tau);
-      if (!(dp.workBound() < best) || (tau == kInf && !(timed(dp) < best))) break;
+      if ((use_work && !(dp.workBound() < best)) || (tau == kInf && !(timed(dp) < best))) break;
       tau = dp.solve(best, plan, st);
       ++st.allreduce_thresholds;
     }
@@ -630,22 +639,20 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   result.step_time_s = incumbent;
   // Note [device quantum]: where widths were restricted, the relaxation bounds
   // what the unrestricted search could have found; it only has to look below
-  // the plan found, and every micro-batch count is bounded again. The
-  // relaxation at any quantum bounds every width; it is solved at the coarse
-  // quantum of the count's first search where there was one (Note [work
-  // bound]: a pass at the fine quantum took 40% of GPT 145.6B's planning,
-  // for a statement 8.41% where the coarse one says ...%).
+  // the plan found, and every micro-batch count is bounded again. (Solved at
+  // a coarser quantum, also a bound on every width, it is far looser and its
+  // search no faster: GPT 145.6B at quantum 32 instead of 8, 11.3 s against
+  // 18.1 s, after 380 s of forward pass.)
   double lower = incumbent;
   for (const Candidate &c : order) {
     if (c.quantum <= 1 || (c.every_width && !(c.bound < lower))) continue; // every width searched, or no better plan
-    const int relax_at = c.warm > c.quantum ? c.warm : c.quantum;
-    if (MicrobatchDP(p, c.microbatches, schedule, stage_counts, relax_at, true).numStates() > kMaxStates) {
+    if (MicrobatchDP(p, c.microbatches, schedule, stage_counts, c.quantum, true).numStates() > kMaxStates) {
       lower = std::min(lower, c.every_width ? c.bound : 0.0); // too large to relax at this quantum
       continue;
     }
     Solution unused;
     SolveStats relaxed_stats;
-    search(c, relax_at, true, lower, unused, relaxed_stats);
+    search(c, c.quantum, true, lower, unused, relaxed_stats);
   }
   stats.lower_bound_s = lower;
   stats.seconds = elapsed();
