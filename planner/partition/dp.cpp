@@ -206,71 +206,64 @@ public:
     // stage's numbers depend on d only through three same-node tests and the
     // all-reduce's bandwidth, so they are computed once per combination.
     placeSeats();
-    for (int a = n_ - 1; a >= 0; --a)
-      for (int e = a + 1; e <= n_; ++e) {
-        if (!paramsFit(a, e)) break;
-        const int mask = placementMask(a, e);
-        for (size_t ti = 0; ti < T_.size(); ++ti) {
-          const int tp = T_[ti];
-          if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
-          if (!paramsFit(a, e, ti)) continue;
-          const bool grows = memoryGrowsWithInflight(a, e, ti);
-          for (size_t ri = 0; ri < R_.size(); ++ri) {
-            const int r = R_[ri], devices = r * tp, rq = quanta(devices);
-            if (r > per_microbatch_) break;
-            if (!widthAllowed(devices)) continue;
-            const std::vector<Seat> &seat = seats_[ti][ri];
-            const double share = static_cast<double>(devices) / D_; // Note [work bound]
-            // Across nodes the all-reduce also depends on d through the ring's
-            // bandwidth (Note [ring all-reduce bandwidth]): a few values per flags.
-            struct Cached {
-              double bw;
-              StageVals v;
-            };
-            Cached cache[4][kAnyPlacement + 1][4];
-            int cached[4][kAnyPlacement + 1] = {};
-            int last_inflight = -1, choice = -1;
-            for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
-              if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
-              if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
-              // k only enters through the micro-batches in flight, which never
-              // fall as k grows: a stage that does not fit fits at no larger k.
-              if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
-              if (choice < 0 && grows) break;
-              if (choice < 0) continue;
-              int next[2];
-              const int num_next = nextClasses(k, e, next);
-              for (int j = 0; j < num_next; ++j) {
-                const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, rq);
-                for (int d = 0; d + rq <= Dq_ - later_ * (k - 1); ++d) {
-                  const int64_t s = s0 + d, t = t0 + d;
-                  if (lb_a_[t] == kInf || !(seat[d].bits & kGroupsFit)) continue;
-                  const int flags = relaxed_ ? kAnyPlacement : seat[d].bits & mask;
-                  const double bw = flags == kAnyPlacement || (flags & 4) ? 0.0 : seat[d].bw;
-                  int &count = cached[choice][flags];
-                  Cached *hit = nullptr;
-                  for (int i = 0; i < count && !hit; ++i)
-                    if (cache[choice][flags][i].bw == bw) hit = &cache[choice][flags][i];
-                  StageVals uncached;
-                  if (!hit && count < 4)
-                    hit = &cache[choice][flags][count++], *hit = {bw, placedValues(a, e, ri, ti, choice, flags, seat[d].bw)};
-                  if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, seat[d].bw);
-                  const StageVals &v = hit ? hit->v : uncached;
-                  if (!(v.ar < ar_limit_)) continue;
-                  lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
-                  lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
-                  double x = v.ar;
-                  for (int i = 0; i < nc_; ++i) {
-                    lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
-                    x += w_[i] * v.c[i];
-                  }
-                  lb_w_[s] = std::min(lb_w_[s], v.a + x * share + lb_w_[t]);
-                }
+    forEachRange([&](int a, int e, size_t ti, int mask) {
+      const int tp = T_[ti];
+      const bool grows = memoryGrowsWithInflight(a, e, ti);
+      for (size_t ri = 0; ri < R_.size(); ++ri) {
+        const int r = R_[ri], devices = r * tp, rq = quanta(devices);
+        if (r > per_microbatch_) break;
+        if (!widthAllowed(devices)) continue;
+        const std::vector<Seat> &seat = seats_[ti][ri];
+        const double share = static_cast<double>(devices) / D_; // Note [work bound]
+        // Across nodes the all-reduce also depends on d through the ring's
+        // bandwidth (Note [ring all-reduce bandwidth]): a few values per flags.
+        struct Cached {
+          double bw;
+          StageVals v;
+        };
+        Cached cache[4][kAnyPlacement + 1][4];
+        int cached[4][kAnyPlacement + 1] = {};
+        int last_inflight = -1, choice = -1;
+        for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
+          if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
+          if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
+          // k only enters through the micro-batches in flight, which never
+          // fall as k grows: a stage that does not fit fits at no larger k.
+          if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
+          if (choice < 0 && grows) break;
+          if (choice < 0) continue;
+          int next[2];
+          const int num_next = nextClasses(k, e, next);
+          for (int j = 0; j < num_next; ++j) {
+            const int64_t s0 = sid(k, a, 0), t0 = sid(next[j], e, rq);
+            for (int d = 0; d + rq <= Dq_ - later_ * (k - 1); ++d) {
+              const int64_t s = s0 + d, t = t0 + d;
+              if (lb_a_[t] == kInf || !(seat[d].bits & kGroupsFit)) continue;
+              const int flags = relaxed_ ? kAnyPlacement : seat[d].bits & mask;
+              const double bw = flags == kAnyPlacement || (flags & 4) ? 0.0 : seat[d].bw;
+              int &count = cached[choice][flags];
+              Cached *hit = nullptr;
+              for (int i = 0; i < count && !hit; ++i)
+                if (cache[choice][flags][i].bw == bw) hit = &cache[choice][flags][i];
+              StageVals uncached;
+              if (!hit && count < 4)
+                hit = &cache[choice][flags][count++], *hit = {bw, placedValues(a, e, ri, ti, choice, flags, seat[d].bw)};
+              if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, seat[d].bw);
+              const StageVals &v = hit ? hit->v : uncached;
+              if (!(v.ar < ar_limit_)) continue;
+              lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
+              lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
+              double x = v.ar;
+              for (int i = 0; i < nc_; ++i) {
+                lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
+                x += w_[i] * v.c[i];
               }
+              lb_w_[s] = std::min(lb_w_[s], v.a + x * share + lb_w_[t]);
             }
           }
         }
       }
+    });
     double best = kInf;
     for (int k = 1; k <= kmax_; ++k)
       if (source_[k]) best = std::min(best, std::max(boundAt(sid(k, 0, 0), 0, nullptr), lb_w_[sid(k, 0, 0)]));
@@ -293,42 +286,35 @@ public:
     // lb[(k * (n + 1) + a) * kNumPrices + j]: the least priced sum from (k, a).
     std::vector<double> lb(static_cast<size_t>((kmax_ + 1) * per_k * kNumPrices), kInf);
     for (int j = 0; j < kNumPrices; ++j) lb[n_ * kNumPrices + j] = 0; // class 0, every block placed
-    for (int a = n_ - 1; a >= 0; --a)
-      for (int e = a + 1; e <= n_; ++e) {
-        if (!paramsFit(a, e)) break;
-        const int mask = placementMask(a, e);
-        for (size_t ti = 0; ti < T_.size(); ++ti) {
-          const int tp = T_[ti];
-          if (tp > 1 && !(p_.cutWhole(a) && p_.cutWhole(e))) continue;
-          if (!paramsFit(a, e, ti)) continue;
-          for (size_t ri = 0; ri < R_.size(); ++ri) {
-            const int r = R_[ri], devices = r * tp;
-            if (r > per_microbatch_) break;
-            if (devices > D_ || !widthAllowed(devices)) continue;
-            double cost[4][kNumPrices];
-            bool have[4] = {};
-            int last_inflight = -1, choice = -1;
-            for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
-              if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
-              if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
-              if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
-              if (choice < 0) continue;
-              if (!have[choice]) {
-                const double least = leastWork(a, e, ri, ti, choice, mask);
-                for (int j = 0; j < kNumPrices; ++j) cost[choice][j] = least + mu[j] * devices;
-                have[choice] = true;
-              }
-              double *from = &lb[(k * per_k + a) * kNumPrices];
-              int next[2];
-              const int num_next = nextClasses(k, e, next);
-              for (int x = 0; x < num_next; ++x) {
-                const double *to = &lb[(next[x] * per_k + e) * kNumPrices];
-                for (int j = 0; j < kNumPrices; ++j) from[j] = std::min(from[j], cost[choice][j] + to[j]);
-              }
-            }
+    forEachRange([&](int a, int e, size_t ti, int mask) {
+      const int tp = T_[ti];
+      for (size_t ri = 0; ri < R_.size(); ++ri) {
+        const int r = R_[ri], devices = r * tp;
+        if (r > per_microbatch_) break;
+        if (devices > D_ || !widthAllowed(devices)) continue;
+        double cost[4][kNumPrices];
+        bool have[4] = {};
+        int last_inflight = -1, choice = -1;
+        for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
+          if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
+          if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
+          if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
+          if (choice < 0) continue;
+          if (!have[choice]) {
+            const double least = leastWork(a, e, ri, ti, choice, mask);
+            for (int j = 0; j < kNumPrices; ++j) cost[choice][j] = least + mu[j] * devices;
+            have[choice] = true;
+          }
+          double *from = &lb[(k * per_k + a) * kNumPrices];
+          int next[2];
+          const int num_next = nextClasses(k, e, next);
+          for (int x = 0; x < num_next; ++x) {
+            const double *to = &lb[(next[x] * per_k + e) * kNumPrices];
+            for (int j = 0; j < kNumPrices; ++j) from[j] = std::min(from[j], cost[choice][j] + to[j]);
           }
         }
       }
+    });
     double best = 0;
     for (int j = 0; j < kNumPrices; ++j) {
       double least = kInf; // over the stage counts searched, at this price
@@ -338,6 +324,18 @@ public:
       best = std::max(best, least - mu[j] * D_);
     }
     return best;
+  }
+
+  /// Calls fn(a, e, ti, placementMask(a, e)) for every block range [a, e)
+  /// and degree T_[ti] a stage may take, by decreasing a (the backward passes).
+  template <typename Fn> void forEachRange(Fn &&fn) const {
+    for (int a = n_ - 1; a >= 0; --a)
+      for (int e = a + 1; e <= n_; ++e) {
+        if (!paramsFit(a, e)) break; // more blocks only add parameters
+        const bool whole = p_.cutWhole(a) && p_.cutWhole(e); // tensor-parallel stages need both
+        for (size_t ti = 0; ti < T_.size(); ++ti)
+          if ((T_[ti] == 1 || whole) && paramsFit(a, e, ti)) fn(a, e, ti, placementMask(a, e));
+      }
   }
 
   /// A stage's A + (w . C + AR) width / D at its best placement: links, ring
