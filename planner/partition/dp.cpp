@@ -121,8 +121,8 @@ namespace {
 // a shortest path again; workBound() takes the best of a few prices (GPT
 // 18.4B at M=1: 5.60 s unpriced, 52.9 s priced). It pays where the device
 // axis is long; on a few devices the backward pass is as cheap, so solveDP
-// takes it only from kWorkBoundDevices devices (GPT 1.7B on 32: 3 s of
-// planning became 47 s with it). Each stage is costed at its
+// takes it only from kWorkBoundDevices devices (GPT 1.7B on 32, a search of
+// 3 s of CPU without it, took 47 s of wall clock under load with it). Each stage is costed at its
 // least over placements and ring bandwidths, its memory choice as in the DP.
 // It trades a stage's own slot against its device-seconds, which the
 // separate bounds cannot: on GPT 18.4B (256 devices, the best plan 6.22 s)
