@@ -461,7 +461,7 @@ bool fuseAttention(Fuser &f, ir::NodeId root) {
 /// `v` times a weight (Mul either way round): the weight, and `v` becomes the product.
 ir::ValueId weightOf(Fuser &f, ir::ValueId &v) {
   const ir::Graph &g = f.graph();
-  if (!f.readers(v).size() || f.readers(v).size() != 1) return ir::kNoValue;
+  if (f.readers(v).size() != 1) return ir::kNoValue;
   const ir::Node &n = g.nodes[f.readers(v)[0]];
   if (!n.domain.empty() || n.op_type != "Mul" || n.inputs.size() != 2 || f.dead(f.readers(v)[0])) return ir::kNoValue;
   const ir::ValueId w = Fuser::other(n, v);
