@@ -645,49 +645,23 @@ RehearsalComm::~RehearsalComm() {
 }
 
 void RehearsalComm::send(const void *data, size_t bytes, int peer, void *stream) {
-  Op op;
-  op.kind = OpKind::Send;
-  op.in = data;
-  op.count = bytes;
-  op.peer = peer;
-  device_.issueMessage(*this, std::move(op), stream);
+  device_.issueMessage(*this, Op{OpKind::Send, peer, data, nullptr, bytes}, stream);
 }
 
 void RehearsalComm::recv(void *data, size_t bytes, int peer, void *stream) {
-  Op op;
-  op.kind = OpKind::Recv;
-  op.out = data;
-  op.count = bytes;
-  op.peer = peer;
-  device_.issueMessage(*this, std::move(op), stream);
+  device_.issueMessage(*this, Op{OpKind::Recv, peer, nullptr, data, bytes}, stream);
 }
 
 void RehearsalComm::allReduce(float *data, size_t count, ReduceOp reduce, void *stream) {
-  Op op;
-  op.kind = OpKind::AllReduce;
-  op.in = data;
-  op.out = data;
-  op.count = count;
-  op.op = reduce;
-  device_.issueCollective(*this, std::move(op), stream);
+  device_.issueCollective(*this, Op{OpKind::AllReduce, -1, data, data, count, reduce}, stream);
 }
 
 void RehearsalComm::reduceScatter(const float *in, float *out, size_t block, void *stream) {
-  Op op;
-  op.kind = OpKind::ReduceScatter;
-  op.in = in;
-  op.out = out;
-  op.count = block;
-  device_.issueCollective(*this, std::move(op), stream);
+  device_.issueCollective(*this, Op{OpKind::ReduceScatter, -1, in, out, block}, stream);
 }
 
 void RehearsalComm::allGather(const float *in, float *out, size_t block, void *stream) {
-  Op op;
-  op.kind = OpKind::AllGather;
-  op.in = in;
-  op.out = out;
-  op.count = block;
-  device_.issueCollective(*this, std::move(op), stream);
+  device_.issueCollective(*this, Op{OpKind::AllGather, -1, in, out, block}, stream);
 }
 
 } // namespace

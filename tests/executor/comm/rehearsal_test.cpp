@@ -15,18 +15,10 @@
 #include "executor/comm/comm.h"
 #include "executor/comm/device_comm.h"
 #include "executor/comm/rehearsal.h"
+#include "tests/executor/comm/mpi_world.h"
 
 namespace rannc::comm {
 namespace {
-
-Communicator &world() {
-  static std::unique_ptr<Communicator> c = [] {
-    int argc = 0;
-    char **argv = nullptr;
-    return createMpiCommunicator(&argc, &argv);
-  }();
-  return *c;
-}
 
 /// A device communicator over every rank on a fresh stand-in.
 std::unique_ptr<Communicator> rehearsed(const RehearsalOptions &options = {}, bool nccl = true) {
