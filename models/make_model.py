@@ -3,7 +3,8 @@
 
 Usage:
   .venv/bin/python models/make_model.py --model {mlp,bert,gpt,nanogpt,hf_encoder,hf_gpt2,hf_bert,hf_llama,
-                                                 hf_qwen2,hf_mistral,hf_t5,resnet18,mobilenet_v3_small,vit_tiny,convnext_tiny,swin_tiny} --out DIR
+                                                 hf_qwen2,hf_mistral,hf_t5,hf_gpt_neox,hf_opt,hf_phi3,hf_gemma,hf_roberta,
+                                                 resnet18,mobilenet_v3_small,vit_tiny,convnext_tiny,swin_tiny} --out DIR
       [--batch-size 8] [--samples 64] [--steps 10] [--lr-sgd 0.1]
       [--lr-adam 0.001] [--opset 17] [--seed 0]
       [--layers L --hidden H --heads A --seq-len S --vocab V]   (bert, gpt, hf_*)
@@ -35,6 +36,7 @@ Runs with the project's .venv/bin/python (tools/setup.sh): the PyTorch the build
 """
 
 import argparse
+import contextlib
 import copy
 import itertools
 import json
@@ -53,7 +55,8 @@ except ImportError as e:  # the usual cause: a python3 other than the project's 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
 
-HF_MODELS = ("hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama", "hf_mistral", "hf_t5")  # zoo's transformers-style models
+HF_MODELS = ("hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama", "hf_mistral", "hf_t5", "hf_roberta") + \
+    zoo.CAUSAL_LMS  # zoo's transformers-style models
 MIN_OPSET, MAX_OPSET = 13, 17  # the range rannc supports; 17 is also torch 1.13's newest
 
 
@@ -97,7 +100,7 @@ def make_data(name, model, n, seed, ignored_labels=False):
         labels = np.where(attention_mask == 1, tokens, -100)
         return {"input_ids": input_ids.astype(np.int64), "attention_mask": attention_mask,
                 "labels": labels.astype(np.int64)}
-    if name in ("hf_gpt2", "hf_llama", "hf_qwen2", "sdpa_llama", "hf_mistral", "hf_t5"):
+    if name in ("hf_gpt2", "hf_llama", "hf_qwen2", "sdpa_llama", "hf_mistral", "hf_t5") + zoo.CAUSAL_LMS:
         # Hugging Face's causal-LM convention: labels = input_ids, the model
         # shifts them itself (the last position predicts nothing); 10% noise.
         noise = rng.random_sample(full.shape) < 0.10
@@ -110,8 +113,8 @@ def make_data(name, model, n, seed, ignored_labels=False):
             input_ids = np.where(pad, 1, input_ids)
             labels = np.where(pad, -100, input_ids)
         return {"input_ids": input_ids, "labels": labels}
-    if name == "hf_bert":
-        # As "bert", but token 0 is BertConfig's pad_token_id (the embedding's
+    if name in ("hf_bert", "hf_roberta"):
+        # As "bert", but token 0 is BertConfig's pad_token_id (RoBERTa's here) (the embedding's
         # padding_idx, whose row PyTorch never trains; an ONNX Gather does not
         # know it), so it never occurs: [MASK] is 1, the tokens are 2..vocab-1.
         tokens = 2 + (start + stride * t[:, :seq]) % (vocab - 2)
@@ -144,6 +147,20 @@ def batch(data, names, k, bsz):
 
 # --------------------------------------------------------------------------- export
 
+def dynamic_shapes(model, names):
+    """The dimensions a user declares dynamic, the same for both default
+    exports: the batch of every input, and for token models the sequence too,
+    as Hugging Face exports them (with a fixed sequence the ONNX optimizer
+    folds the position embedding's lookup into a constant, which rannc
+    refuses), from 2 or the model's `min_seq_len` (the exporter's suggested
+    fix where the model's guards need more) to its seq_len."""
+    batch_dim = torch.export.Dim("batch", min=2)
+    if not hasattr(model, "seq_len"):
+        return {nm: {0: batch_dim} for nm in names}
+    seq_dim = torch.export.Dim("seq", min=getattr(model, "min_seq_len", 2), max=model.seq_len)
+    return {nm: {0: batch_dim, 1: seq_dim} for nm in names}
+
+
 def export_dynamo(model, example, names, path):
     """torch.onnx.export as PyTorch's docs show it: the dynamo exporter with
     every default (optimize=True, its default opset, the weights in
@@ -153,16 +170,8 @@ def export_dynamo(model, example, names, path):
     parameter is named in the file by its last alias (GPT-2's lm_head.weight):
     aliases.json maps each alias to named_parameters()' name, for comparing
     trained weights by PyTorch's names."""
-    batch_dim = torch.export.Dim("batch", min=2)
-    dims = {nm: {0: batch_dim} for nm in names}
-    if hasattr(model, "seq_len"):
-        # Token models as Hugging Face exports them: batch and sequence
-        # dynamic. With a fixed sequence the optimizer folds the position
-        # embedding's lookup into a constant, which rannc refuses.
-        seq_dim = torch.export.Dim("seq", min=2, max=model.seq_len)
-        dims = {nm: {0: batch_dim, 1: seq_dim} for nm in names}
     torch.onnx.export(model, tuple(example), path, input_names=list(names), output_names=["loss"],
-                      dynamic_shapes=dims)
+                      dynamic_shapes=dynamic_shapes(model, names))
     first = {}
     for nm, p in model.named_parameters(remove_duplicate=False):
         first.setdefault(id(p), nm)
@@ -172,19 +181,22 @@ def export_dynamo(model, example, names, path):
 
 def export_torch_program(model, example, names, path):
     """torch.export.export + torch.export.save as PyTorch's docs show them
-    (strict=False, the batch dynamic, everything else default). A Hugging
-    Face model is called as its users call it, without an attention_mask:
-    zoo's all-ones mask is there for the legacy ONNX exporter only."""
-    batch_dim = torch.export.Dim("batch", min=2)
-    ones_mask = getattr(model, "ones_mask", False)
-    model.ones_mask = False
-    try:
-        program = torch.export.export(model, tuple(example), dynamic_shapes={nm: {0: batch_dim} for nm in names},
-                                      strict=False)
-    finally:
-        if ones_mask:
-            model.ones_mask = ones_mask
+    (strict=False, everything else default), with the same dynamic
+    dimensions as export_dynamo. A Hugging Face model is called as its users
+    call it, without an attention_mask."""
+    program = torch.export.export(model, tuple(example), dynamic_shapes=dynamic_shapes(model, names), strict=False)
     torch.export.save(program, path)
+
+
+@contextlib.contextmanager
+def legacy_mask(model):
+    """The all-ones attention_mask the legacy exporter needs on transformers'
+    causal LMs (zoo._HFModel), on while the legacy export or trace runs."""
+    model.ones_mask = getattr(model, "legacy_needs_mask", False)
+    try:
+        yield
+    finally:
+        model.ones_mask = False
 
 
 def export(model, example, names, path, opset):
@@ -592,8 +604,8 @@ def main(argv=None):
 
     initial = copy.deepcopy(model.state_dict())
     if not a.no_legacy_onnx:
-        export(model, batch(data, names, 0, a.batch_size), names,
-               os.path.join(a.out, "model.onnx"), a.opset)
+        with legacy_mask(model):
+            export(model, batch(data, names, 0, a.batch_size), names, os.path.join(a.out, "model.onnx"), a.opset)
         model.load_state_dict(initial)  # paranoia: export must not have touched the weights
     if a.torch_export:
         export_torch_program(model, batch(data, names, 0, a.batch_size), names, os.path.join(a.out, "model.pt2"))
@@ -602,7 +614,8 @@ def main(argv=None):
         export_dynamo(model, batch(data, names, 0, a.batch_size), names, os.path.join(a.out, "model_dynamo.onnx"))
         model.load_state_dict(initial)
     if a.torchscript:
-        traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
+        with legacy_mask(model):
+            traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
         # Tracing ran forward in training mode: BatchNorm statistics moved.
         # A traced module keeps non-persistent buffers (BERT's position_ids,
         # Llama's inv_freq) in its state_dict; tracing did not change them.

@@ -368,12 +368,18 @@ class _HFModel(nn.Module):
         self.seq_len = seq_len
         self.model = cls(config)
 
-    # Causal LMs get an all-ones attention_mask, as a padded batch would pass:
+    # Forward's attention_mask is None, as users call the model (Hugging
+    # Face's and PyTorch's export docs: model(input_ids, labels=...)), in
+    # PyTorch's training and in the dynamo and .pt2 exports. Only the legacy
+    # ONNX exporter (and the trace compared with it) runs with an all-ones
+    # mask, set by make_model.py on the causal LMs with `legacy_needs_mask`:
     # without one, transformers' create_causal_mask looks for packed
-    # sequences in position_ids (torch.diff), and the legacy ONNX exporter
-    # has no aten::diff ("Exporting the operator 'aten::diff' to ONNX opset
-    # version 17 is not supported").
+    # sequences in position_ids (torch.diff), and that exporter has no
+    # aten::diff ("Exporting the operator 'aten::diff' to ONNX opset version
+    # 17 is not supported"). A tokenizer's mask of an unpadded batch is all
+    # ones: the model trained is the same.
     ones_mask = False
+    legacy_needs_mask = False
 
     def forward(self, input_ids, labels):
         mask = torch.ones_like(input_ids) if self.ones_mask else None
@@ -385,7 +391,7 @@ class HFGPT2(_HFModel):
     """transformers' GPT2LMHeadModel (Conv1D projections, tied lm_head, causal
     LM loss: the model shifts the labels itself, so labels = input_ids)."""
 
-    ones_mask = True
+    legacy_needs_mask = True
 
     def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
         tf = _transformers()
@@ -412,7 +418,7 @@ class HFLlama(_HFModel):
     """transformers' LlamaForCausalLM (RMSNorm, rotary positions, SwiGLU MLP,
     grouped-query attention with 2 key/value heads, untied lm_head)."""
 
-    ones_mask = True
+    legacy_needs_mask = True
 
     def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
         tf = _transformers()
@@ -500,7 +506,10 @@ class HFMistral(_HFModel):
 class HFT5(_HFModel):
     """transformers' T5ForConditionalGeneration (encoder-decoder, relative
     position buckets, embeddings shared by encoder, decoder and lm_head); the
-    decoder's inputs are the labels shifted right, as the model makes them."""
+    decoder's inputs are the labels shifted right, as the model makes them.
+    torch.export's guards need a sequence of 3 or more (its suggested fix)."""
+
+    min_seq_len = 3
 
     def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
         tf = _transformers()
@@ -508,6 +517,80 @@ class HFT5(_HFModel):
                           num_heads=heads, dropout_rate=0.0, use_cache=False, decoder_start_token_id=0,
                           pad_token_id=0, eos_token_id=None)
         super().__init__(tf.T5ForConditionalGeneration, cfg, vocab, seq_len)
+
+
+class HFGPTNeoX(_HFModel):
+    """transformers' GPTNeoXForCausalLM (fused query_key_value, partial rotary
+    on a quarter of each head, parallel attention and MLP residuals, untied
+    embed_out)."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.GPTNeoXConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=heads, intermediate_size=2 * hidden,
+                               max_position_embeddings=seq_len, hidden_dropout=0.0, attention_dropout=0.0,
+                               use_cache=False, bos_token_id=None, eos_token_id=None, loss_type="ForCausalLM")
+        super().__init__(tf.GPTNeoXForCausalLM, cfg, vocab, seq_len)
+
+
+class HFOPT(_HFModel):
+    """transformers' OPTForCausalLM (learned positions offset by 2 and counted
+    from the attention mask, ReLU MLP, tied lm_head); pad token 0, which the
+    data never holds (an ONNX Gather does not know the embedding's
+    padding_idx)."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.OPTConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                           ffn_dim=2 * hidden, word_embed_proj_dim=hidden, max_position_embeddings=seq_len,
+                           dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0,
+                           use_cache=False, pad_token_id=0, bos_token_id=None, eos_token_id=None,
+                           loss_type="ForCausalLM")
+        super().__init__(tf.OPTForCausalLM, cfg, vocab, seq_len)
+
+
+class HFPhi3(_HFModel):
+    """transformers' Phi3ForCausalLM (fused qkv_proj and gate_up_proj,
+    grouped-query attention, rotary positions); pad token 0."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.Phi3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                            num_hidden_layers=layers, num_attention_heads=heads,
+                            num_key_value_heads=max(1, heads // 2), max_position_embeddings=seq_len,
+                            original_max_position_embeddings=seq_len, resid_pdrop=0.0, embd_pdrop=0.0,
+                            attention_dropout=0.0, use_cache=False, pad_token_id=0, bos_token_id=None,
+                            eos_token_id=None, loss_type="ForCausalLM")
+        super().__init__(tf.Phi3ForCausalLM, cfg, vocab, seq_len)
+
+
+class HFGemma(_HFModel):
+    """transformers' GemmaForCausalLM (embeddings scaled by sqrt(hidden),
+    RMSNorm with 1 + weight, GeGLU MLP, tied lm_head); pad token 0."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.GemmaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                             num_hidden_layers=layers, num_attention_heads=heads,
+                             num_key_value_heads=max(1, heads // 2), head_dim=hidden // heads,
+                             max_position_embeddings=seq_len, attention_dropout=0.0, use_cache=False,
+                             pad_token_id=0, bos_token_id=None, eos_token_id=None, loss_type="ForCausalLM")
+        super().__init__(tf.GemmaForCausalLM, cfg, vocab, seq_len)
+
+
+class HFRoberta(_HFModel):
+    """transformers' RobertaForMaskedLM (positions counted from the tokens
+    that are not padding, offset by the pad token; tied decoder); pad token
+    0, which the data never holds, as for hf_bert."""
+
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, seq_len=16):
+        tf = _transformers()
+        cfg = tf.RobertaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=heads, intermediate_size=4 * hidden,
+                               max_position_embeddings=seq_len + 1, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0, use_cache=False, pad_token_id=0,
+                               bos_token_id=None, eos_token_id=None, loss_type="ForMaskedLM")
+        super().__init__(tf.RobertaForMaskedLM, cfg, vocab, seq_len)
 
 
 class VisionClassifier(nn.Module):
@@ -598,10 +681,13 @@ def SwinTiny(num_classes=10, image_size=32):
 MODELS = {"mlp": MLP, "bert": BERT, "gpt": GPT, "resnet18": ResNet18, "mobilenet_v3_small": MobileNetV3Small,
           "vit_tiny": VitTiny, "nanogpt": NanoGPT, "hf_encoder": HFStyleEncoder,
           "hf_gpt2": HFGPT2, "hf_bert": HFBert, "hf_llama": HFLlama, "hf_qwen2": HFQwen2, "sdpa_llama": SdpaDecoder,
-          "hf_mistral": HFMistral, "hf_t5": HFT5, "convnext_tiny": ConvNeXtTiny,
+          "hf_mistral": HFMistral, "hf_t5": HFT5, "hf_gpt_neox": HFGPTNeoX, "hf_opt": HFOPT, "hf_phi3": HFPhi3,
+          "hf_gemma": HFGemma, "hf_roberta": HFRoberta, "convnext_tiny": ConvNeXtTiny,
           "swin_tiny": SwinTiny, "efficientnet_b0": EfficientNetB0, "regnet_y_400mf": RegNetY400MF}
+# transformers' causal LMs added for issue 26, each trained from both default exports.
+CAUSAL_LMS = ("hf_gpt_neox", "hf_opt", "hf_phi3", "hf_gemma")
 TOKEN_MODELS = ("bert", "gpt", "nanogpt", "hf_encoder", "hf_gpt2", "hf_bert", "hf_llama", "hf_qwen2", "sdpa_llama",
-                "hf_mistral", "hf_t5")
+                "hf_mistral", "hf_t5") + CAUSAL_LMS + ("hf_roberta",)
 VISION_MODELS = ("resnet18", "mobilenet_v3_small", "vit_tiny", "convnext_tiny", "swin_tiny", "efficientnet_b0",
                  "regnet_y_400mf")
 

@@ -13,7 +13,8 @@ not build that way is listed with the reason. In a child process each:
   - PyTorch's own SGD losses over --steps batches of 8 (the reference);
   - both default exports (tools/survey_common.py): `torch.onnx.export(...,
     dynamic_shapes=...)` and `torch.export.export(..., strict=False)` +
-    `torch.export.save`.
+    `torch.export.save`, the batch and the sequence dynamic in both, as
+    Hugging Face exports a token model.
 Then each file is planned on 2 stages in 2 micro-batches (analytic costs) and
 trained with mpirun rannc-exec; the table says whether it planned, the
 largest relative loss difference to PyTorch, and why it failed if it did
@@ -135,7 +136,7 @@ def child(family, folder):
     data = make_data(family, np.random.RandomState(1))
     initial = copy.deepcopy(model.state_dict())
     losses = sc.train_reference(model, data, names, STEPS, BATCH, LR)
-    exported = sc.export_all(model, initial, sc.batch(data, names, 0, BATCH), names, folder)
+    exported = sc.export_all(model, initial, sc.batch(data, names, 0, BATCH), names, folder, seq_len=SEQ)
     sc.save_case(folder, data, names, losses, LR, BATCH, exported)
 
 

@@ -52,11 +52,17 @@ def train_reference(model, data, names, steps, bsz, lr):
     return losses
 
 
-def export(model, example, names, fmt, path):
-    """The default export of `model` in format `fmt`, the batch dimension dynamic."""
+def export(model, example, names, fmt, path, seq_len=None):
+    """The default export of `model` in format `fmt`, the batch dimension
+    dynamic, and with `seq_len` the sequence (dimension 1, up to seq_len) too,
+    as Hugging Face exports a token model (models/make_model.py's
+    dynamic_shapes declares the same)."""
     import torch
     batch_dim = torch.export.Dim("batch")
     shapes = {nm: {0: batch_dim} for nm in names}
+    if seq_len:
+        seq_dim = torch.export.Dim("seq", min=2, max=seq_len)
+        shapes = {nm: {0: batch_dim, 1: seq_dim} for nm in names}
     if fmt == "onnx":
         torch.onnx.export(model, tuple(example), path, dynamic_shapes=shapes)
     else:
@@ -64,14 +70,14 @@ def export(model, example, names, fmt, path):
         torch.export.save(program, path)
 
 
-def export_all(model, initial, example, names, folder):
-    """Both default exports of `model` from the weights `initial` into folder/model.*:
-    {format: "ok" or the exporter's refusal}."""
+def export_all(model, initial, example, names, folder, seq_len=None):
+    """Both default exports of `model` from the weights `initial` into folder/model.*
+    (export's dynamic dimensions): {format: "ok" or the exporter's refusal}."""
     exported = {}
     for fmt in FORMATS:
         model.load_state_dict(initial)
         try:
-            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]))
+            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]), seq_len)
             exported[fmt] = "ok"
         except Exception as e:  # the exporter's own refusal is a result
             exported[fmt] = f"export: {type(e).__name__}: " + (str(e).strip().splitlines() or [""])[0][:160]
@@ -95,24 +101,26 @@ def _run(cmd, timeout):
         return None
 
 
-def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpirun="mpirun", timeout=600):
-    """Plans folder/model.<fmt> on `stages` CPU ranks in `microbatches`
-    micro-batches, trains it as the reference did and compares the losses.
-    Returns {plan_ok, max_loss_diff, reason}."""
+def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpirun="mpirun", timeout=600, replicas=1):
+    """Plans folder/model.<fmt> on `stages` x `replicas` CPU ranks in
+    `microbatches` micro-batches (None: the planner chooses), trains it as the
+    reference did and compares the losses. Returns {plan_ok, max_loss_diff, reason}."""
     ref = json.load(open(os.path.join(folder, "reference.json")))
     model = os.path.join(folder, "model" + EXT[fmt])
     plan = os.path.join(folder, f"plan_{fmt}.pb")
     row = {"plan_ok": False, "max_loss_diff": None, "reason": ""}
-    p = _run([os.path.join(build, "tools", "rannc-plan"), model, "--gpus", str(stages), "--device-type", "cpu",
-              "--stages", str(stages), "--replicas", "1", "--microbatches", str(microbatches),
-              "--batch-size", str(ref["batch_size"]), "--profile", "analytic", "-o", plan] + list(plan_args), timeout)
+    ranks = stages * replicas
+    pinned = ["--microbatches", str(microbatches)] if microbatches else []
+    p = _run([os.path.join(build, "tools", "rannc-plan"), model, "--gpus", str(ranks), "--device-type", "cpu",
+              "--stages", str(stages), "--replicas", str(replicas)] + pinned +
+             ["--batch-size", str(ref["batch_size"]), "--profile", "analytic", "-o", plan] + list(plan_args), timeout)
     if p is None or p.returncode != 0:
         row["reason"] = "plan timed out" if p is None else "plan: " + first_line(p.stderr)
         return row
     row["plan_ok"] = True
     log = os.path.join(folder, f"log_{fmt}.jsonl")
     steps = len(ref["losses"])
-    p = _run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(stages),
+    p = _run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
               os.path.join(build, "tools", "rannc-exec"), plan, "--data", os.path.join(folder, "data"),
               "--shuffle", "off", "--steps", str(steps), "--optimizer", "sgd", "--lr", repr(ref["lr"]), "--log", log],
              timeout)
@@ -132,9 +140,10 @@ def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpir
     return row
 
 
-def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600):
+def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600, **layout):
     """Runs `child_cmd` (the reference run and the exports into `folder`), then
-    plans and trains each exported format: one row per format, printed to stderr as it comes."""
+    plans and trains each exported format (rannc_train, `layout` its keyword
+    arguments): one row per format, printed to stderr as it comes."""
     p = _run(child_cmd, timeout)
     failed = None if p is not None and p.returncode == 0 else \
         "reference run or export timed out" if p is None else "PyTorch run: " + first_line(p.stderr)
@@ -145,13 +154,13 @@ def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600)
         if failed or exported != "ok":
             row.update(plan_ok=False, reason=failed or exported)
         else:
-            row.update(rannc_train(build, folder, fmt, mpirun=mpirun, timeout=timeout))
+            row.update(rannc_train(build, folder, fmt, mpirun=mpirun, timeout=timeout, **layout))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
 
 
-def print_table(rows, key, count, noun, steps):
+def print_table(rows, key, count, noun, steps, layout="2 stages, 2 micro-batches"):
     """The Markdown table and the coverage line over `count` `noun`."""
     print(f"| {key} | format | plan ok | max loss diff | reason for a failure |")
     print("|---|---|---|---|---|")
@@ -159,7 +168,7 @@ def print_table(rows, key, count, noun, steps):
         print(f"| {r[key]} | {r['format']} | {'yes' if r['plan_ok'] else 'no'} | {cell(r)} | {r['reason']} |")
     exact = {f: sum(r["format"] == f and not r["reason"] for r in rows) for f in FORMATS}
     print(f"\n{count} {noun}: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
-          f"(2 stages, 2 micro-batches, {steps} steps, rel 1e-4)")
+          f"({layout}, {steps} steps, rel 1e-4)")
 
 
 def cell(row):

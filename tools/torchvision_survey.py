@@ -14,10 +14,12 @@ any error.
 With --train, each model instead goes through both default exports
 (tools/survey_common.py: `torch.onnx.export(..., dynamic_shapes=...)` and
 `torch.export.export(..., strict=False)` + `torch.export.save`), is planned
-on 2 stages in 2 micro-batches and trained 8 steps (SGD) against PyTorch's own
-run; the table says whether it planned, the largest relative loss difference
-and why it failed. A model with BatchNorm normalises over each micro-batch
-in rannc (Note [batch statistics]), so it is not expected to match there.
+on 2 stages x 2 replicas with `--batchnorm exact` (Note [batch statistics]:
+one micro-batch where a BatchNorm runs, statistics synchronised over the
+replicas; the planner chooses the micro-batches of the others) and trained 8
+steps (SGD, lr 0.01, 16 images in batches of 8) against PyTorch's own
+single-device run; the table says whether it planned, the largest relative
+loss difference and why it failed.
 
   .venv/bin/python tools/torchvision_survey.py [--build build] [--only resnet18,vit_b_16] [--train]
 """
@@ -79,10 +81,11 @@ name, size, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 data = {"x": rng.standard_normal((16, 3, size, size)).astype(np.float32), "y": rng.randint(0, 10, 16).astype(np.int64)}
 names = ["x", "y"]
 initial = copy.deepcopy(m.state_dict())
-losses = sc.train_reference(m, data, names, 8, 8, 0.05)
+losses = sc.train_reference(m, data, names, 8, 8, LR)
 exported = sc.export_all(m, initial, sc.batch(data, names, 0, 8), names, folder)
-sc.save_case(folder, data, names, losses, 0.05, 8, exported)
-'''
+sc.save_case(folder, data, names, losses, LR, 8, exported)
+'''.replace("LR", "0.01")
+LAYOUT = {"stages": 2, "replicas": 2, "microbatches": None, "plan_args": ("--batchnorm", "exact")}
 
 
 def train_rows(name, size, tmp, a):
@@ -90,7 +93,7 @@ def train_rows(name, size, tmp, a):
     folder = os.path.join(tmp, name)
     os.makedirs(folder, exist_ok=True)
     child = [sys.executable, "-c", TRAIN_CHILD, name, str(size), folder, os.path.dirname(os.path.abspath(__file__))]
-    return sc.case_rows("model", name, folder, child, a.build, timeout=a.timeout)
+    return sc.case_rows("model", name, folder, child, a.build, timeout=a.timeout, **LAYOUT)
 
 
 def size_for(name):
@@ -121,7 +124,7 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             for name in names:
                 rows += train_rows(name, size_for(name), tmp, a)
-        sc.print_table(rows, "model", len(names), "models", 8)
+        sc.print_table(rows, "model", len(names), "models", 8, "2 stages x 2 replicas, --batchnorm exact")
         return
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

@@ -35,6 +35,14 @@ namespace args = ir::aten_args;
 // constants are constants. Ops are named by their module path from the
 // nn_module_stack metadata (readable plans). Shapes are found by running the graph, as for TorchScript; the input
 // description comes from the program's signature (dim 0 symbolic, the batch).
+//
+// Note [symbolic sequence]
+// Hugging Face exports a token model with the batch and the sequence dynamic,
+// and so do users following its docs. rannc's shapes are affine in the batch
+// alone (Note [symbolic batch]), so a symbolic dimension past the first takes
+// the size of the example the program was exported with (its `hint`) for
+// planning; the ops read the sequence length through aten.sym_size, so
+// LibTorch runs the graph at the data's length. The audit warns of it.
 
 /// "torch.ops.aten.linear.default" -> ("aten::linear", ""); sym-int Python
 /// operators to their ATen int forms.
@@ -166,10 +174,24 @@ private:
           if (d == 0 && !symbolic)
             return fail("input '" + name + "' has a fixed first dimension; export with dynamic_shapes="
                         "{..: {0: torch.export.Dim('batch')}} so the batch is symbolic");
-          if (d > 0 && symbolic)
+          if (d == 0) {
+            v.shape.push_back(ir::Dim::batch());
+            continue;
+          }
+          // Note [symbolic sequence]: another dynamic dimension (the
+          // sequence a Hugging Face export declares) is planned at the
+          // example's size; the graph reads it through sym_size and runs at any.
+          const json *size = symbolic ? &sizes[d].at("as_expr") : &sizes[d];
+          if (symbolic && !(size->contains("hint") && size->at("hint").contains("as_int")))
             return fail("input '" + name + "' has a symbolic dimension " + std::to_string(d) +
-                        "; rannc takes the batch (dimension 0) as the only symbolic one");
-          v.shape.push_back(d == 0 ? ir::Dim::batch() : ir::Dim::fixed(sizes[d].at("as_int").get<int64_t>()));
+                        " without an example size; rannc takes the batch (dimension 0) as the only symbolic one");
+          const int64_t n = (symbolic ? size->at("hint") : *size).at("as_int").get<int64_t>();
+          if (symbolic)
+            note(AuditAction::Warning, "dynamic dimension",
+                 "dimensions other than the batch that the export declares dynamic: planned (costs, memory) at the "
+                 "example's size, trained at the data's",
+                 {name + "[" + std::to_string(d) + "] = " + std::to_string(n)});
+          v.shape.push_back(ir::Dim::fixed(n));
         }
         const ir::ValueId id = g_.addValue(std::move(v));
         g_.inputs.push_back(id);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "executor/runtime/autocast.h"
+#include "executor/runtime/batch_statistics.h"
 #include "executor/runtime/device.h"
 #include "executor/runtime/memory.h"
 #include "executor/runtime/stage.h"
@@ -97,6 +98,11 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   runner.setDevice(s.device);
   runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
   if (s.tp.degree > 1) runner.setTensorParallel(tp_group.get()); // Note [tensor parallel collectives]
+  // Note [batch statistics]: exact plans sum BatchNorm's statistics over the
+  // replicas, on a communicator of their own (the gradient buckets' run beside them).
+  std::unique_ptr<comm::Communicator> stats_group;
+  if (s.plan.batchnorm() == "exact") stats_group = gpu.onDevice(comm.split(s.stage * comm.size() + s.tp.position, rank));
+  runtime::BatchStatisticsScope stats_scope(stats_group.get()); // Note [batch statistics scope]
   const cost::Precision precision = cost::planPrecision(s.plan).value(); // structuralProblems refused others
   // Mixed precision: forward under autocast; values cross stages in the
   // dtype autocast gave them (their header carries it), and their gradients

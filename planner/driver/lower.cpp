@@ -5,6 +5,7 @@
 #include "planner/cluster/transfers.h"
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
+#include "planner/ir/batch_norm.h"
 
 namespace rannc::planner {
 namespace {
@@ -279,6 +280,13 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.constraints.stages = opts.stages;
   p.constraints.replicas = opts.replicas;
   p.constraints.microbatches = opts.microbatches;
+  // Note [batch statistics]: exact statistics leave one micro-batch to search.
+  if (opts.exact_batchnorm && ir::hasBatchStatistics(g)) {
+    if (opts.microbatches > 1)
+      return Error{"--batchnorm exact plans BatchNorm models in one micro-batch; drop --microbatches " +
+                   std::to_string(opts.microbatches) + " (or plan with --batchnorm local)"};
+    p.constraints.microbatches = 1;
+  }
   p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
   p.constraints.schedule = opts.schedule;
   if (Status st = lowerTensorParallel(g, costs, cluster, opts, analysis, made, crosses, p); !st) return Error{st.message()};

@@ -14,6 +14,7 @@ namespace {
 
 const char *const kRecompute[] = {"auto", "on", "off"}; // in Recompute's order
 const char *const kZero[] = {"auto", "0", "1"};         // in Zero's order
+const char *const kBatchNorm[] = {"local", "exact"};   // PlanOptions::exact_batchnorm false, true
 
 /// Sets `out` from a --device-memory text; empty leaves it unset.
 Status parseDeviceMemory(std::string_view text, std::optional<int64_t> &out) {
@@ -58,6 +59,7 @@ Expected<std::vector<int>> parseTensorParallel(std::string_view text) {
 
 std::vector<std::string> recomputeNames() { return wordList(kRecompute); }
 std::vector<std::string> zeroNames() { return wordList(kZero); }
+std::vector<std::string> batchNormNames() { return wordList(kBatchNorm); }
 
 std::vector<std::string> scheduleNames() {
   std::vector<std::string> out;
@@ -88,6 +90,9 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   auto optimizer = cost::parseOptimizer(flags.optimizer);
   if (!optimizer) return Error{"--optimizer " + optimizer.error().message};
   opts.optimizer = *optimizer;
+  auto batchnorm = enumFromWord<bool>(flags.batchnorm, kBatchNorm);
+  if (!batchnorm) return Error{"--batchnorm must be local or exact (got '" + flags.batchnorm + "')"};
+  opts.exact_batchnorm = *batchnorm;
   opts.schedule.reset();
   if (!flags.schedule.empty()) {
     auto schedule = pipeline::parseSchedule(flags.schedule);

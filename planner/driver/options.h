@@ -32,6 +32,7 @@ Expected<std::vector<int>> parseTensorParallel(std::string_view text);
 std::vector<std::string> recomputeNames();
 std::vector<std::string> zeroNames();
 std::vector<std::string> scheduleNames();
+std::vector<std::string> batchNormNames();
 
 /// The rannc-plan flags that are text, or that matter by being given at all.
 struct PlanFlags {
@@ -43,6 +44,7 @@ struct PlanFlags {
   std::string tensor_parallel = "auto"; ///< auto | N | N1,N2,... (--tensor-parallel, --tp)
   std::string schedule;           ///< a pipeline::scheduleName; empty: the partitioner chooses
   std::string optimizer = "adam"; ///< a cost::optimizerName
+  std::string batchnorm = "local"; ///< local | exact (Note [batch statistics] in planner/plan/batch_statistics.cpp)
 };
 /// Checks `flags` against `opts` and sets its typed fields; the error names the flag.
 Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts);

@@ -9,6 +9,7 @@
 #include "planner/cost/precision.h"
 #include "planner/cost/profile_file.h"
 #include "planner/import/model_format.h"
+#include "planner/ir/batch_norm.h"
 #include "planner/driver/lower.h"
 #include "planner/driver/tooling.h"
 #include "planner/partition/coarsen.h"
@@ -180,6 +181,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs" + bound + ")");
   if (opts.precision != cost::Precision::FP32) // fp32 plans stay as before
     plan.set_precision(cost::precisionName(opts.precision));
+  if (opts.exact_batchnorm && ir::hasBatchStatistics(g)) plan.set_batchnorm("exact"); // Note [batch statistics]
   *plan.mutable_cluster() = plan::clusterToProto(cluster);
   double optimizer = 0;
   for (int s = 0; s < plan_units.numStages(); ++s) {

@@ -62,6 +62,8 @@ struct PlanOptions {
   Recompute recompute = Recompute::Auto; ///< Auto: chosen per stage where memory needs it
   Zero zero = Zero::Auto;                ///< Auto: sharded per stage where memory needs it
   cost::Precision precision = cost::Precision::FP32; ///< compute under autocast (Note [autocast dtypes])
+  /// --batchnorm exact: single-device batch statistics (Note [batch statistics]).
+  bool exact_batchnorm = false;
   bool power_of_two_replicas = false;
   std::string strategy = "auto"; ///< auto (the DP) | uniform | parameters | time
   double memory_margin = 0.1;  ///< fraction of device memory kept free

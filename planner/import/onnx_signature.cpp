@@ -204,8 +204,10 @@ public:
       if (!tied) lookups.push_back(p);
     }
     if (!lookups.empty()) {
-      audit_.add(AuditAction::Refused, "folded parameter", kLookupReason, lookups);
-      return Error{where_ + ": " + lookups.front() + (lookups.size() > 1 ? " and others" : "") + ": " + kLookupReason};
+      const std::string reason = std::string(kLookupReason) + (dynamicSequence() ? "; " : kFixedSequenceHint) +
+                                 "export with torch.onnx.export(..., optimize=False)";
+      audit_.add(AuditAction::Refused, "folded parameter", reason, lookups);
+      return Error{where_ + ": " + lookups.front() + (lookups.size() > 1 ? " and others" : "") + ": " + reason};
     }
     if (!unread.empty())
       audit_.add(AuditAction::Warning, "tied parameter",
@@ -231,12 +233,36 @@ public:
 private:
   static constexpr const char *kFoldedReason =
       "torch.onnx.export's optimizer (optimize=True, the default) folded these parameters into other weights "
-      "(BatchNorm into its convolution), so they cannot be trained; export with torch.onnx.export(..., "
+      "(a BatchNorm: onnxscript writes it for inference, and the optimizer multiplies its weight, bias and running "
+      "statistics into the convolution before it; the file no longer holds them, so no importer can separate and "
+      "train them); save torch.export.export's program with torch.export.save instead, or export with "
+      "torch.onnx.export(..., "
       "optimize=False)";
+  // Note [unread parameters]: no node of the optimized graph reads these
+  // parameters, and rannc cannot say which computation the optimizer took:
+  // a table looked up at fixed positions (a position embedding at a fixed
+  // sequence length, Swin's relative position bias), a function of the
+  // parameter alone folded into a constant (Gemma's RMSNorm scales by
+  // 1 + weight), or a computation merged into an equal one that reads
+  // another module's parameters with the same starting values (GPT-NeoX's
+  // parallel residual: both LayerNorms of a layer normalise one input).
   static constexpr const char *kLookupReason =
-      "torch.onnx.export's optimizer (optimize=True, the default) folded this table's lookup at fixed positions "
-      "(a position embedding, a relative position bias) into a constant, so it cannot be trained; make the sequence "
-      "dimension dynamic too (dynamic_shapes={name: {0: batch, 1: seq}}), or export with optimize=False";
+      "torch.onnx.export's optimizer (optimize=True, the default) folded every computation that reads these "
+      "parameters into a constant or merged it into another module's equal one (a table looked up at fixed "
+      "positions, a function of the parameter alone such as Gemma's 1 + weight, GPT-NeoX's two LayerNorms of one "
+      "input), so they cannot be trained";
+  static constexpr const char *kFixedSequenceHint =
+      "; for a lookup at fixed positions make the sequence dimension dynamic too (dynamic_shapes={name: {0: batch, "
+      "1: seq}}), or ";
+
+  /// True when some graph input's dimension 1 is symbolic (a dynamic sequence).
+  bool dynamicSequence() const {
+    for (const auto &in : g_.input()) {
+      const auto &shape = in.type().tensor_type().shape();
+      if (!init_.count(in.name()) && shape.dim_size() > 1 && !shape.dim(1).has_dim_value()) return true;
+    }
+    return false;
+  }
 
   /// torch.export bakes a fixed batch size into every reshape, so the graph
   /// runs at that size only, while rannc splits the batch into micro-batches.

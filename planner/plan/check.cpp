@@ -203,6 +203,7 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
                            " replicas for micro-batches of " +
                            std::to_string(plan.global_batch_size() / plan.microbatches()) +
                            " samples leaves a replica without samples");
+  for (std::string &p : batchStatisticsProblems(plan)) problems.push_back(std::move(p));
 }
 
 } // namespace

@@ -337,6 +337,8 @@ std::vector<VersionedField> versionedFields(const proto::Plan &plan) {
   std::vector<VersionedField> out;
   if (plan.precision() == "bf16" || plan.precision() == "fp16")
     out.push_back({"precision: " + plan.precision(), 2, "run it in fp32"});
+  if (!plan.batchnorm().empty()) // Note [batch statistics]
+    out.push_back({"batchnorm: " + plan.batchnorm(), 4, "normalise over each replica's samples alone"});
   for (int i = 0; i < plan.stages_size(); ++i) {
     const proto::Stage &s = plan.stages(i);
     const std::string where = "stages[" + std::to_string(i) + "]";

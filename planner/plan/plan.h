@@ -23,7 +23,8 @@ namespace rannc::plan {
 /// samples: precision bf16|fp16, stages[*].zero, stages[*].recompute and
 /// graph.ops[*].outputs[*].batch_blocks. Version 3 adds stages[*].tensor_parallel
 /// above 1 (with graph.sharding), which an older reader would run as that many
-/// whole replicas. A plan is written with the oldest
+/// whole replicas. Version 4 adds batchnorm: exact, which an older reader
+/// would run with each replica's own batch statistics. A plan is written with the oldest
 /// version that holds the fields it uses (never below the version it says), so
 /// a plan using none of them stays readable by older tools, and an older
 /// reader refuses one it would misread ("newer than this rannc understands").
@@ -31,7 +32,7 @@ namespace rannc::plan {
 /// structural problem, each field named; `rannc-plan convert` rewrites it.
 /// Bump kFormatVersion with a new entry in versionedFields() whenever a field
 /// is added that an older rannc-exec would misread.
-constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kFormatVersion = 4;
 
 /// A field in use that needs a format version newer than 1.
 struct VersionedField {
@@ -78,6 +79,10 @@ std::vector<std::string> structuralProblems(const proto::Plan &plan);
 /// Where the layout changes BatchNorm's batch statistics, one line per stage
 /// (Note [batch statistics] in batch_statistics.cpp); empty when nowhere.
 std::vector<std::string> batchStatisticsNotes(const proto::Plan &plan);
+
+/// What makes a plan's `batchnorm` field unsound (an unknown mode; "exact"
+/// with several micro-batches through a BatchNorm), each naming the field.
+std::vector<std::string> batchStatisticsProblems(const proto::Plan &plan);
 
 /// Total number of ranks the plan's stages use.
 int worldSize(const proto::Plan &plan);

@@ -234,6 +234,9 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
          << " replicas (each updates its share, then they all-gather the parameters), saving "
          << bytesText(double(s.estimates().zero_saved_bytes())) << " per device\n";
 
+  if (plan.batchnorm() == "exact") // Note [batch statistics]
+    os << "batchnorm: exact: one micro-batch, each BatchNorm's statistics summed over its stage's replicas, as on "
+          "one device\n";
   for (const std::string &note : batchStatisticsNotes(plan)) os << "warning: batchnorm: " << note << "\n";
 
   os << "\npredicted step time  " << timeText(step);
@@ -317,6 +320,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     j["stages"].push_back(std::move(st));
   }
   j["batch_statistics_warnings"] = batchStatisticsNotes(plan); // Note [batch statistics]
+  if (!plan.batchnorm().empty()) j["batchnorm"] = plan.batchnorm();
   os << j.dump(2) << "\n";
 }
 

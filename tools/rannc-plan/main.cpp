@@ -107,6 +107,11 @@ Verb addPlan(CLI::App &app, bool planning) {
                  "replicated stage), 0 (never)")
       ->check(CLI::IsMember(rannc::planner::zeroNames()))
       ->capture_default_str();
+  app.add_option("--batchnorm", flags->batchnorm,
+                 "BatchNorm's batch statistics: local (each micro-batch and replica its own samples) or exact (as on "
+                 "one device: one micro-batch, statistics synchronised over a stage's replicas)")
+      ->check(CLI::IsMember(rannc::planner::batchNormNames()))
+      ->capture_default_str();
   app.add_option("--precision", flags->precision,
                  "compute precision: fp32, or bf16/fp16 under LibTorch's autocast with fp32 weights, gradients and "
                  "optimizer state")

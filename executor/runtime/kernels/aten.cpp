@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "executor/runtime/batch_statistics.h"
 #include "executor/runtime/ops.h"
 #include "planner/ir/aten_args.h"
 
@@ -85,7 +86,7 @@ void pushResult(const ir::Node &n, const c10::IValue &v, std::vector<torch::Tens
 
 } // namespace
 
-std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch::Tensor> &inputs) {
+std::vector<c10::IValue> atenArguments(const ir::Node &n, const std::vector<torch::Tensor> &inputs) {
   const int64_t nargs = attr<int64_t>(n, args::kNargs);
   torch::jit::Stack stack;
   size_t next = 0;
@@ -118,6 +119,11 @@ std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch:
       fail(n, "unknown argument kind '" + kind + "'");
     }
   }
+  return stack;
+}
+
+std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch::Tensor> &inputs) {
+  torch::jit::Stack stack = atenArguments(n, inputs);
   std::vector<torch::Tensor> out;
   if (n.op_type == "prim::ListConstruct") { // of ints, some computed
     std::vector<int64_t> items;

@@ -6,7 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "executor/runtime/batch_statistics.h"
 #include "executor/runtime/ops.h"
+#include "planner/ir/batch_norm.h"
 #include "planner/ir/op_set.h"
 
 namespace rannc::runtime {
@@ -49,6 +51,9 @@ using kernels::Outputs;
 
 std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs, int64_t opset,
                                  comm::Communicator *group) {
+  // Note [batch statistics scope]: the trainer's replicas, where it opened one.
+  if (comm::Communicator *replicas = batchStatisticsGroup(); replicas && ir::computesBatchStatistics(node))
+    return runSyncBatchNorm(node, inputs, opset, *replicas);
   if (ir::isAten(node)) return runAtenOp(node, inputs);
   OpCtx c(node, inputs, opset, group);
   // Domain "rannc": the tensor-parallel collectives (kernels/tensor_parallel.cpp).

@@ -172,5 +172,74 @@ TEST(Plan, RuntimeReserveIsInTheCapacityAndShown) {
   EXPECT_EQ(nlohmann::json::parse(json.str())["device_runtime_reserve_bytes"].get<int64_t>(), reserve);
 }
 
+Expected<proto::Plan> resnetPlan(bool exact, int microbatches = 0) {
+  const char *dir = std::getenv("RANNC_TEST_MODELS");
+  planner::PlanOptions o;
+  o.model = std::string(dir ? dir : "models") + "/resnet18/model.onnx";
+  o.gpus = 4;
+  o.batch_size = 8;
+  o.stages = 2;
+  o.replicas = {2};
+  o.microbatches = microbatches;
+  o.exact_batchnorm = exact;
+  o.profile = "analytic";
+  std::ostringstream log;
+  return planner::makePlan(o, log);
+}
+
+TEST(BatchStatistics, ExactPlansOneMicroBatchAndSaysSo) {
+  // Note [batch statistics]: the DP searches one micro-batch count, the plan
+  // records the mode (format version 4), and nothing is left to warn about.
+  auto exact = resnetPlan(true);
+  ASSERT_TRUE(exact.ok()) << exact.error().message;
+  EXPECT_EQ(exact->microbatches(), 1);
+  EXPECT_EQ(exact->batchnorm(), "exact");
+  EXPECT_EQ(requiredFormatVersion(*exact), 4u);
+  EXPECT_TRUE(batchStatisticsNotes(*exact).empty());
+  EXPECT_TRUE(structuralProblems(*exact).empty());
+  std::ostringstream table;
+  printPlanTable(*exact, table);
+  EXPECT_NE(table.str().find("batchnorm: exact: one micro-batch"), std::string::npos) << table.str();
+  EXPECT_EQ(table.str().find("warning: batchnorm"), std::string::npos) << table.str();
+  // The same layout without the flag: each replica's 4 samples, one note per stage.
+  auto local = resnetPlan(false, 1);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  EXPECT_EQ(local->batchnorm(), "");
+  auto notes = batchStatisticsNotes(*local);
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("over 4 sample(s) at a time"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("--batchnorm exact"), std::string::npos) << notes[0];
+  // A model without BatchNorm has nothing to keep exact: the field stays unset.
+  planner::PlanOptions o;
+  o.model = gptPath();
+  o.batch_size = 8;
+  o.exact_batchnorm = true;
+  o.profile = "analytic";
+  std::ostringstream log;
+  auto gpt = planner::makePlan(o, log);
+  ASSERT_TRUE(gpt.ok()) << gpt.error().message;
+  EXPECT_EQ(gpt->batchnorm(), "");
+}
+
+TEST(BatchStatistics, ExactRefusesSeveralMicroBatches) {
+  auto pinned = resnetPlan(true, 2);
+  ASSERT_FALSE(pinned.ok());
+  EXPECT_NE(pinned.error().message.find("--batchnorm exact plans BatchNorm models in one micro-batch"),
+            std::string::npos)
+      << pinned.error().message;
+  auto edited = resnetPlan(true);
+  ASSERT_TRUE(edited.ok()) << edited.error().message;
+  edited->set_microbatches(2); // a hand edit
+  auto problems = structuralProblems(*edited);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("batchnorm: exact needs microbatches: 1, the plan has 2"), std::string::npos)
+      << problems[0];
+  edited->set_microbatches(1);
+  edited->set_batchnorm("sync");
+  problems = structuralProblems(*edited);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("batchnorm: 'sync' is not exact"), std::string::npos) << problems[0];
+}
+
 } // namespace
 } // namespace rannc::plan
