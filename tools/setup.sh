@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what rannc needs to build, test and run its demo: Debian's packages
-# for the C++ side, and the project's Python environment .venv (the PyTorch
+# for the C++ side (and Slurm with munge, for the one-node cluster the `slurm`
+# tests start: tools/slurm/one_node.sh), and the project's Python environment .venv (the PyTorch
 # wheel whose LibTorch the build links, Note [one LibTorch] in CMakeLists.txt).
 # Idempotent: when everything is present it only checks and returns.
 #   RANNC_VENV    where the environment lives (default: <repo>/.venv)
@@ -17,6 +18,7 @@ PACKAGES=(
   libyaml-cpp-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   llvm-14-tools libonnx-testdata graphviz
+  slurm-wlm munge
 )
 
 missing=()

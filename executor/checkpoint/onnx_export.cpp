@@ -6,6 +6,7 @@
 #include <set>
 
 #include "executor/checkpoint/checkpoint_dir.h"
+#include "planner/import/model_format.h"
 #include "planner/import/onnx_import.h"
 #include "planner/import/onnx_signature.h"
 #include "planner/import/onnx_weights.h"
@@ -88,6 +89,12 @@ Status exportCheckpoint(const ExportOptions &o, std::ostream &log) {
   }
   auto weights = readWeights(*c);
   if (!weights) return Error{weights.error().message};
+  if (import::isTorchScriptPath(model) || import::isTorchExportPath(model)) {
+    if (!o.write_state) return Error{model + ": a LibTorch model, whose export is a state dict: use rannc-exec export"};
+    if (Status st = o.write_state(model, *weights, o.output); !st) return st;
+    log << "rannc-exec: wrote " << o.output << ": a state dict (torch.load; load_state_dict) from " << c->dir << " (step " << c->manifest.step << ")\n";
+    return Status::success();
+  }
   auto n = writeOnnxWithWeights(model, *weights, o.output);
   if (!n) return Error{n.error().message};
   log << "rannc-exec: wrote " << o.output << ": " << *n << " trained initializer(s) from " << c->dir << " (step "

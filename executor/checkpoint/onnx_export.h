@@ -2,6 +2,7 @@
 // initializers replaced by name. Torch-free (ONNX protobuf only).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -18,15 +19,23 @@ namespace rannc::checkpoint {
 Expected<int> writeOnnxWithWeights(const std::string &model_path, const std::map<std::string, ir::Tensor> &weights,
                                    const std::string &out);
 
+/// Writes the weights of a model (its path) as a state dict PyTorch's torch.load reads, at a path.
+using StateDictWriter =
+    std::function<Status(const std::string &, std::map<std::string, ir::Tensor>, const std::string &)>;
+
 /// `rannc-exec export`: the weights of a checkpoint into its model.
 struct ExportOptions {
   std::string checkpoint; ///< a checkpoint folder, or a folder of them (the newest complete one)
-  std::string model;      ///< the ONNX model; empty: the path the checkpoint records
+  std::string model;      ///< the model; empty: the path the checkpoint records
   std::string output;
+  /// For a TorchScript or torch.export model, whose export is a state dict
+  /// (LibTorch's writer, which this torch-free library cannot call itself).
+  StateDictWriter write_state;
 };
 
 /// Checks that `model` is the model the checkpoint was trained from (SHA-256)
-/// and writes `output`; one line of progress to `log`.
+/// and writes `output`: an ONNX model with the trained initializers, or for a
+/// TorchScript or torch.export model a state dict; one line to `log`.
 Status exportCheckpoint(const ExportOptions &o, std::ostream &log);
 
 } // namespace rannc::checkpoint

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
+#include <utility>
 
 #ifdef RANNC_WITH_CUDA
 #include <cuda_runtime.h>
@@ -16,16 +17,27 @@
 
 namespace rannc::runtime {
 
-int launcherLocalRank(const std::function<const char *(const char *)> &env) {
+namespace {
+
+/// The first launcher variable holding a local rank, and that rank; {"", -1} when none does.
+std::pair<std::string, int> localRankVariable(const std::function<const char *(const char *)> &env) {
   auto get = [&](const char *name) -> const char * { return env ? env(name) : std::getenv(name); };
   for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "LOCAL_RANK"}) {
     const char *v = get(name);
     if (!v || !*v) continue;
     char *end = nullptr;
     long n = std::strtol(v, &end, 10);
-    if (*end == '\0' && n >= 0) return int(n);
+    if (*end == '\0' && n >= 0) return {name, int(n)};
   }
-  return -1;
+  return {"", -1};
+}
+
+} // namespace
+
+int launcherLocalRank(const std::function<const char *(const char *)> &env) { return localRankVariable(env).second; }
+
+std::string launcherLocalRankSource(const std::function<const char *(const char *)> &env) {
+  return localRankVariable(env).first;
 }
 
 GpuChoice chooseGpu(int rank, int devices_per_node, int visible,

@@ -25,6 +25,9 @@ namespace rannc::runtime {
 /// `env` reads a variable (std::getenv by default; tests pass their own).
 int launcherLocalRank(const std::function<const char *(const char *)> &env = {});
 
+/// The variable launcherLocalRank read its value from ("SLURM_LOCALID"), or "".
+std::string launcherLocalRankSource(const std::function<const char *(const char *)> &env = {});
+
 struct GpuChoice {
   int device = 0;    ///< CUDA device index
   std::string why;   ///< "OMPI_COMM_WORLD_LOCAL_RANK=3 mod 4 visible", for the log

@@ -48,6 +48,17 @@ Expected<c10::ScalarType> scalarTypeFromExport(int64_t code) {
   }
 }
 
+std::set<std::string> nonPersistentBuffers(const nlohmann::json &program) {
+  std::set<std::string> out;
+  const auto &sig = program.at("graph_module").at("signature");
+  for (const auto &spec : sig.at("input_specs")) {
+    if (spec.begin().key() != "buffer") continue;
+    const auto &body = spec.begin().value();
+    if (!body.value("persistent", true)) out.insert(body.at("buffer_name").get<std::string>());
+  }
+  return out;
+}
+
 Expected<Pt2Archive> readPt2Archive(const std::string &path, const std::set<std::string> *only) {
   Pt2Archive a;
   try {

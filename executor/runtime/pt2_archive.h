@@ -27,6 +27,12 @@ struct Pt2Archive {
 /// null (a rank reads just its stage's). Errors name the file and the entry.
 Expected<Pt2Archive> readPt2Archive(const std::string &path, const std::set<std::string> *only = nullptr);
 
+/// The state_dict names of the program's non-persistent buffers
+/// (register_buffer(..., persistent=False): a rotary inv_freq, BERT's
+/// position_ids). The module's own state_dict leaves them out, and so must a
+/// state dict that load_state_dict(strict=True) is to accept.
+std::set<std::string> nonPersistentBuffers(const nlohmann::json &program);
+
 /// c10's ScalarType for torch.export's serialized dtype code (schema.py's ScalarType).
 Expected<c10::ScalarType> scalarTypeFromExport(int64_t code);
 

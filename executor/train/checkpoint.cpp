@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -19,6 +20,8 @@
 #include "executor/checkpoint/tensor_file.h"
 #include "executor/runtime/collectives.h"
 #include "executor/runtime/ops.h"
+#include "executor/runtime/pt2_archive.h"
+#include "executor/train/setup.h"
 #include "executor/train/zero.h"
 #include "planner/import/model_format.h"
 #include "planner/support/files.h"
@@ -78,12 +81,24 @@ std::vector<checkpoint::StageLayout> layoutOf(const proto::Plan &plan) {
   return out;
 }
 
-/// `weights` as a state dict PyTorch's torch.load reads (a dict of tensors by
-/// name, torch.save's zip format), written to a temporary file and renamed.
-/// torch::pickle_save would tag the dict with its TorchScript type (a global
-/// torch.load refuses since PyTorch 2.6 made weights_only=True the default),
-/// so the pickle is written untagged, as Python's torch.save writes it.
-Status writeStateDict(const std::map<std::string, ir::Tensor> &weights, const std::string &path) {
+std::string describe(const torch::Tensor &t) { return std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes()); }
+
+} // namespace
+
+// torch::pickle_save would tag the dict with its TorchScript type (a global
+// torch.load refuses since PyTorch 2.6 made weights_only=True the default),
+// so the pickle is written untagged, as Python's torch.save writes it.
+Status writeStateDict(const std::string &model, std::map<std::string, ir::Tensor> weights, const std::string &path) {
+  if (import::isTorchExportPath(model)) {
+    const std::set<std::string> none;
+    auto archive = runtime::readPt2Archive(model, &none); // the program only
+    if (!archive) return Error{archive.error().message};
+    try {
+      for (const std::string &name : runtime::nonPersistentBuffers(archive->program)) weights.erase(name);
+    } catch (const std::exception &e) {
+      return Error{model + ": malformed torch.export signature: " + firstLine(e.what())};
+    }
+  }
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto &[name, t] : weights) dict.insert(name, runtime::toTorch(t));
   std::vector<char> pickled, bytes;
@@ -108,10 +123,6 @@ Status writeStateDict(const std::map<std::string, ir::Tensor> &weights, const st
   return Status::success();
 }
 
-std::string describe(const torch::Tensor &t) { return std::string(c10::toString(t.scalar_type())) + c10::str(t.sizes()); }
-
-} // namespace
-
 Checkpointer::Checkpointer(CheckpointContext ctx) : ctx_(std::move(ctx)) {
   // runner.parameters() is in value-id order; so are the sorted ids.
   std::vector<ir::ValueId> ids = ctx_.runner.program().parameters;
@@ -121,7 +132,7 @@ Checkpointer::Checkpointer(CheckpointContext ctx) : ctx_(std::move(ctx)) {
   if (ids.size() != tensors.size()) throw std::logic_error("checkpoint: the stage's parameters do not match its program");
   for (size_t i = 0; i < ids.size(); ++i) params_.emplace_back(ctx_.graph.values[ids[i]].name, tensors[i]);
   for (const auto &[id, t] : ctx_.runner.buffers()) buffers_.emplace_back(ctx_.graph.values[id].name, t);
-  model_path_ = ctx_.opts.model.empty() ? ctx_.plan.model().path() : ctx_.opts.model;
+  model_path_ = trainModelPath(ctx_.opts, ctx_.plan).value(); // setup resolved it before
 }
 
 int Checkpointer::axisOf(const std::string &name) const {
@@ -533,7 +544,7 @@ Status Checkpointer::exportTrained(std::ostream &log) {
       else log << "rannc-exec: wrote " << o.export_onnx << " with " << *n << " trained initializer(s)\n";
     }
     if (st.ok() && !o.export_state.empty()) {
-      st = writeStateDict(weights, o.export_state);
+      st = writeStateDict(model_path_, weights, o.export_state);
       if (st.ok()) log << "rannc-exec: wrote " << o.export_state << " (" << weights.size() << " tensors, torch.load)\n";
     }
   }

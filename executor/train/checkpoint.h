@@ -104,4 +104,11 @@ private:
 /// `step` (and dropping a line cut short by a kill); a missing log is fine.
 Status trimLog(const std::string &path, int64_t step);
 
+/// The trained `weights` of `model` as a state dict PyTorch's torch.load
+/// reads (torch.save's zip format), written atomically, with the keys the
+/// module's own state_dict has (a torch.export model's non-persistent buffers
+/// left out): --export-state, and `rannc-exec export` of a TorchScript or
+/// torch.export model's checkpoint.
+Status writeStateDict(const std::string &model, std::map<std::string, ir::Tensor> weights, const std::string &path);
+
 } // namespace rannc::train

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "executor/train/trainer.h"
+#include "planner/plan/plan.h"
 #include "planner/support/words.h"
 
 namespace rannc::train {
@@ -61,6 +62,14 @@ Expected<comm::RehearsalOptions> parseRehearsal(std::string_view text) {
   return r;
 }
 
+OptimizerKind planOptimizer(const std::string &plan_path) {
+  auto plan = plan::readPlan(plan_path);
+  if (!plan) return OptimizerKind::Sgd;
+  const std::string &word = plan->estimates().optimizer();
+  auto k = parseOptimizer(word == "momentum" ? "sgd" : word);
+  return k ? *k : OptimizerKind::Sgd;
+}
+
 int64_t bucketBytes(double mib) { return std::max<int64_t>(1, int64_t(mib * double(1 << 20))); }
 
 Status finishTrainOptions(const ExecFlags &flags, TrainOptions &opts) {
@@ -74,9 +83,13 @@ Status finishTrainOptions(const ExecFlags &flags, TrainOptions &opts) {
     if (!rehearsal) return Error{"RANNC_REHEARSAL: " + rehearsal.error().message};
     opts.rehearsal = *rehearsal;
   }
-  auto optimizer = parseOptimizer(flags.optimizer);
-  if (!optimizer) return optimizer.error();
-  opts.optimizer = *optimizer;
+  if (flags.optimizer.empty()) {
+    opts.optimizer = planOptimizer(opts.plan);
+  } else {
+    auto optimizer = parseOptimizer(flags.optimizer);
+    if (!optimizer) return optimizer.error();
+    opts.optimizer = *optimizer;
+  }
   auto shuffle = parseShuffle(flags.shuffle);
   if (!shuffle) return shuffle.error();
   opts.shuffle = *shuffle;

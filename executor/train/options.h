@@ -37,9 +37,15 @@ struct ExecFlags {
   std::string rehearsal;              ///< the environment's RANNC_REHEARSAL: "stall=S,swap=RANK:CALL" (tests)
   std::optional<std::string> betas;   ///< --betas B1,B2
   std::string shuffle = "off";        ///< off | on
-  std::string optimizer = "sgd";      ///< sgd | adam | adamw
+  std::string optimizer;              ///< sgd | adam | adamw; empty: the plan's (planOptimizer)
   std::string device;                 ///< cpu | cuda; empty: the plan's
 };
+
+/// The optimizer the plan at `plan_path` assumed (rannc-plan --optimizer;
+/// its "momentum" is SGD), and SGD when the plan names none or cannot be read
+/// (the run then reports the plan). rannc-exec's default: the memory the plan
+/// promises is that of the optimizer that runs.
+OptimizerKind planOptimizer(const std::string &plan_path);
 
 /// Parses "B1,B2" (two numbers and nothing else).
 Expected<std::pair<double, double>> parseBetas(std::string_view text);

@@ -35,6 +35,13 @@ Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &
   return Status::success();
 }
 
+Expected<std::string> trainModelPath(const TrainOptions &opts, const proto::Plan &plan) {
+  if (!opts.model.empty()) return opts.model;
+  auto path = plan::resolveRecordedModelPath(plan.model().path(), opts.plan, opts.allow_model_outside_plan);
+  if (!path) return Error{opts.plan + ": " + path.error().message};
+  return path;
+}
+
 namespace {
 
 /// Replaces s.graph with the local graph of this rank's stage (the sharding
@@ -115,11 +122,11 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
   if (world != comm.size())
     return Error{opts.plan + ": the plan is for " + std::to_string(world) + " ranks, but this job has " +
                  std::to_string(comm.size()) + " (run mpirun -np " + std::to_string(world) + ")"};
-  std::string model = opts.model.empty() ? s.plan.model().path() : opts.model;
+  auto resolved = trainModelPath(opts, s.plan);
+  if (!resolved) return resolved.error();
+  const std::string model = *resolved;
   // One rank reads the whole model to check its identity (Note [model
   // identity]); the others only need the file to be there.
-  if (opts.model.empty())
-    if (Status st = plan::checkRecordedModelPath(model); !st) return Error{opts.plan + ": " + st.message()};
   if (comm.rank() == 0) {
     if (Status st = plan::verifyModelFiles(model, s.plan.model()); !st) return Error{st.message()};
   } else if (!openInput(model)) {
@@ -161,6 +168,14 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
       s.samples = a->samples();
       s.data.emplace(in, std::move(*a));
     }
+    // Fewer samples than one step reads would put a sample twice in the step
+    // (the stream of epochs wraps around): a mistake unless asked for.
+    const int64_t per_step = s.plan.global_batch_size() * opts.accumulation_steps;
+    if (s.samples < per_step && !opts.wrap_data)
+      return Error{opts.data_dir + ": holds " + std::to_string(s.samples) + " samples, fewer than the " +
+                   std::to_string(per_step) + " one step reads (global batch " +
+                   std::to_string(s.plan.global_batch_size()) + " x " + std::to_string(opts.accumulation_steps) +
+                   " accumulated); pass --wrap-data to reuse samples within a step"};
   }
 
   auto program = schedule::buildStageProgram(s.graph, s.ranges, s.stage);

@@ -44,6 +44,10 @@ struct Setup {
 /// Whether `a` fits graph input `id` (dtype, rank, fixed dimensions); `path` names it in the error.
 Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &a, const std::string &path);
 
+/// The model file a run reads: --model, or the plan's model.path resolved
+/// against the plan's folder (Note [plan model path]); the error names the plan.
+Expected<std::string> trainModelPath(const TrainOptions &opts, const proto::Plan &plan);
+
 /// Reads and checks the plan, the model, the data and this rank's weights.
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm);
 

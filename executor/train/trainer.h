@@ -19,6 +19,8 @@ namespace rannc::train {
 struct TrainOptions {
   std::string plan;
   std::string model;      ///< overrides the model path the plan names
+  bool allow_model_outside_plan = false; ///< Note [plan model path]
+  bool wrap_data = false; ///< --data may hold fewer samples than one step reads
   std::string data_dir;
   bool synthetic = false;
   int64_t steps = 10;     ///< optimizer steps (each takes accumulation_steps global batches)

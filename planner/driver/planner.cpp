@@ -312,6 +312,7 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto plan = planGraph(graph, *costs, *cluster, opts, sha, &log, analysis ? &*analysis : nullptr);
   if (!plan) return plan.error();
   *plan->mutable_model() = imported->ref;
+  plan->mutable_model()->set_path(plan::recordedModelPath(opts.model, opts.output)); // Note [plan model path]
   for (const auto &s : plan->stages())
     if (s.estimates().peak_memory_bytes() > s.estimates().memory_capacity_bytes())
       log << "rannc-plan: warning: stage " << s.id() << " is estimated to need " << s.estimates().peak_memory_bytes()

@@ -223,6 +223,7 @@ Status runConvert(const std::string &input, const std::string &output, std::ostr
   if (output.empty()) return Error{"no output file: pass -o OUT (.pb, .pbtxt or .json)"};
   auto plan = plan::readPlan(input);
   if (!plan) return plan.error();
+  plan::rebaseModelPath(*plan, input, output);
   if (Status st = plan::writePlan(*plan, output); !st) return st;
   log << "rannc-plan: wrote " << output << "\n";
   return Status::success();
@@ -246,9 +247,13 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
   }
 
   // The model file, when it can be read.
-  const std::string model = opts.model.empty() ? plan.model().path() : opts.model;
-  if (Status recorded = opts.model.empty() ? plan::checkRecordedModelPath(model) : Status::success(); !recorded) {
-    problems.push_back(recorded.message());
+  Expected<std::string> resolved =
+      opts.model.empty()
+          ? plan::resolveRecordedModelPath(plan.model().path(), opts.plan, opts.allow_model_outside_plan)
+          : Expected<std::string>(opts.model);
+  const std::string model = resolved ? *resolved : plan.model().path();
+  if (!resolved) {
+    problems.push_back(resolved.error().message);
   } else if (openInput(model)) {
     if (Status st = plan::verifyModelFiles(model, plan.model()); !st)
       problems.push_back("model.sha256: " + st.message());
@@ -348,6 +353,7 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
       << formatFixed(plan.global_batch_size() / step, 1) << " samples/s\n";
   if (opts.update) {
     refreshEstimates(plan, m);
+    plan::rebaseModelPath(plan, opts.plan, opts.output);
     if (Status st = plan::writePlan(plan, opts.output); !st) return st;
     log << "rannc-plan: wrote " << opts.output << " with the re-estimated figures\n";
   }

@@ -66,6 +66,7 @@ Status runConvert(const std::string &input, const std::string &output, std::ostr
 struct CheckOptions {
   std::string plan;
   std::string model; ///< the model file to hash; empty: the path the plan names
+  bool allow_model_outside_plan = false; ///< Note [plan model path]
   ReestimateOptions reestimate;
   bool update = false; ///< write the plan with refreshed estimates to `output`
   std::string output;

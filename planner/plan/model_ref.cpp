@@ -7,6 +7,7 @@
 #include "planner/support/sha256.h"
 
 namespace rannc::plan {
+namespace fs = std::filesystem;
 namespace {
 
 std::string short12(const std::string &sha) { return sha.substr(0, 12) + "..."; }
@@ -67,6 +68,37 @@ Status checkRecordedModelPath(const std::string &path) {
   if (!ec && !known(real.string()))
     return Error{"model.path '" + path + "' is a symlink to " + real.string() + ", not a model file; pass --model PATH"};
   return Status::success();
+}
+
+std::string recordedModelPath(const std::string &model, const std::string &plan_file) {
+  if (plan_file.empty() || model.empty()) return model; // a plan made in memory (tests)
+  std::error_code ec;
+  const fs::path dir = fs::absolute(fs::path(plan_file), ec).parent_path();
+  const fs::path abs = fs::absolute(fs::path(model), ec).lexically_normal();
+  if (ec) return model;
+  const fs::path rel = abs.lexically_relative(dir.lexically_normal());
+  return rel.empty() ? model : rel.string();
+}
+
+void rebaseModelPath(proto::Plan &plan, const std::string &from, const std::string &to) {
+  const fs::path p(plan.model().path());
+  if (p.empty() || p.is_absolute()) return;
+  plan.mutable_model()->set_path(recordedModelPath((fs::path(from).parent_path() / p).string(), to));
+}
+
+Expected<std::string> resolveRecordedModelPath(const std::string &recorded, const std::string &plan_file,
+                                               bool allow_outside) {
+  // What the file is first (the hostile cases' errors), then where it is.
+  if (Status st = checkRecordedModelPath(recorded); !st) return Error{st.message()};
+  const fs::path dir = fs::path(plan_file).parent_path(), p(recorded);
+  const std::string path = p.is_absolute() || dir.empty() ? recorded : (dir / p).lexically_normal().string();
+  if (Status st = checkRecordedModelPath(path); !st) return Error{st.message()};
+  if (allow_outside) return path;
+  auto inside = insideFolder(dir.string(), recorded, "model.path");
+  if (!inside)
+    return Error{inside.error().message + ": a plan may name only a model in its own folder; pass --model PATH, or "
+                                          "--allow-model-outside-plan if you trust this plan"};
+  return path;
 }
 
 Status verifyModelFiles(const std::string &path, const proto::ModelRef &ref) {

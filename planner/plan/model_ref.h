@@ -30,6 +30,31 @@ Expected<proto::ModelRef> describeModel(const std::string &path, const ir::Graph
 /// file by its extension, also after symlinks: never /dev/zero or /etc/shadow.
 Status checkRecordedModelPath(const std::string &path);
 
+/// Note [plan model path]
+/// A plan records its model's path relative to the plan file's folder, so a
+/// plan and its model move together and run from any working folder. Read
+/// back (no --model given), the path is resolved against the plan's folder
+/// and must stay inside it (insideFolder: no `..`, no absolute path, no
+/// symlink out): a plan from elsewhere cannot make `check` or rannc-exec read
+/// and hash a file outside its folder. A user who trusts the plan allows
+/// that with --allow-model-outside-plan; --model PATH names the model
+/// outright. Plans written before this recorded the path relative to the
+/// planning folder; they need one of the two flags, and the error says so.
+
+/// The model.path to record for `model` in a plan written to `plan_file`:
+/// relative to the plan's folder (Note [plan model path]).
+std::string recordedModelPath(const std::string &model, const std::string &plan_file);
+
+/// A plan read from `from` and written to `to` (convert, check --update)
+/// keeps naming the same model: its relative model.path is rebased.
+void rebaseModelPath(proto::Plan &plan, const std::string &from, const std::string &to);
+
+/// The model file a plan at `plan_file` names when no --model is given:
+/// `recorded` resolved against the plan's folder, refused when it leaves the
+/// folder unless `allow_outside`, and checked by checkRecordedModelPath.
+Expected<std::string> resolveRecordedModelPath(const std::string &recorded, const std::string &plan_file,
+                                               bool allow_outside);
+
 /// Whether `path` (and the external data files `ref` lists, next to it) hold
 /// the bytes `ref` was made from; the error says which file changed.
 Status verifyModelFiles(const std::string &path, const proto::ModelRef &ref);

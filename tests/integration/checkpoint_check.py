@@ -81,7 +81,8 @@ def plan(args, ranks, layout, out, precision=None):
 
 
 def train(args, plan_path, ranks, extra, timeout=300):
-    return run(mpirun(args, ranks) + [args.exec_tool, plan_path, "--data", os.path.join(args.model_dir, "data"),
+    return run(mpirun(args, ranks) + [args.exec_tool, plan_path,
+                                      "--allow-model-outside-plan", "--data", os.path.join(args.model_dir, "data"),
                                       "--optimizer", args.optimizer, "--lr", repr(args.ref["lr"])] + extra,
                timeout=timeout)
 
@@ -144,8 +145,9 @@ def check_resume(args):
     if os.path.exists(log):
         os.remove(log)
     ckpt_flags = ["--checkpoint-dir", ckpt, "--checkpoint-every", "3", "--keep", "2", "--log", log]
-    cmd = mpirun(args, 2) + [args.exec_tool, pp2, "--data", os.path.join(args.model_dir, "data"), "--optimizer",
-                             args.optimizer, "--lr", repr(args.ref["lr"])] + flags + ckpt_flags + ["--steps", "1000000"]
+    cmd = mpirun(args, 2) + [args.exec_tool, pp2, "--allow-model-outside-plan",
+                             "--data", os.path.join(args.model_dir, "data"), "--optimizer", args.optimizer,
+                             "--lr", repr(args.ref["lr"])] + flags + ckpt_flags + ["--steps", "1000000"]
     print("+", " ".join(cmd), flush=True)
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 120
@@ -513,8 +515,9 @@ def check_errors(args):
         sys.exit("a failed export left a file behind")
 
     other_opt = "sgd" if args.optimizer != "sgd" else "adam"
-    p = run(mpirun(args, 2) + [args.exec_tool, pp2, "--data", os.path.join(args.model_dir, "data"), "--optimizer",
-                               other_opt, "--steps", "3", "--checkpoint-dir", damaged("other-opt", lambda s: None),
+    p = run(mpirun(args, 2) + [args.exec_tool, pp2, "--allow-model-outside-plan",
+                               "--data", os.path.join(args.model_dir, "data"), "--optimizer", other_opt,
+                               "--steps", "3", "--checkpoint-dir", damaged("other-opt", lambda s: None),
                                "--resume"], timeout=120)
     expect_failure(p, f"trained with --optimizer {args.optimizer}", "another optimizer")
     p = resume_from(damaged("other-shuffle", lambda s: None), ["--shuffle", "on"])

@@ -165,6 +165,7 @@ def fixtures(args, work):
             "--stages", "2", "--replicas", "1", "-o", os.path.join(fx, f"plan.{ext}")], f"rannc-plan -o plan.{ext}")
     ck = os.path.join(fx, "ck")
     ok([args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", args.exec_tool, os.path.join(fx, "plan.json"),
+        "--allow-model-outside-plan",
         "--data", os.path.join(fx, "data"), "--steps", "2", "--optimizer", "adam", "--checkpoint-dir", ck],
        "a 2-step run with a checkpoint")
     pt2 = os.path.join(fx, "model.pt2")

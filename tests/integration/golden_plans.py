@@ -9,8 +9,9 @@ Two kinds of case:
 - analytic: every model file (.onnx, .pt, .pt2) of every model folder the tests
   build, planned with `--profile analytic` in a few cluster configurations.
 
-Each plan is written as .pbtxt from inside the models folder (so the model path in
-it is relative) and fingerprinted by SHA-256 after blanking the model files'
+Each plan is written as .pbtxt into the folder it is planned from, the models folder
+(a plan records its model relative to itself, so the model path in it is the same
+relative one), read, and removed there; and fingerprinted by SHA-256 after blanking the model files'
 SHA-256 lines: the test-built models hold weights drawn from the CPU's RNG paths,
 and only the graph, not the weight bytes, decides a plan. The golden file keeps the
 fingerprint and the `show --json` summary of each plan, so a difference names
@@ -69,14 +70,18 @@ def fingerprint(plan_text):
     return hashlib.sha256(SHA_LINE.sub(r'\1"-"', plan_text).encode()).hexdigest()
 
 
-def plan(tool, cwd, model, flags, out):
+def plan(tool, cwd, model, flags, name):
+    out = os.path.join(cwd, name)  # beside the models: the recorded path is `model` (Note [plan model path])
     cmd = [tool, model, *flags, "-o", out]
     r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if r.returncode != 0:
         return None, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}"
-    with open(out) as f:
-        text = f.read()
-    show = subprocess.run([tool, "show", out, "--json"], capture_output=True, text=True, check=True)
+    try:
+        with open(out) as f:
+            text = f.read()
+        show = subprocess.run([tool, "show", out, "--json"], capture_output=True, text=True, check=True)
+    finally:
+        os.remove(out)
     full = json.loads(show.stdout)
     summary = {k: full[k] for k in SUMMARY_KEYS}
     summary["stages"] = [{k: s[k] for k in STAGE_KEYS} for s in full["stages"]]
@@ -120,7 +125,7 @@ def main():
     got = {}
     todo = list(cases(models, a.model_dirs, work))
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        runs = [pool.submit(plan, tool, cwd, model, flags, os.path.join(work, f"plan{i}.pbtxt"))
+        runs = [pool.submit(plan, tool, cwd, model, flags, f".golden_plan{i}.pbtxt")
                 for i, (name, cwd, model, flags) in enumerate(todo)]
         for (name, *_), run in zip(todo, runs):
             result, err = run.result()

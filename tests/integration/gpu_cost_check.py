@@ -100,7 +100,8 @@ def main():
     log = os.path.join(a.work, "log.jsonl")
     if os.path.exists(log):
         os.remove(log)
-    run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1", a.exec_tool, plan, "--synthetic",
+    run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1", a.exec_tool, plan,
+         "--allow-model-outside-plan", "--synthetic",
          "--steps", str(a.steps), "--optimizer", "adam", "--device", "cuda", "--log", log])
     steps = [json.loads(line) for line in open(log)]
     if len(steps) != a.steps:

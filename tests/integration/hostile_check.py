@@ -10,7 +10,8 @@ signal, a read outside the model's folder or a silently changed run.
   truncated    the data file truncated during training
   overwritten  the data file rewritten during training, and a resume on other data
   escape       external data at ../../../../etc/passwd, and through a symlink
-  outside      a plan whose model.path names a file outside (/etc/passwd)
+  outside      a plan whose model.path names a file outside (/etc/passwd), or a model outside the plan's folder
+  plan-data-fifo  a FIFO as rannc-plan --data's x.npy and as --data itself (a TorchScript archive)
   full-disk    --log on a full disk (/dev/full)
   sigterm      SIGTERM mid-run: the step finishes, a checkpoint is written, exit non-zero
   tmp          a checkpoint write that fails (a file size limit) leaves no step-N.tmp
@@ -258,6 +259,62 @@ def case_outside(env):
     sha = hashlib.sha256(open("/etc/passwd", "rb").read()).hexdigest()
     if sha[:12] in p.stdout + p.stderr:
         sys.exit("check printed a hash of /etc/passwd")
+    # Note [plan model path]: the path is relative to the plan, so the plan
+    # runs from any folder ...
+    if json.load(open(env.plan_path))["model"]["path"] != "m/model.onnx":
+        sys.exit("the plan does not record its model relative to the plan's folder")
+    p = run([env.args.plan_tool, "check", env.plan_path], cwd="/")
+    if p.returncode != 0 or "matches model.sha256" not in p.stdout:
+        sys.exit(f"check from another folder did not find the plan's model:\n{p.stdout}{p.stderr}")
+    print("ok: the plan's model is found from another working folder")
+    # ... and a plan outside the model's folder names a model outside its own:
+    # refused (the hash of a model file elsewhere is read) unless the user trusts it.
+    sub = os.path.join(env.dir, "sub", "plan.json")
+    os.makedirs(os.path.dirname(sub))
+    ok(env.plan(out=sub), "rannc-plan -o sub/plan.json")
+    if json.load(open(sub))["model"]["path"] != "../m/model.onnx":
+        sys.exit("the plan in sub/ does not record ../m/model.onnx")
+    want = "leaves"
+    expect_error(run([env.args.plan_tool, "check", sub]), want, "check of a plan naming ../m/model.onnx")
+    expect_error(env.train(["--steps", "1"], plan=sub), "--allow-model-outside-plan",
+                 "rannc-exec of a plan naming ../m/model.onnx")
+    ok(run([env.args.plan_tool, "check", sub, "--allow-model-outside-plan"]), "check --allow-model-outside-plan")
+    ok(env.train(["--steps", "1", "--allow-model-outside-plan"], plan=sub), "rannc-exec --allow-model-outside-plan")
+    ok(env.train(["--steps", "1", "--model", env.model], plan=sub), "rannc-exec --model")
+
+
+def case_plan_data_fifo(env):
+    """rannc-plan MODEL.pt --data DIR reads DIR/<input>.npy for a TorchScript
+    archive that does not describe its inputs: a FIFO there, or as DIR, is
+    refused at once."""
+    import numpy as np
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x, y):
+            return torch.nn.functional.cross_entropy(self.fc(x), y)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
+    model = os.path.join(env.dir, "net.pt")
+    torch.jit.trace(Net(), (x, y)).save(model)  # torch.jit.save's default: no input description
+    data = os.path.join(env.dir, "data")
+    os.makedirs(data)
+    np.save(os.path.join(data, "y.npy"), y.numpy())
+    np.save(os.path.join(data, "x.npy"), x.numpy())
+    plan = os.path.join(env.dir, "net.json")
+    ok(env.plan(model, plan, ["--data", data]), "rannc-plan net.pt --data DIR")
+    os.remove(os.path.join(data, "x.npy"))
+    os.mkfifo(os.path.join(data, "x.npy"))
+    expect_error(env.plan(model, plan, ["--data", data]), "a FIFO, not a regular file",
+                 "a FIFO as --data's x.npy (rannc-plan)")
+    fifo = os.path.join(env.dir, "fifo")
+    os.mkfifo(fifo)
+    expect_error(env.plan(model, plan, ["--data", fifo]), "Not a directory", "a FIFO as --data (rannc-plan)")
 
 
 def case_full_disk(env):
@@ -390,19 +447,20 @@ def case_huge(env):
 CASES = {name[5:].replace("_", "-"): f for name, f in globals().items() if name.startswith("case_")}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(doc=__doc__, cases=CASES, env=Env, name="hostile_check"):
+    """Runs the --case(s) given, each in an `env` of its own (cli_check.py's too)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan-tool", required=True)
     ap.add_argument("--exec-tool", required=True)
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--models", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", choices=sorted(CASES), action="append", required=True)
+    ap.add_argument("--case", choices=sorted(cases), action="append", required=True)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     for case in args.case:
-        CASES[case](Env(args, case))
-    print("hostile_check: all cases passed")
+        cases[case](env(args, case))
+    print(f"{name}: all cases passed")
 
 
 if __name__ == "__main__":

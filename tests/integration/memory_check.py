@@ -44,7 +44,8 @@ def plan_and_train(plan_tool, exec_tool, mpirun, model, ranks, batch_size, plan_
     largest over the steps) and, by rank, its stage's predicted peak."""
     run([plan_tool, model, "--gpus", str(ranks), "--device-type", "cpu", "--batch-size", str(batch_size),
          "--optimizer", "adam", "-o", plan] + plan_flags)
-    run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), exec_tool, plan, "--synthetic",
+    run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), exec_tool, plan,
+         "--allow-model-outside-plan", "--synthetic",
          "--steps", str(steps), "--optimizer", "adam", "--log", log])
     shown = json.loads(run([plan_tool, "show", plan, "--json"]).stdout)
     steps_logged = [json.loads(line) for line in open(log)]

@@ -83,7 +83,7 @@ def choose_boundary(plan_json, current):
 
 
 def expect_check_fails(args, plan, needle, what, extra=()):
-    p = run([args.plan_tool, "check", plan] + list(extra))
+    p = run([args.plan_tool, "check", plan, "--allow-model-outside-plan"] + list(extra))
     out = p.stdout + p.stderr
     if p.returncode != 1:
         fail(f"{what}: check exited {p.returncode}, expected 1:\n{out}")
@@ -125,14 +125,15 @@ def check_format_versions(args, model, ref, plan, broken, work):
     expect_check_fails(args, old, "precision: bf16 needs format_version 2, the plan says 1 (a rannc that reads only "
                                   "version 1 would run it in fp32); set format_version: 2, or let rannc-plan convert "
                                   "write it", "bf16 under format_version 1")
-    p = run(train_check.mpirun(args, 2) + [args.exec_tool, old, "--synthetic", "--steps", "1"], timeout=120)
+    p = run(train_check.mpirun(args, 2) + [args.exec_tool, old,
+                                           "--allow-model-outside-plan", "--synthetic", "--steps", "1"], timeout=120)
     train_check.expect_failure(p, "precision: bf16 needs format_version 2", "rannc-exec refuses the mislabelled plan")
     converted = os.path.join(work, "v2_fields.pb")
     if run([args.plan_tool, "convert", old, "-o", converted]).returncode != 0:
         fail("convert of the hand-edited plan failed")
     if version(converted) != 2:
         fail(f"convert wrote format_version {version(converted)} for a plan that recomputes in bf16, not 2")
-    p = run([args.plan_tool, "check", converted])
+    p = run([args.plan_tool, "check", converted, "--allow-model-outside-plan"])
     if p.returncode != 0:
         fail(f"check rejects the converted plan:\n{p.stdout}{p.stderr}")
     back = os.path.join(work, "v2_fields.pbtxt")
@@ -184,7 +185,7 @@ def main():
     open(edited, "w").write(text)
 
     # 3. check: valid, re-estimated against the (now stale) estimates in the file.
-    p = run([args.plan_tool, "check", edited])
+    p = run([args.plan_tool, "check", edited, "--allow-model-outside-plan"])
     print(p.stdout, p.stderr)
     if p.returncode != 0:
         fail(f"check rejected the moved boundary:\n{p.stdout}{p.stderr}")
@@ -193,7 +194,7 @@ def main():
     if "matches model.sha256" not in p.stdout:
         fail("check did not verify the model hash")
     updated = os.path.join(work, "updated.pbtxt")
-    if run([args.plan_tool, "check", edited, "--update", "-o", updated]).returncode != 0:
+    if run([args.plan_tool, "check", edited, "--allow-model-outside-plan", "--update", "-o", updated]).returncode != 0:
         fail("check --update failed")
     d = run([args.plan_tool, "diff", plan, updated])
     print(d.stdout)
@@ -217,7 +218,8 @@ def main():
     log = os.path.join(work, "log.jsonl")
     if os.path.exists(log):
         os.remove(log)
-    p = run(train_check.mpirun(args, 2) + [args.exec_tool, edited, "--data", os.path.join(model_dir, "data"),
+    p = run(train_check.mpirun(args, 2) + [args.exec_tool, edited,
+                                           "--allow-model-outside-plan", "--data", os.path.join(model_dir, "data"),
                                             "--shuffle", "off", "--steps", str(ref["steps"]), "--optimizer",
                                             args.optimizer, "--lr", repr(ref["lr"]), "--log", log])
     print(p.stderr[-3000:])
@@ -264,7 +266,8 @@ def main():
     expect_check_fails(args, swapped, "computes later in the pipeline (stages out of dependency order)",
                        "stages out of dependency order")
     # rannc-exec runs the same structural checks before any training step.
-    p = run(train_check.mpirun(args, 2) + [args.exec_tool, swapped, "--synthetic", "--steps", "1"], timeout=120)
+    p = run(train_check.mpirun(args, 2) + [args.exec_tool, swapped,
+                                           "--allow-model-outside-plan", "--synthetic", "--steps", "1"], timeout=120)
     train_check.expect_failure(p, "stages out of dependency order", "rannc-exec refuses the swapped stages")
 
     expect_check_fails(args, updated, "but a device holds", "memory over capacity (--device-memory)",

@@ -181,7 +181,8 @@ def check_training(args):
         train_args += ["--device", "cpu"]  # the plan now names cuda devices
     if args.overflow:
         train_args += ["--loss-scale", repr(ref["loss_scale"])]
-    p = run(mpirun(args, ranks) + [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"),
+    p = run(mpirun(args, ranks) + [args.exec_tool, plan_path,
+                                   "--allow-model-outside-plan", "--data", os.path.join(model_dir, "data"),
                                         "--shuffle", "off", "--log", log] + train_args)
     print(p.stderr[-3000:])
     if p.returncode != 0:
@@ -465,7 +466,9 @@ def check_nonfinite(args, model_dir, work):
              "--profile", "analytic", "--stages", "2", "-o", plan_path])
     if p.returncode != 0:
         sys.exit(p.stderr)
-    explode = [args.exec_tool, plan_path, "--data", os.path.join(model_dir, "data"), "--steps", "4", "--lr", "1e30"]
+    explode = [args.exec_tool, plan_path,
+               "--allow-model-outside-plan", "--data", os.path.join(model_dir, "data"), "--steps", "4", "--optimizer", "sgd",
+               "--lr", "1e30"]
     p = run(mpirun(args, 2) + explode, timeout=120)
     expect_failure(p, "non-finite gradients at step 1 in stage ", "non-finite gradients")
     log = os.path.join(work, "skip.jsonl")
@@ -513,7 +516,7 @@ def check_stopped_ranks(args, model_dir, work):
         log = os.path.join(work, "kill.jsonl")
         if os.path.exists(log):
             os.remove(log)
-        job = subprocess.Popen(mpirun(args, 2) + [args.exec_tool, plan_path, "--data",
+        job = subprocess.Popen(mpirun(args, 2) + [args.exec_tool, plan_path, "--allow-model-outside-plan", "--data",
                                                   os.path.join(model_dir, "data"), "--steps", "1000000", "--log", log,
                                                   "--timeout", str(timeout)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -558,12 +561,12 @@ def check_errors(args):
         sys.exit(p.stderr)
     data = ["--data", os.path.join(model_dir, "data"), "--steps", "1"]
 
-    p = run(mpirun(args, 3) + [args.exec_tool, plan_path] + data, timeout=120)
+    p = run(mpirun(args, 3) + [args.exec_tool, plan_path, "--allow-model-outside-plan"] + data, timeout=120)
     expect_failure(p, "the plan is for 2 ranks, but this job has 3", "world size differs from the plan")
 
     with open(model_copy, "ab") as f:
         f.write(b"\0")
-    p = run(mpirun(args, 2) + [args.exec_tool, plan_path] + data, timeout=120)
+    p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--allow-model-outside-plan"] + data, timeout=120)
     expect_failure(p, "the model file changed since planning", "model changed since planning")
 
     # A data file whose per-sample shape does not fit its graph input.
@@ -574,12 +577,14 @@ def check_errors(args):
     np.save(os.path.join(bad_data, "labels.npy"), labels[:, :-1])
     p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", "2", "--batch-size", "8",
              "-o", plan_path])
-    p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--data", bad_data, "--steps", "1"], timeout=120)
+    p = run(mpirun(args, 2) + [args.exec_tool, plan_path,
+                               "--allow-model-outside-plan", "--data", bad_data, "--steps", "1"], timeout=120)
     expect_failure(p, "labels.npy: dimension 1 is 15, graph input 'labels' [B,16] needs 16", "mis-shaped .npy file")
 
     # --device cuda where no GPU is visible: a clear refusal, not a crash.
     if gpus_visible(args.exec_tool) == 0:
-        p = run(mpirun(args, 2) + [args.exec_tool, plan_path, "--device", "cuda"] + data, timeout=120)
+        p = run(mpirun(args, 2) + [args.exec_tool, plan_path,
+                                   "--allow-model-outside-plan", "--device", "cuda"] + data, timeout=120)
         want = ("no GPU is visible to this process" if exec_version(args.exec_tool)["CUDA"].startswith("compiled")
                 else "built on a LibTorch without CUDA")
         expect_failure(p, want, "--device cuda without a GPU")

@@ -162,8 +162,9 @@ def train_case(args, work, name, flags, batch, data):
         plan = os.path.join(work, f"{name}-{layout}.pb")
         must(run([args.plan_tool, model, "--gpus", str(ranks), "--device-type", "cpu", "--batch-size", str(batch),
                   "--microbatches", "1", "--profile", "analytic", "-o", plan] + extra), "rannc-plan")
-        base = mpirun(args, ranks) + [args.exec_tool, plan, "--data", data, "--shuffle", "off", "--steps", "3",
-                                      "--lr", "0.01"]
+        base = mpirun(args, ranks) + [args.exec_tool, plan,
+                                      "--allow-model-outside-plan", "--data", data, "--shuffle", "off", "--steps", "3",
+                                      "--optimizer", "sgd", "--lr", "0.01"]
         if layout == "1rank":
             expect_failure(run(base), ["holds no weights", "--init-weights SEED"],
                            f"{name}: weightless model without --init-weights")
@@ -214,7 +215,8 @@ def external_data(args, work):
     must(run([args.plan_tool, model, "--gpus", "2", "--device-type", "cpu", "--batch-size", str(ref["batch_size"]),
               "--profile", "analytic", "-o", plan]), "rannc-plan")
     log = os.path.join(work, "log.jsonl")
-    cmd = mpirun(args, 2) + [args.exec_tool, plan, "--data", os.path.join(src, "data"), "--shuffle", "off",
+    cmd = mpirun(args, 2) + [args.exec_tool, plan,
+                             "--allow-model-outside-plan", "--data", os.path.join(src, "data"), "--shuffle", "off",
                              "--steps", str(ref["steps"]), "--optimizer", "sgd", "--lr", repr(ref["lr"])]
     must(run(cmd + ["--log", log]), "rannc-exec")
     worst = max(abs(g - w) / abs(w) for g, w in zip(losses(log), ref["losses"]))

@@ -11,23 +11,28 @@
 
 #include "executor/checkpoint/onnx_export.h"
 #include "executor/comm/comm.h"
+#include "executor/train/checkpoint.h"
 #include "executor/train/options.h"
 #include "executor/train/trainer.h"
 #include "executor/train/version.h"
 #include "executor/train/watchdog.h"
 #include "planner/support/trace.h"
+#include "tools/cli_errors.h"
 
 namespace {
 
 /// `rannc-exec export`: a checkpoint's weights into the model; no mpirun.
 std::function<int()> addExport(CLI::App &app) {
-  auto *cmd = app.add_subcommand("export", "Writes the ONNX model with the trained weights of a checkpoint");
+  auto *cmd = app.add_subcommand("export", "Writes the trained weights of a checkpoint: an ONNX model with them, or "
+                                           "for a TorchScript or torch.export model a state dict (torch.load)");
   auto o = std::make_shared<rannc::checkpoint::ExportOptions>();
   cmd->add_option("checkpoint", o->checkpoint,
                   "a checkpoint (D/step-<N>), or a --checkpoint-dir D (its newest complete checkpoint)")
       ->required();
-  cmd->add_option("--model", o->model, "the ONNX model it was trained from (default: the path the checkpoint records)");
-  cmd->add_option("-o,--output", o->output, "the ONNX file to write (atomically)")->required();
+  cmd->add_option("--model", o->model, "the model it was trained from (default: the path the checkpoint records)");
+  cmd->add_option("-o,--output", o->output, "the file to write (atomically): OUT.onnx, or OUT.pt for a LibTorch model")
+      ->required();
+  o->write_state = rannc::train::writeStateDict;
   return [o] {
     rannc::Status st;
     try {
@@ -37,7 +42,7 @@ std::function<int()> addExport(CLI::App &app) {
     }
     if (st.ok()) return 0;
     std::cerr << "rannc-exec export: error: " << rannc::withoutTrace(st.message()) << "\n";
-    return 1;
+    return int(rannc::cli::kFailed);
   };
 }
 
@@ -49,6 +54,8 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
   rannc::train::ExecFlags &flags = *flags_ptr;
   app.add_option("plan", o.plan, "plan file from rannc-plan (.pb, .pbtxt or .json)")->required();
   app.add_option("--model", o.model, "model file, if it is no longer where the plan says");
+  app.add_flag("--allow-model-outside-plan", o.allow_model_outside_plan,
+               "trust the plan's model.path though it leaves the plan's folder (docs/robustness.md)");
   auto *data = app.add_option("--data", o.data_dir, "folder with one <input name>.npy per graph input");
   app.add_flag("--synthetic", o.synthetic, "random data of the right shapes instead of --data")->excludes(data);
   auto *steps = app.add_option("--steps", o.steps, "optimizer steps (each takes --accumulation-steps batches)")
@@ -58,9 +65,10 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
       ->check(CLI::PositiveNumber)
       ->excludes(steps);
   // Optimization (docs/training.md); what is not given is PyTorch's default.
-  app.add_option("--optimizer", flags.optimizer, "sgd, adam or adamw (torch.optim's)")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
-      ->capture_default_str();
+  app.add_option("--optimizer", flags.optimizer,
+                 "sgd, adam or adamw (torch.optim's); default: the one the plan's memory estimate assumed "
+                 "(rannc-plan --optimizer; its momentum is sgd)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   app.add_option("--lr", o.lr, "learning rate (the peak, with a schedule)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -97,6 +105,8 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
   app.add_option("--shuffle", flags.shuffle, "on: a seeded permutation per epoch; off: samples in file order")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  app.add_flag("--wrap-data", o.wrap_data,
+               "let one step read samples twice when --data holds fewer than a step reads (default: an error)");
   app.add_option("--seed", o.seed, "seed for shuffling and synthetic data")->capture_default_str();
   app.add_option("--log", o.log, "JSONL file, one object per step (written by rank 0)");
   app.add_option("--timeout", o.timeout_s, "seconds without progress after which a rank stops the job (0: never)")
@@ -146,23 +156,23 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
   return [o_ptr, flags_ptr, &app, &argc, &argv] {
     rannc::train::TrainOptions &o = *o_ptr;
     if (const char *r = std::getenv("RANNC_REHEARSAL")) flags_ptr->rehearsal = r; // test hooks (docs/gpu.md)
-    // Reported as CLI11 reports a flag it refuses itself.
+    // A usage error, as those CLI11 finds (Note [exit codes]).
     if (rannc::Status st = rannc::train::finishTrainOptions(*flags_ptr, o); !st)
-      return app.exit(CLI::ValidationError(st.message()));
+      return rannc::cli::usageError(app, st.message());
     auto comm = rannc::comm::createMpiCommunicator(&argc, &argv);
     rannc::train::installStopHandlers(); // Note [graceful stop]
     try {
       rannc::Status st = rannc::train::train(o, *comm, std::cerr);
       if (!st.ok()) {
         if (!st.message().empty()) std::cerr << "rannc-exec: error: " << rannc::withoutTrace(st.message()) << "\n";
-        return 1; // every rank returns here: the failure was agreed on
+        return int(rannc::cli::kFailed); // every rank returns here: the failure was agreed on
       }
     } catch (const std::exception &e) {
       // A failure on one rank only: stop the whole job now rather than let the
       // others wait forever for this rank's messages.
       // One line: LibTorch's errors carry a C++ backtrace ("frame #") after it.
       std::cerr << "rannc-exec: rank " << comm->rank() << ": error: " << rannc::firstLine(e.what()) << std::endl;
-      comm->abort(1);
+      comm->abort(rannc::cli::kFailed);
     }
     return 0;
   };
@@ -175,6 +185,7 @@ int main(int argc, char **argv) {
                "Other verbs: export (rannc-exec export --help); rannc-exec --version prints the versions this "
                "build uses",
                "rannc-exec"};
+  app.footer(rannc::cli::exitCodesHelp());
   app.add_flag_callback(
       "--version",
       [] {
@@ -188,7 +199,7 @@ int main(int argc, char **argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
-    return app.exit(e);
+    return rannc::cli::usageError(app, e, argc, argv, {"export"});
   }
   return run();
 }

@@ -18,6 +18,7 @@
 #include "executor/frontend/torch_import.h"
 #include "executor/train/version.h"
 #include "planner/support/trace.h"
+#include "tools/cli_errors.h"
 
 namespace {
 
@@ -48,7 +49,13 @@ rannc::planner::FrontEnds libtorchFrontEnds() {
 
 int fail(const std::string &message) {
   std::cerr << "rannc-plan: error: " << rannc::withoutTrace(message) << "\n";
-  return 1;
+  return rannc::cli::kFailed;
+}
+
+/// A flag's value refused after parsing (Note [exit codes]).
+int usage(const std::string &message) {
+  std::cerr << "rannc-plan: error: " << message << "\n";
+  return rannc::cli::kUsage;
 }
 
 int finish(const rannc::Status &st) { return st.ok() ? 0 : fail(st.message()); }
@@ -135,7 +142,7 @@ Verb addPlan(CLI::App &app, bool planning) {
       ->check(CLI::PositiveNumber);
   return {&app, [=] {
             flags->devices_given = gpus->count() || type->count();
-            if (auto st = rannc::planner::finishPlanOptions(*flags, *o); !st) return fail(st.message());
+            if (auto st = rannc::planner::finishPlanOptions(*flags, *o); !st) return usage(st.message());
             o->measure = measurer(o->threads, o->optimizer, 3, o->precision);
             o->front_ends = libtorchFrontEnds();
             return finish(rannc::planner::runPlan(*o, std::cout, std::cerr));
@@ -184,7 +191,7 @@ Verb addProfile(CLI::App &app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   return {cmd, [=] {
-            if (auto st = rannc::planner::finishProfileOptions(*flags, *o); !st) return fail(st.message());
+            if (auto st = rannc::planner::finishProfileOptions(*flags, *o); !st) return usage(st.message());
             o->front_ends = libtorchFrontEnds();
             auto measure = measurer(o->threads, o->optimizer, *repetitions, o->precision);
             return finish(rannc::planner::runProfile(*o, measure, std::cerr));
@@ -240,12 +247,14 @@ Verb addCheck(CLI::App &app) {
   auto flags = std::make_shared<ReestimateFlags>();
   cmd->add_option("plan", o->plan, "plan file (.pb, .pbtxt or .json)")->required();
   cmd->add_option("--model", o->model, "model file to check the plan's SHA-256 against (default: the path it names)");
+  cmd->add_flag("--allow-model-outside-plan", o->allow_model_outside_plan,
+                "trust the plan's model.path though it leaves the plan's folder (docs/robustness.md)");
   addReestimateOptions(*cmd, o->reestimate, *flags);
   cmd->add_flag("--update", o->update, "write the plan with the re-estimated figures to -o");
   cmd->add_option("-o,--output", o->output, "where --update writes the plan (.pb, .pbtxt or .json)");
   return {cmd, [=] {
             auto st = rannc::planner::finishReestimateOptions(flags->memory, flags->margin, o->reestimate);
-            return st ? finish(rannc::planner::runCheck(*o, std::cout, std::cerr)) : fail(st.message());
+            return st ? finish(rannc::planner::runCheck(*o, std::cout, std::cerr)) : usage(st.message());
           }};
 }
 
@@ -262,7 +271,7 @@ Verb addSimulate(CLI::App &app) {
   addReestimateOptions(*cmd, o->reestimate, *flags);
   return {cmd, [=] {
             auto st = rannc::planner::finishReestimateOptions(flags->memory, flags->margin, o->reestimate);
-            return st ? finish(rannc::planner::runSimulate(*o, std::cout, std::cerr)) : fail(st.message());
+            return st ? finish(rannc::planner::runSimulate(*o, std::cout, std::cerr)) : usage(st.message());
           }};
 }
 
@@ -294,6 +303,7 @@ int main(int argc, char **argv) {
                "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help);\n"
                "rannc-plan --version prints the versions this build uses",
                "rannc-plan"};
+  app.footer(rannc::cli::exitCodesHelp());
   app.add_flag_callback(
       "--version",
       [] {
@@ -303,6 +313,8 @@ int main(int argc, char **argv) {
       "print the versions this build uses");
   std::vector<Verb> verbs = {addShow(app),     addCheck(app), addConvert(app), addSimulate(app),
                              addDot(app),      addDiff(app),  addProfile(app), addImport(app)};
+  std::vector<std::string> verb_names; // for "did you mean" (the verbs are removed when planning)
+  for (const Verb &v : verbs) verb_names.push_back(v.cmd->get_name());
   // Verbs are reserved words in first place only; anything else there is a
   // model to plan, and then no word is a verb (a model may be named "show").
   const std::string first = argc > 1 ? argv[1] : "";
@@ -316,7 +328,7 @@ int main(int argc, char **argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
-    return app.exit(e);
+    return rannc::cli::usageError(app, e, argc, argv, verb_names);
   }
   try {
     for (const Verb &v : verbs)
@@ -324,7 +336,6 @@ int main(int argc, char **argv) {
     return plan.run();
   } catch (const std::exception &e) {
     // One line: LibTorch's errors (a .pt model, profiling) carry a backtrace ("frame #") after it.
-    std::cerr << "rannc-plan: error: " << rannc::firstLine(e.what()) << "\n";
-    return 1;
+    return fail(rannc::firstLine(e.what()));
   }
 }

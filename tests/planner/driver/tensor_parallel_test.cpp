@@ -207,6 +207,7 @@ TEST(TensorParallelPlan, PlanShowCheckAndAHandEdit) {
   auto run = [&](const proto::Plan &p) {
     CheckOptions c;
     c.plan = ::testing::TempDir() + "tp_check.pbtxt";
+    c.allow_model_outside_plan = true; // the model is not in the temporary folder
     EXPECT_TRUE(plan::writePlan(p, c.plan).ok());
     std::ostringstream out, log;
     Status s = runCheck(c, out, log);

@@ -18,6 +18,7 @@
 #include "planner/driver/tooling.h"
 #include "planner/plan/diff.h"
 #include "planner/plan/dot.h"
+#include "planner/plan/model_ref.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/show.h"
 #include "planner/support/files.h"
@@ -136,7 +137,15 @@ std::string joined(const std::vector<std::string> &v) {
 }
 
 /// Runs `check` on `plan` written to a temporary .pbtxt; returns ok and the output.
-std::pair<bool, std::string> check(const proto::Plan &plan, CheckOptions o = {}) {
+/// Options that trust the plan's model path: the test plans name models
+/// outside the temporary folder they are checked in (Note [plan model path]).
+CheckOptions trusting() {
+  CheckOptions o;
+  o.allow_model_outside_plan = true;
+  return o;
+}
+
+std::pair<bool, std::string> check(const proto::Plan &plan, CheckOptions o = trusting()) {
   o.plan = tmp("check.pbtxt");
   EXPECT_TRUE(plan::writePlan(plan, o.plan).ok());
   std::ostringstream out, log;
@@ -416,9 +425,14 @@ TEST(Check, MovedBoundaryIsValidAndReestimated) {
   ASSERT_TRUE(ok) << out;
   EXPECT_NE(out.find("valid: 2 stages on 2 ranks"), std::string::npos) << out;
   EXPECT_NE(out.find("plan said"), std::string::npos) << out;
-  EXPECT_NE(out.find("note: model: tiny.onnx cannot be read, so its SHA-256 was not checked"), std::string::npos)
+  // The plan's model.path is resolved against the plan's folder (Note [plan model path]).
+  const std::string shown =
+      std::regex_replace(std::regex_replace(out, std::regex(tmp("check.pbtxt")), "PLAN"), std::regex(::testing::TempDir()), "");
+  EXPECT_NE(out.find("note: model: " + ::testing::TempDir() + "tiny.onnx cannot be read, so its SHA-256 was not "
+                     "checked"),
+            std::string::npos)
       << out;
-  expectGolden("check_tiny_moved.txt", std::regex_replace(out, std::regex(tmp("check.pbtxt")), "PLAN"));
+  expectGolden("check_tiny_moved.txt", shown);
 
   // --update writes the re-estimated plan; checking it again changes nothing.
   CheckOptions o;
@@ -440,6 +454,37 @@ TEST(Check, UpdateNeedsAnOutput) {
   auto [ok, out] = check(tinyPlan(), o);
   EXPECT_FALSE(ok);
   EXPECT_NE(out.find("--update: pass -o OUT"), std::string::npos) << out;
+}
+
+// Note [plan model path]: recorded relative to the plan, read back inside its folder only.
+TEST(Check, ModelPathIsRelativeToThePlanAndStaysInItsFolder) {
+  EXPECT_EQ(plan::recordedModelPath("/a/models/m.onnx", "/a/plans/p.pb"), "../models/m.onnx");
+  EXPECT_EQ(plan::recordedModelPath("/a/m.onnx", "/a/p.pb"), "m.onnx");
+  auto here = plan::resolveRecordedModelPath("sub/m.onnx", "/a/p.pb", false);
+  ASSERT_TRUE(here.ok()) << here.error().message;
+  EXPECT_EQ(*here, "/a/sub/m.onnx");
+  for (const std::string escape : {"../models/m.onnx", "/abs/m.onnx"}) {
+    auto refused = plan::resolveRecordedModelPath(escape, "/a/p.pb", false);
+    ASSERT_FALSE(refused.ok()) << escape;
+    EXPECT_NE(refused.error().message.find("a plan may name only a model in its own folder; pass --model PATH, or "
+                                           "--allow-model-outside-plan"),
+              std::string::npos)
+        << refused.error().message;
+  }
+  auto trusted = plan::resolveRecordedModelPath("../models/m.onnx", "/a/p.pb", true);
+  ASSERT_TRUE(trusted.ok());
+  EXPECT_EQ(*trusted, "/models/m.onnx");
+  // Converting a plan into another folder keeps it naming the same model.
+  proto::Plan moved;
+  moved.mutable_model()->set_path("m.onnx");
+  plan::rebaseModelPath(moved, "/a/p.pb", "/a/out/q.pbtxt");
+  EXPECT_EQ(moved.model().path(), "../m.onnx");
+  // check reports the escape as a problem unless told to trust the plan.
+  proto::Plan p = tinyPlan();
+  p.mutable_model()->set_path("../elsewhere/tiny.onnx");
+  auto [ok, out] = check(p, CheckOptions{});
+  EXPECT_FALSE(ok);
+  EXPECT_NE(out.find("model.path '../elsewhere/tiny.onnx' leaves"), std::string::npos) << out;
 }
 
 TEST(Check, ModelHashIsCompared) {
@@ -542,7 +587,7 @@ TEST(Check, DependencyOrderMessageNamesAnExample) {
 }
 
 TEST(Check, MemoryOverCapacityIsAProblem) {
-  CheckOptions o;
+  CheckOptions o = trusting();
   o.reestimate.device_memory = 256 * 1024; // 256 KiB: the GPT model's stages need more
   auto [ok, out] = check(gptPlan(2, 2), o);
   EXPECT_FALSE(ok);

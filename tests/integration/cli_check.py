@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The command line as a new user meets it (issue 30, docs/robustness.md
+"Exit status and usage errors"): one --case per friction that was fixed.
+
+  exit-codes   one exit code per class (0 ok, 1 the run failed, 2 usage), the
+               classes in --help, and "did you mean" for mistyped flags and verbs
+  once         a usage error under mpirun -np 2 is printed once, not per rank
+  optimizer    rannc-exec trains with the optimizer the plan assumed, unless told
+  short-data   --data shorter than one step is an error, unless --wrap-data
+  export       `rannc-exec export` of TorchScript and torch.export checkpoints: a state dict that
+               load_state_dict(strict=True) accepts (no non-persistent buffers)
+
+Uses the mlp fixture (models/make_model.py --model mlp); export the gpt one."""
+import os
+import shutil
+import sys
+
+import numpy as np
+
+import hostile_check  # its Env: the mlp fixture copied into a folder of the case's own
+from hostile_check import run
+
+
+def expect(p, code, needles, what):
+    out = p.stdout + p.stderr
+    if p.returncode != code:
+        sys.exit(f"{what}: exit {p.returncode}, expected {code}\n{out[-3000:]}")
+    for n in needles:
+        if n not in out:
+            sys.exit(f"{what}: expected '{n}' in the output\n{out[-3000:]}")
+    print(f"ok: {what} (exit {code})", flush=True)
+    return out
+
+
+class Env(hostile_check.Env):
+    def plan(self, out, extra=()):
+        p = run([self.args.plan_tool, self.model, "--gpus", "2", "--device-type", "cpu", "--batch-size", "8",
+                 "--stages", "2", "--replicas", "1", "--profile", "analytic", "-o", out] + list(extra))
+        expect(p, 0, [], "rannc-plan")
+        return out
+
+    def mpirun(self, ranks, args):
+        return run([self.args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ranks),
+                    self.args.exec_tool] + args)
+
+
+def case_exit_codes(env):
+    plan_tool, exec_tool = env.args.plan_tool, env.args.exec_tool
+    plan = env.plan(os.path.join(env.dir, "plan.pb"))
+    for tool in (plan_tool, exec_tool):
+        expect(run([tool, "--help"]), 0, ["Exit status: 0 success; 1 the run failed", "2 a usage error"],
+               f"{os.path.basename(tool)} --help states the exit codes")
+    # 2: the command line.
+    expect(run([plan_tool, env.model, "--gpsu", "2", "-o", plan]), 2, ["did you mean --gpus (for --gpsu)?"],
+           "rannc-plan --gpsu")
+    expect(run([plan_tool, "shwo", plan]), 2, ["did you mean the verb 'show' (for 'shwo')?"], "rannc-plan shwo")
+    expect(run([plan_tool, "simulate", plan, "--trcae", "t.json"]), 2, ["did you mean --trace (for --trcae)?"],
+           "rannc-plan simulate --trcae")
+    expect(run([plan_tool, env.model, "--optimizer", "adma", "-o", plan]), 2, ["--optimizer"],
+           "rannc-plan --optimizer adma")
+    expect(run([plan_tool, env.model, "--gpus", "2", "--device-type", "cpu", "--batch-size", "8",
+                "--schedule", "1f1b", "--tensor-parallel", "x", "-o", plan]), 2, ["--tensor-parallel"],
+           "rannc-plan --tensor-parallel x (refused after parsing)")
+    expect(run([exec_tool, plan, "--stpes", "3"]), 2, ["did you mean --steps (for --stpes)?"], "rannc-exec --stpes")
+    expect(run([exec_tool, "exprot", plan, "-o", "x.onnx"]), 2, ["did you mean the verb 'export' (for 'exprot')?"],
+           "rannc-exec exprot")
+    expect(run([exec_tool, plan, "--betas", "0.9"]), 2, ["--betas"], "rannc-exec --betas 0.9 (refused after parsing)")
+    # 1: what the run read.
+    expect(run([plan_tool, "show", os.path.join(env.dir, "missing.pb")]), 1, ["missing.pb"], "show of a missing plan")
+    expect(run([plan_tool, os.path.join(env.dir, "missing.onnx"), "-o", plan]), 1, ["missing.onnx"],
+           "rannc-plan of a missing model")
+    expect(env.mpirun(2, [plan, "--data", os.path.join(env.dir, "nowhere")]), 1, ["nowhere"],
+           "rannc-exec with missing data")
+
+
+def case_once(env):
+    plan = env.plan(os.path.join(env.dir, "plan.pb"))
+    out = expect(env.mpirun(2, [plan, "--stpes", "3"]), 2, ["did you mean --steps"], "mpirun -np 2 rannc-exec --stpes")
+    if out.count("rannc-exec: error:") != 1:
+        sys.exit(f"the usage error was printed {out.count('rannc-exec: error:')} times, not once:\n{out}")
+    out = expect(env.mpirun(2, [plan, "--synthetic", "--betas", "x"]), 2, ["--betas"], "mpirun -np 2 --betas x")
+    if out.count("rannc-exec: error:") != 1:
+        sys.exit(f"the refused --betas was printed {out.count('rannc-exec: error:')} times, not once:\n{out}")
+    out = expect(env.mpirun(2, [plan, "--data", os.path.join(env.dir, "nowhere")]), 1, ["nowhere"],
+                 "mpirun -np 2 with missing data")
+    if out.count("error:") != 1:
+        sys.exit(f"the missing data was reported {out.count('error:')} times, not once:\n{out}")
+
+
+def case_optimizer(env):
+    for planned in ("adam", "sgd", "adamw"):
+        plan = env.plan(os.path.join(env.dir, f"{planned}.pb"), ["--optimizer", planned])
+        out = expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "1"]), 0, [f"step(s), {planned}"],
+                     f"a plan for {planned} trains with {planned}")
+    out = expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "1", "--optimizer", "sgd"]), 0, ["step(s), sgd"],
+                 "--optimizer sgd overrides the plan's adamw")
+    del out
+
+
+def case_short_data(env):
+    plan = env.plan(os.path.join(env.dir, "plan.pb"))  # batch 8
+    short = os.path.join(env.dir, "short")
+    os.makedirs(short)
+    for f in os.listdir(env.data):
+        np.save(os.path.join(short, f), np.load(os.path.join(env.data, f))[:6])
+    expect(env.mpirun(2, [plan, "--data", short, "--steps", "1"]), 1,
+           ["holds 6 samples, fewer than the 8 one step reads", "--wrap-data"], "data shorter than one step")
+    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "1", "--accumulation-steps", "100"]), 1,
+           ["fewer than the 800 one step reads (global batch 8 x 100 accumulated)"],
+           "data shorter than one accumulated step")
+    expect(env.mpirun(2, [plan, "--data", short, "--steps", "2", "--wrap-data"]), 0, ["rannc-exec: done"],
+           "--wrap-data trains on data shorter than a step")
+
+
+def train_and_export(env, plan, ranks, data, name):
+    """2 steps with a checkpoint and --export-state, then `rannc-exec export`
+    of the checkpoint: the two state dicts, as torch.load reads them."""
+    import torch
+    ck, trained = os.path.join(env.dir, f"{name}-ck"), os.path.join(env.dir, f"{name}-trained.pt")
+    expect(env.mpirun(ranks, [plan, "--data", data, "--steps", "2", "--checkpoint-dir", ck, "--export-state", trained]),
+           0, [], f"{name}: 2 steps with a checkpoint and --export-state")
+    exported = os.path.join(env.dir, f"{name}-exported.pt")
+    expect(run([env.args.exec_tool, "export", ck, "-o", exported]), 0, ["a state dict"],
+           f"{name}: rannc-exec export of the checkpoint")
+    return torch.load(trained), torch.load(exported)
+
+
+def case_export(env):
+    """`rannc-exec export` of a TorchScript model's checkpoint writes the state
+    dict --export-state writes (it said "not a valid ONNX model" before)."""
+    import torch
+    gpt = os.path.join(env.dir, "gpt")
+    shutil.copytree(os.path.join(env.args.models, "gpt"), gpt, ignore=shutil.ignore_patterns("reference_*"))
+    plan = os.path.join(env.dir, "gpt.pb")
+    expect(run([env.args.plan_tool, os.path.join(gpt, "model.pt"), "--gpus", "2", "--device-type", "cpu",
+                "--batch-size", "8", "--stages", "2", "--replicas", "1", "--profile", "analytic", "-o", plan]), 0, [],
+           "rannc-plan gpt/model.pt")
+    a, b = train_and_export(env, plan, 2, os.path.join(gpt, "data"), "gpt")
+    if sorted(a) != sorted(b) or any(not torch.equal(a[k], b[k]) for k in a):
+        sys.exit("export's state dict differs from --export-state's")
+    print(f"ok: export wrote the {len(b)} tensors --export-state wrote")
+
+    # A torch.export model with a non-persistent buffer (as a rotary inv_freq):
+    # both state dicts load strictly into the user's own module.
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+            self.register_buffer("scale", torch.full((4,), 0.5), persistent=False)
+            self.register_buffer("shift", torch.zeros(4))
+
+        def forward(self, x, y):
+            return torch.nn.functional.cross_entropy(self.fc(x) * self.scale + self.shift, y)
+
+    torch.manual_seed(0)
+    x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(Net(), (x, y), dynamic_shapes={"x": {0: batch}, "y": {0: batch}})
+    net = os.path.join(env.dir, "net")
+    os.makedirs(os.path.join(net, "data"))
+    torch.export.save(program, os.path.join(net, "model.pt2"))
+    np.save(os.path.join(net, "data", "x.npy"), x.numpy())
+    np.save(os.path.join(net, "data", "y.npy"), y.numpy())
+    plan = os.path.join(env.dir, "net.pb")
+    expect(run([env.args.plan_tool, os.path.join(net, "model.pt2"), "--gpus", "1", "--device-type", "cpu",
+                "--batch-size", "8", "--profile", "analytic", "-o", plan]), 0, [], "rannc-plan net/model.pt2")
+    for state in train_and_export(env, plan, 1, os.path.join(net, "data"), "net"):
+        if "scale" in state:
+            sys.exit("a state dict holds the non-persistent buffer 'scale'")
+        Net().load_state_dict(state, strict=True)
+    print("ok: both state dicts of the .pt2 model load with load_state_dict(strict=True)")
+
+
+CASES = {name[5:].replace("_", "-"): f for name, f in globals().items() if name.startswith("case_")}
+
+
+if __name__ == "__main__":
+    hostile_check.main(__doc__, CASES, Env, "cli_check")
