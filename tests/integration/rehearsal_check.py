@@ -37,7 +37,8 @@ def main():
     env = dict(os.environ, RANNC_REHEARSAL="swap=1:1")
     start = time.monotonic()
     try:
-        p = run([args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", args.exec_tool, plan, "--data",
+        p = run([args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", args.exec_tool, plan, "--model",
+                 os.path.join(model_dir, "model.onnx"), "--data",
                  os.path.join(model_dir, "data"), "--steps", "2", "--gpu-transport", "rehearsal",
                  "--bucket-size", "0.02"], env=env, timeout=120)
     except subprocess.TimeoutExpired:
