@@ -191,7 +191,8 @@ def export_torch_program(model, example, names, path):
 @contextlib.contextmanager
 def legacy_mask(model):
     """The all-ones attention_mask the legacy exporter needs on transformers'
-    causal LMs (zoo._HFModel), on while the legacy export or trace runs."""
+    causal LMs (zoo._HFModel), on while the legacy export runs (a trace
+    records aten::diff, which rannc runs: it takes the model as users call it)."""
     model.ones_mask = getattr(model, "legacy_needs_mask", False)
     try:
         yield
@@ -493,10 +494,10 @@ def parse_args(argv):
                         "transformers' causal LMs without an attention mask: aten::diff)")
     p.add_argument("--dynamo-onnx", action="store_true",
                    help="also write DIR/model_dynamo.onnx with torch.onnx.export's default (dynamo) exporter, "
-                        "its default opset, the batch dimension dynamic (torch.export.Dim)")
+                        "its default opset, the batch (and a token model's sequence) dynamic (torch.export.Dim)")
     p.add_argument("--torch-export", action="store_true",
-                   help="also write DIR/model.pt2: torch.export.export with the batch dynamic, saved by "
-                        "torch.export.save")
+                   help="also write DIR/model.pt2: torch.export.export with the dynamic dimensions of "
+                        "--dynamo-onnx, saved by torch.export.save")
     p.add_argument("--no-variants", action="store_true",
                    help="write only the sgd and adam references, not the optimizer variants' (faster)")
     p.add_argument("--torchscript-bare", action="store_true",
@@ -614,8 +615,7 @@ def main(argv=None):
         export_dynamo(model, batch(data, names, 0, a.batch_size), names, os.path.join(a.out, "model_dynamo.onnx"))
         model.load_state_dict(initial)
     if a.torchscript:
-        with legacy_mask(model):
-            traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
+        traced = torch.jit.trace(model, tuple(batch(data, names, 0, a.batch_size)), check_trace=False)
         # Tracing ran forward in training mode: BatchNorm statistics moved.
         # A traced module keeps non-persistent buffers (BERT's position_ids,
         # Llama's inv_freq) in its state_dict; tracing did not change them.

@@ -370,9 +370,9 @@ class _HFModel(nn.Module):
 
     # Forward's attention_mask is None, as users call the model (Hugging
     # Face's and PyTorch's export docs: model(input_ids, labels=...)), in
-    # PyTorch's training and in the dynamo and .pt2 exports. Only the legacy
-    # ONNX exporter (and the trace compared with it) runs with an all-ones
-    # mask, set by make_model.py on the causal LMs with `legacy_needs_mask`:
+    # PyTorch's training, the trace and the dynamo and .pt2 exports. Only the
+    # legacy ONNX exporter runs with an all-ones mask, set by make_model.py
+    # on the causal LMs with `legacy_needs_mask`:
     # without one, transformers' create_causal_mask looks for packed
     # sequences in position_ids (torch.diff), and that exporter has no
     # aten::diff ("Exporting the operator 'aten::diff' to ONNX opset version

@@ -19,6 +19,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
   llvm-14-tools libonnx-testdata graphviz
   slurm-wlm munge
+  # plan_report_chromium renders rannc-plan report's page headless
+  chromium fonts-dejavu-core
 )
 
 missing=()

@@ -52,16 +52,16 @@ def train_reference(model, data, names, steps, bsz, lr):
     return losses
 
 
-def export(model, example, names, fmt, path, seq_len=None):
+def export(model, example, names, fmt, path, seq=None):
     """The default export of `model` in format `fmt`, the batch dimension
-    dynamic, and with `seq_len` the sequence (dimension 1, up to seq_len) too,
-    as Hugging Face exports a token model (models/make_model.py's
+    dynamic, and with `seq` = (min, max) the sequence (dimension 1) too, as
+    Hugging Face exports a token model (models/make_model.py's
     dynamic_shapes declares the same)."""
     import torch
     batch_dim = torch.export.Dim("batch")
     shapes = {nm: {0: batch_dim} for nm in names}
-    if seq_len:
-        seq_dim = torch.export.Dim("seq", min=2, max=seq_len)
+    if seq:
+        seq_dim = torch.export.Dim("seq", min=seq[0], max=seq[1])
         shapes = {nm: {0: batch_dim, 1: seq_dim} for nm in names}
     if fmt == "onnx":
         torch.onnx.export(model, tuple(example), path, dynamic_shapes=shapes)
@@ -70,14 +70,14 @@ def export(model, example, names, fmt, path, seq_len=None):
         torch.export.save(program, path)
 
 
-def export_all(model, initial, example, names, folder, seq_len=None):
+def export_all(model, initial, example, names, folder, seq=None):
     """Both default exports of `model` from the weights `initial` into folder/model.*
     (export's dynamic dimensions): {format: "ok" or the exporter's refusal}."""
     exported = {}
     for fmt in FORMATS:
         model.load_state_dict(initial)
         try:
-            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]), seq_len)
+            export(model, example, names, fmt, os.path.join(folder, "model" + EXT[fmt]), seq)
             exported[fmt] = "ok"
         except Exception as e:  # the exporter's own refusal is a result
             exported[fmt] = f"export: {type(e).__name__}: " + (str(e).strip().splitlines() or [""])[0][:160]

@@ -39,8 +39,8 @@ import survey_common as sc  # noqa: E402
 MODEL = r'''
 torch.manual_seed(0)
 net = torchvision.models.get_model(name, weights=None, num_classes=10)
-for m in net.modules():
-    if isinstance(m, nn.Dropout): m.p = 0.0
+for m in net.modules():   # dropout and stochastic depth (EfficientNet, ConvNeXt, Swin) are random: off
+    if isinstance(m, (nn.Dropout, torchvision.ops.StochasticDepth)): m.p = 0.0
 class WithLoss(nn.Module):
     def __init__(self, net):
         super().__init__(); self.net = net

@@ -97,6 +97,16 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
   }
   auto &env = envs_[mb];
   if (!recompute_) {
+    // An in-place ATen op (a traced `out += identity` right after a stage
+    // boundary) may write to a received value, which autograd refuses on a
+    // leaf: the stage computes on a copy and keeps the leaf, whose gradient
+    // inputGrad sends back, in the micro-batch's stash.
+    if (in_place_)
+      for (const auto &r : program_.recvs)
+        if (auto it = feeds.find(r.value); it != feeds.end() && it->second.requires_grad()) {
+          stash_[mb].inputs[r.value] = it->second;
+          it->second = it->second.clone();
+        }
     env = std::move(feeds);
     run(env, true);
     return;
@@ -248,7 +258,9 @@ void StageRunner::backward(int mb, std::vector<torch::Tensor> send_grads, double
 }
 
 torch::Tensor StageRunner::inputGrad(int mb, ir::ValueId v) const {
-  const torch::Tensor &t = value(mb, v);
+  auto s = stash_.find(mb); // a received value kept apart from an in-place op (forward)
+  const bool kept = !recompute_ && s != stash_.end() && s->second.inputs.count(v);
+  const torch::Tensor &t = kept ? s->second.inputs.at(v) : value(mb, v);
   if (!t.is_floating_point()) return {};
   torch::Tensor g = t.grad();
   return g.defined() ? g : torch::zeros_like(t);

@@ -25,6 +25,7 @@
 #include "executor/train/setup.h"
 #include "executor/train/stage_transfers.h"
 #include "executor/train/step_report.h"
+#include "executor/train/timeline.h"
 #include "executor/train/transport.h"
 #include "executor/train/watchdog.h"
 #include "planner/pipeline/schedule.h"
@@ -139,6 +140,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   std::unique_ptr<Transport> transport = gpu.transport();
   StageTransfers transfers(*transport, s, prog, shards, s.tp.degree > 1 ? tp_group.get() : nullptr);
   Watchdog watchdog(opts.timeout_s, comm);
+  TimelineRecorder timeline(opts.trace, comm, s.stage, s.gpu()); // --trace (Note [measured timeline])
   // Data inputs `ins` of samples [first, first + count) of the stream, as forward reads them.
   auto feedSamples = [&](const std::vector<ir::ValueId> &ins, int64_t first, int64_t count,
                          const torch::Device &device) {
@@ -163,6 +165,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
 
   for (int64_t step = *first_step; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
+    timeline.beginStep(step, t0);
     StepRecord rec;
     rec.step = step;
     runner.newStep(); // autocast's weight copies are of the previous step's weights
@@ -238,6 +241,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       }
       rec.phase_s[phaseOf(a.kind)] += secondsSince(a0);
+      timeline.action(a, a0);
     }
     transport->waitSends();
     runtime::synchronizeGpu(s.gpu()); // the step's time is the device's
@@ -252,6 +256,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       }
     }
     rec.step_time_s = secondsSince(t0);
+    timeline.endStep();
     if (Status st = reporter.report(std::move(rec), update.buckets()); !st) return st;
     const int stop = stopRequested(comm); // Note [graceful stop]
     if (checkpoints.due(step + 1, steps) || (stop && !opts.checkpoint_dir.empty())) {
@@ -266,6 +271,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
                                                                      : " (checkpoint written; --resume continues)")};
   }
   if (Status st = checkpoints.exportTrained(log); !st) return st;
+  if (Status st = timeline.write(log); !st) return st;
   reporter.summary();
   comm.barrier();
   return Status::success();

@@ -40,6 +40,7 @@ struct TrainOptions {
   Shuffle shuffle = Shuffle::Off;
   uint64_t seed = 0;
   std::string log;        ///< JSONL file written by rank 0; empty: none
+  std::string trace;      ///< Chrome trace of every rank's actions, written by rank 0; empty: none
   double timeout_s = 300; ///< a rank that makes no progress this long stops the job (0: never)
   std::string on_nonfinite = "stop"; ///< stop | skip: what a non-finite gradient does
   std::optional<double> loss_scale;  ///< fp16 plans: the initial dynamic loss scale (default 2^16, Note [loss scaling])

@@ -11,6 +11,7 @@
 #include "planner/import/model_format.h"
 #include "planner/ir/batch_norm.h"
 #include "planner/driver/lower.h"
+#include "planner/driver/progress.h"
 #include "planner/driver/tooling.h"
 #include "planner/partition/coarsen.h"
 #include "planner/partition/evaluate.h"
@@ -144,6 +145,10 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   partition::DPOptions dp;
   if (cluster.worldSize() > 256) dp.max_states = int64_t{1} << 23; // Note [block count]
   if (log) dp.progress = [log](const std::string &line) { *log << "rannc-plan: " << line << "\n" << std::flush; };
+  dp.doing = opts.doing; // Note [progress lines]
+  if (opts.doing)
+    opts.doing("searching " + std::to_string(blocks->problem.numBlocks()) + " blocks on " +
+               std::to_string(cluster.worldSize()) + " devices");
   auto solved = *strategy == partition::Strategy::Auto ? partition::solveDP(blocks->problem, dp)
                                                        : partition::solve(blocks->problem, *strategy);
   if (!solved) return solved.error();
@@ -292,6 +297,7 @@ Expected<Imported> importForPlanning(const std::string &model, const std::string
 Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   auto cluster = clusterFor(opts);
   if (!cluster) return cluster.error();
+  if (opts.doing) opts.doing("importing " + opts.model); // Note [progress lines]
   auto imported = importForPlanning(opts.model, opts.data_dir, opts.front_ends, log);
   if (!imported) return imported.error();
   auto &graph = imported->graph;
@@ -300,9 +306,11 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   log << "rannc-plan: " << opts.model << ": " << graph.nodes.size() << " ops in " << units.size() << " units, "
       << graph.parameters.size() << " parameters, opset " << graph.opset << "\n";
   cost::assignComputeDTypes(graph, opts.precision, cluster->device.type); // Note [autocast dtypes]
+  if (opts.doing) opts.doing("costing " + std::to_string(units.size()) + " units");
   auto costs = loadCosts(graph, units, *cluster, opts, sha, log);
   if (!costs) return costs.error();
   // Tensor parallelism where the model's ops allow it (Note [tensor parallel lowering]).
+  if (opts.doing) opts.doing("analysing tensor parallelism");
   auto analysis = sharding::analyze(graph);
   if (!analysis) {
     for (int t : opts.tensor_parallel)
@@ -320,8 +328,15 @@ Expected<proto::Plan> makePlan(const PlanOptions &opts, std::ostream &log) {
   return plan;
 }
 
-Status runPlan(const PlanOptions &opts, std::ostream &out, std::ostream &log) {
-  if (opts.output.empty()) return Error{"no output file: pass -o PLAN (.pb, .pbtxt or .json)"};
+Status runPlan(const PlanOptions &given, std::ostream &out, std::ostream &log) {
+  if (given.output.empty()) return Error{"no output file: pass -o PLAN (.pb, .pbtxt or .json)"};
+  Heartbeat beat(&log, given.progress_interval_s, "rannc-plan: "); // Note [progress lines]
+  PlanOptions opts = given;
+  if (given.progress_interval_s > 0)
+    opts.doing = [&beat, also = given.doing](const std::string &what) {
+      beat.doing(what);
+      if (also) also(what);
+    };
   auto plan = makePlan(opts, log);
   if (!plan) return plan.error();
   // A plan rannc-plan writes, check and rannc-exec read back: refuse to write

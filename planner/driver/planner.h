@@ -75,6 +75,9 @@ struct PlanOptions {
   MeasureFn measure; ///< unset: measuring is unavailable
   FrontEnds front_ends;
   std::string data_dir;        ///< --data: a TorchScript archive's inputs from DIR/<input>.npy
+  /// > 0: runPlan prints what it is doing at least this often (Note [progress lines] in progress.h).
+  double progress_interval_s = 0;
+  std::function<void(const std::string &)> doing; ///< told each phase of planning; unset: nothing
 };
 
 struct ProfileCommandOptions {

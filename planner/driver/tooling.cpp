@@ -90,8 +90,8 @@ std::string problemList(const std::vector<std::string> &problems) {
   return s;
 }
 
-/// Reads a plan and refuses one with structural problems (for the verbs that
-/// need a sound plan; `check` lists them instead).
+} // namespace
+
 Expected<proto::Plan> readSoundPlan(const std::string &path) {
   auto plan = plan::readPlan(path);
   if (!plan) return plan.error();
@@ -100,9 +100,6 @@ Expected<proto::Plan> readSoundPlan(const std::string &path) {
     return Error{path + ": invalid plan (rannc-plan check " + path + " lists the problems):" + problemList(problems)};
   return plan;
 }
-
-
-} // namespace
 
 std::vector<cost::Unit> unitsSplitAt(const ir::Graph &g, const std::vector<int> &boundaries) {
   std::set<int> cuts(boundaries.begin(), boundaries.end());
@@ -360,57 +357,65 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
   return Status::success();
 }
 
-Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::ostream &log) {
-  auto plan = readSoundPlan(opts.plan);
-  if (!plan) return plan.error();
-  if (auto c = clusterOf(*plan, opts.reestimate); !c) return c.error(); // names the cluster file
-  auto m = rebuildPlanModel(*plan, opts.reestimate);
-  if (!m) return Error{opts.plan + ": " + m.error().message};
+Expected<PredictedStep> predictStep(const proto::Plan &plan, const std::string &what, const ReestimateOptions &opts,
+                                    bool overlap_allreduce, bool plan_compute) {
+  if (auto c = clusterOf(plan, opts); !c) return c.error(); // names the cluster file
+  auto m = rebuildPlanModel(plan, opts);
+  if (!m) return Error{what + ": " + m.error().message};
+  // Each stage's compute scaled to the plan's own forward and backward (a
+  // plan made with measured costs), transfers and all-reduce kept analytic.
+  // A tensor-parallel stage's split compute is left as it is.
+  for (int s = 0; plan_compute && s < m->solution.numStages(); ++s) {
+    const auto &est = plan.stages(s).estimates();
+    const partition::StageCost &c = m->evaluation.stages[s];
+    if (c.tensor_parallel > 1 || c.fwd_s <= 0 || c.bwd_s + c.recompute_s <= 0) continue;
+    const double kf = (est.fwd_time_s() - c.recv_activations_s) / c.fwd_s;
+    const double kb = (est.bwd_time_s() - c.recv_gradients_s) / (c.bwd_s + c.recompute_s);
+    if (!(kf > 0) || !(kb > 0)) continue;
+    for (int b = m->solution.stages[s].block_begin; b < m->solution.stages[s].block_end; ++b) {
+      partition::Block &block = m->problem.blocks[b];
+      for (partition::Affine *a : {&block.fwd, &block.bwd}) {
+        const double k = a == &block.fwd ? kf : kb;
+        a->fixed_s *= k;
+        a->per_sample_s *= k;
+      }
+    }
+  }
   partition::SimulateOptions so;
-  so.overlap_allreduce = opts.overlap_allreduce;
+  so.overlap_allreduce = overlap_allreduce;
   auto sim = partition::simulate(m->problem, m->solution, so);
-  if (!sim) return Error{opts.plan + ": " + sim.error().message};
+  if (!sim) return Error{what + ": " + sim.error().message};
 
   // Per rank: time by kind; then its optimizer step after its last event.
+  PredictedStep p;
   const int world = m->solution.devicesUsed();
-  std::vector<int> stage_of_rank(world, 0);
+  std::vector<int> &stage_of_rank = p.stage_of_rank;
+  stage_of_rank.assign(world, 0);
   for (int s = 0; s < m->solution.numStages(); ++s)
     for (int r = 0; r < m->solution.stages[s].devices(); ++r) stage_of_rank[m->solution.firstRank(s) + r] = s;
-  std::vector<std::map<std::string, double>> by_kind(world);
+  std::vector<std::map<std::string, double>> &by_kind = p.by_kind;
+  by_kind.resize(world);
   std::vector<double> last_end(world, 0);
-  std::vector<plan::TraceEvent> events;
+  std::vector<plan::TraceEvent> &events = p.events;
   for (const partition::TimelineEvent &e : sim->timeline) {
-    std::string cat, name;
-    std::map<std::string, int64_t> numbers{{"stage", e.stage}};
-    std::map<std::string, std::string> args;
+    plan::TraceKind kind = plan::TraceKind::Forward; // Note [trace lanes]
     switch (e.kind) {
-    case partition::EventKind::RecvActivations:
-      cat = "recv";
-      args["what"] = "activations";
-      break;
-    case partition::EventKind::Forward: cat = "forward"; break;
-    case partition::EventKind::RecvGradients:
-      cat = "recv";
-      args["what"] = "gradients";
-      break;
-    case partition::EventKind::Recompute: cat = "recompute"; break;
-    case partition::EventKind::Backward: cat = "backward"; break;
-    case partition::EventKind::AllReduce: cat = "all-reduce"; break;
+    case partition::EventKind::RecvActivations: kind = plan::TraceKind::RecvActivations; break;
+    case partition::EventKind::Forward: kind = plan::TraceKind::Forward; break;
+    case partition::EventKind::RecvGradients: kind = plan::TraceKind::RecvGradients; break;
+    case partition::EventKind::Recompute: kind = plan::TraceKind::Recompute; break;
+    case partition::EventKind::Backward: kind = plan::TraceKind::Backward; break;
+    case partition::EventKind::AllReduce: kind = plan::TraceKind::AllReduce; break;
     }
-    name = cat;
-    if (e.microbatch >= 0) {
-      name += " " + std::to_string(e.microbatch);
-      numbers["microbatch"] = e.microbatch;
-    }
-    by_kind[e.rank][cat] += e.end_s - e.start_s;
+    by_kind[e.rank][plan::traceCategory(kind)] += e.end_s - e.start_s;
     last_end[e.rank] = std::max(last_end[e.rank], e.end_s);
-    events.push_back({e.rank, 0, name, cat, e.start_s, e.end_s - e.start_s, numbers, args});
+    events.push_back(plan::traceEvent(kind, e.rank, e.stage, e.microbatch, e.start_s, e.end_s - e.start_s));
   }
-  double step = 0;
+  double &step = p.step_s;
   for (int r = 0; r < world; ++r) {
     const int s = stage_of_rank[r];
     const double t = m->stage_optimizer_s[s];
-    if (t > 0) events.push_back({r, 0, "optimizer", "optimizer", last_end[r], t, {{"stage", s}}, {}});
+    if (t > 0) events.push_back(plan::traceEvent(plan::TraceKind::Optimizer, r, s, -1, last_end[r], t));
     by_kind[r]["optimizer"] += t;
     step = std::max(step, last_end[r] + t);
   }
@@ -418,6 +423,21 @@ Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::o
     return std::tie(a.pid, a.start_s) < std::tie(b.pid, b.start_s);
   });
 
+  for (int r = 0; r < world; ++r) p.process_names[r] = plan::traceProcessName(r, stage_of_rank[r]);
+  p.model = std::move(*m);
+  return p;
+}
+
+Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::ostream &log) {
+  auto plan = readSoundPlan(opts.plan);
+  if (!plan) return plan.error();
+  auto p = predictStep(*plan, opts.plan, opts.reestimate, opts.overlap_allreduce);
+  if (!p) return p.error();
+  const PlanModel *m = &p->model;
+  const int world = int(p->stage_of_rank.size());
+  const std::vector<int> &stage_of_rank = p->stage_of_rank;
+  const auto &by_kind = p->by_kind;
+  const double step = p->step_s;
   out << opts.plan << ": one step of " << counted(m->solution.numStages(), "stage") << " on " << counted(world, "rank")
       << ", " << counted(m->solution.microbatches, "micro-batch") << ", " << plan::scheduleName(plan->schedule())
       << " (analytic costs" << (opts.overlap_allreduce ? ", all-reduce overlapped" : "") << ")\n";
@@ -450,13 +470,10 @@ Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::o
   out << "(times in " << unit.name << " per step)\n";
 
   if (!opts.trace.empty()) {
-    std::map<int, std::string> names;
-    for (int r = 0; r < world; ++r)
-      names[r] = "rank " + std::to_string(r) + " (stage " + std::to_string(stage_of_rank[r]) + ")";
     std::ostringstream trace;
-    plan::writeChromeTrace(events, names, trace);
+    plan::writeChromeTrace(p->events, p->process_names, trace);
     if (Status st = writeFileAtomic(opts.trace, trace.str()); !st) return st;
-    log << "rannc-plan: wrote " << opts.trace << " (" << events.size()
+    log << "rannc-plan: wrote " << opts.trace << " (" << p->events.size()
         << " events; open it in ui.perfetto.dev or chrome://tracing)\n";
   }
   return Status::success();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -16,6 +17,7 @@
 #include "planner/ir/ir.h"
 #include "planner/partition/evaluate.h"
 #include "planner/partition/problem.h"
+#include "planner/plan/trace.h"
 #include "planner/support/status.h"
 
 namespace rannc::planner {
@@ -81,6 +83,26 @@ struct SimulateCommandOptions {
   ReestimateOptions reestimate;
   bool overlap_allreduce = false;
 };
+/// Reads a plan and refuses one with structural problems (for the verbs that
+/// need a sound plan; `check` lists them instead).
+Expected<proto::Plan> readSoundPlan(const std::string &path);
+
+/// One step of a plan as `simulate` predicts it, drawn in the lanes of
+/// Note [trace lanes] (planner/plan/trace.h).
+struct PredictedStep {
+  PlanModel model;
+  std::vector<plan::TraceEvent> events;
+  std::map<int, std::string> process_names;
+  std::vector<int> stage_of_rank;
+  std::vector<std::map<std::string, double>> by_kind; ///< per rank: seconds by category
+  double step_s = 0;
+};
+/// Simulates one step of `plan` (`what` names it in errors) with analytic
+/// costs, or with `plan_compute` each stage's compute scaled to the plan's own
+/// forward and backward estimates (those of the costs it was planned with).
+Expected<PredictedStep> predictStep(const proto::Plan &plan, const std::string &what, const ReestimateOptions &opts,
+                                    bool overlap_allreduce, bool plan_compute = false);
+
 /// rannc-plan simulate PLAN [--trace T.json]
 Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::ostream &log);
 

@@ -47,6 +47,8 @@ struct DPOptions {
   int64_t max_states = int64_t{1} << 25;
   int device_quantum = 0; ///< 0: the finest within max_states; else this one
   std::function<void(const std::string &)> progress; ///< one line per phase of a search, or none
+  /// What the search is about to do, for a heartbeat (Note [progress lines] in planner/driver/progress.h), or none.
+  std::function<void(const std::string &)> doing;
 };
 
 /// A solver's answer: the plan and the step time it predicts for it.

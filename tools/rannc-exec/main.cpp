@@ -109,6 +109,9 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
                "let one step read samples twice when --data holds fewer than a step reads (default: an error)");
   app.add_option("--seed", o.seed, "seed for shuffling and synthetic data")->capture_default_str();
   app.add_option("--log", o.log, "JSONL file, one object per step (written by rank 0)");
+  app.add_option("--trace", o.trace,
+                 "FILE.json: every rank's actions, measured, as a Chrome trace (ui.perfetto.dev; written by rank 0); "
+                 "rannc-plan compare PLAN FILE.json holds it beside the prediction");
   app.add_option("--timeout", o.timeout_s, "seconds without progress after which a rank stops the job (0: never)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -19,6 +19,7 @@
 #include "executor/train/version.h"
 #include "planner/support/trace.h"
 #include "tools/cli_errors.h"
+#include "tools/rannc-plan/view_verbs.h"
 
 namespace {
 
@@ -140,6 +141,13 @@ Verb addPlan(CLI::App &app, bool planning) {
   app.add_option("--threads", o->threads, "intra-op threads per rank that measured costs assume")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  o->progress_interval_s = 2; // Note [progress lines]
+  auto *every = app.add_option("--progress-every", o->progress_interval_s,
+                               "seconds: while planning, say what it is doing at least this often")
+                    ->capture_default_str()
+                    ->check(CLI::PositiveNumber);
+  app.add_flag_callback("--quiet", [o] { o->progress_interval_s = 0; }, "no progress lines while planning")
+      ->excludes(every);
   return {&app, [=] {
             flags->devices_given = gpus->count() || type->count();
             if (auto st = rannc::planner::finishPlanOptions(*flags, *o); !st) return usage(st.message());
@@ -296,11 +304,17 @@ Verb addDiff(CLI::App &app) {
   return {cmd, [=] { return finish(rannc::planner::runDiff(*a, *b, std::cout)); }};
 }
 
+/// compare and report (view_verbs.h), as main's verbs.
+Verb viewVerb(rannc::tools::StatusVerb v) {
+  return {v.cmd, [run = v.run] { return finish(run()); }};
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   CLI::App app{"Plans pipeline-parallel training of MODEL (.onnx) for a cluster and writes the plan.\n"
-               "Other verbs: show, check, convert, simulate, dot, diff, profile, import (rannc-plan VERB --help);\n"
+               "Other verbs: show, check, convert, simulate, compare, report, dot, diff, profile, import\n"
+               "(rannc-plan VERB --help);\n"
                "rannc-plan --version prints the versions this build uses",
                "rannc-plan"};
   app.footer(rannc::cli::exitCodesHelp());
@@ -312,7 +326,8 @@ int main(int argc, char **argv) {
       },
       "print the versions this build uses");
   std::vector<Verb> verbs = {addShow(app),     addCheck(app), addConvert(app), addSimulate(app),
-                             addDot(app),      addDiff(app),  addProfile(app), addImport(app)};
+                             addDot(app),      addDiff(app),  addProfile(app), addImport(app),
+                             viewVerb(rannc::tools::addCompare(app)), viewVerb(rannc::tools::addReport(app))};
   std::vector<std::string> verb_names; // for "did you mean" (the verbs are removed when planning)
   for (const Verb &v : verbs) verb_names.push_back(v.cmd->get_name());
   // Verbs are reserved words in first place only; anything else there is a
