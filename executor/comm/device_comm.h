@@ -1,8 +1,9 @@
 // Communicators that also reach CUDA device memory: NCCL where the CUDA
 // toolkit was found at build time, bootstrapped over a host communicator
-// (the NCCL unique id travels over MPI). Only nccl_comm.cpp includes nccl.h
-// and the CUDA runtime, so this header stays free of both: streams are
-// passed as void* (cudaStream_t).
+// (the NCCL unique id travels over MPI). Their logic (device_comm.cpp) calls
+// CUDA and NCCL through DeviceApi (Note [NCCL-facing interface]); only
+// nccl_comm.cpp includes nccl.h and the CUDA runtime, so this header stays
+// free of both: streams are passed as void* (cudaStream_t).
 //
 // Note [device streams]
 // LibTorch computes on its current stream (`compute` below). A device
@@ -26,6 +27,7 @@
 #include <string>
 
 #include "executor/comm/comm.h"
+#include "executor/comm/device_api.h"
 
 namespace rannc::comm {
 
@@ -46,5 +48,19 @@ int visibleCudaDevices();
 /// NCCL is asked for but missing or `gpu` is not visible.
 std::unique_ptr<Communicator> createDeviceCommunicator(std::unique_ptr<Communicator> host, int gpu, void *stream,
                                                        bool nccl);
+
+/// Where `group` takes a tensor's memory to be: a GPU tensor's is Device; a
+/// device communicator over the rehearsal's stand-in takes CPU tensors as
+/// Device too (rehearsal.h), so they travel as a GPU's would.
+Memory tensorMemory(const Communicator &group, bool on_gpu);
+
+/// The CUDA runtime and NCCL driving CUDA device `gpu`, for the overload
+/// below. Throws std::runtime_error without NCCL or when `gpu` is not visible.
+std::shared_ptr<DeviceApi> cudaDevice(int gpu);
+
+/// The same over the device calls of `api` (Note [NCCL-facing interface]):
+/// CUDA's, or the rehearsal's (rehearsal.h).
+std::unique_ptr<Communicator> createDeviceCommunicator(std::unique_ptr<Communicator> host,
+                                                       std::shared_ptr<DeviceApi> api, void *stream, bool nccl);
 
 } // namespace rannc::comm

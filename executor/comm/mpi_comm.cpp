@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "executor/comm/comm.h"
+#include "executor/comm/mpi_handle.h"
 
 namespace rannc::comm {
 namespace {
@@ -95,6 +96,7 @@ public:
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  MPI_Comm handle() const { return comm_; }
 
   void sendBytes(Payload payload, int dst, int tag) override {
     requireHost(payload.memory, "a message");
@@ -240,6 +242,12 @@ std::string mpiLibraryVersion() {
   v = v.substr(0, v.find_first_of("\n,"));
   while (!v.empty() && (v.back() == ' ' || v.back() == '\0')) v.pop_back();
   return v;
+}
+
+MPI_Comm mpiHandle(Communicator &c) {
+  auto *mpi = dynamic_cast<MpiCommunicator *>(&c);
+  if (!mpi) throw std::logic_error("not an MPI communicator");
+  return mpi->handle();
 }
 
 std::unique_ptr<Communicator> createMpiCommunicator(int *argc, char ***argv) {

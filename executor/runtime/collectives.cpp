@@ -5,9 +5,8 @@
 
 namespace rannc::runtime {
 
-comm::Buffer floatBuffer(const torch::Tensor &t) {
-  return comm::Buffer{t.data_ptr<float>(), t.numel(), comm::DType::Float32,
-                      t.is_cuda() ? comm::Memory::Device : comm::Memory::Host};
+comm::Buffer floatBuffer(const comm::Communicator &group, const torch::Tensor &t) {
+  return comm::Buffer{t.data_ptr<float>(), t.numel(), comm::DType::Float32, comm::tensorMemory(group, t.is_cuda())};
 }
 
 namespace {
@@ -15,7 +14,7 @@ torch::Tensor allReduce(comm::Communicator &group, const torch::Tensor &t, comm:
   torch::NoGradGuard no_grad;
   // A fresh buffer: the collective overwrites it in place.
   torch::Tensor res = t.to(torch::kFloat).contiguous().clone();
-  group.allReduce(floatBuffer(res), op);
+  group.allReduce(floatBuffer(group, res), op);
   return res.to(t.scalar_type());
 }
 } // namespace
@@ -33,7 +32,7 @@ torch::Tensor allGather(comm::Communicator &group, const torch::Tensor &t, int64
   const int n = group.size();
   torch::Tensor blocks = torch::empty({n, t.numel()}, t.options().dtype(torch::kFloat));
   blocks[group.rank()].copy_(t.reshape({-1}));
-  group.startAllGather(floatBuffer(blocks))->wait();
+  group.startAllGather(floatBuffer(group, blocks))->wait();
   std::vector<int64_t> shape{n};
   shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
   return torch::cat(blocks.view(shape).unbind(0), axis).to(t.scalar_type());

@@ -9,12 +9,13 @@
 #include <cstdint>
 
 #include "executor/comm/comm.h"
+#include "executor/comm/device_comm.h"
 
 namespace rannc::runtime {
 
-/// A contiguous float32 tensor's memory as a collective's buffer (host or
-/// device memory by where the tensor lives).
-comm::Buffer floatBuffer(const torch::Tensor &t);
+/// A contiguous float32 tensor's memory as a buffer of `group`'s collectives
+/// (host or device memory as `group` takes the tensor's: comm::tensorMemory).
+comm::Buffer floatBuffer(const comm::Communicator &group, const torch::Tensor &t);
 
 /// The sum of `t` over the ranks of `group`, a new tensor of `t`'s dtype
 /// (summed in float32, the precision of the gradient sums).

@@ -67,7 +67,7 @@ std::vector<GradientBuckets::Shard> GradientBuckets::shards() const {
 
 void GradientBuckets::gatherParameters() {
   std::vector<std::unique_ptr<comm::Request>> requests;
-  for (Bucket &b : buckets_) requests.push_back(group_.startAllGather(floatBuffer(b.param_flat)));
+  for (Bucket &b : buckets_) requests.push_back(group_.startAllGather(floatBuffer(group_, b.param_flat)));
   for (auto &req : requests) req->wait();
 }
 
@@ -114,8 +114,9 @@ void GradientBuckets::arrived(size_t bucket) {
 
 void GradientBuckets::start(Bucket &b) {
   adopt(b); // normally a no-op: the gradients already live in the bucket
-  b.request = mode_ == Mode::ReduceScatter ? group_.startReduceScatter(floatBuffer(b.flat))
-                                           : group_.startAllReduce(floatBuffer(b.flat), comm::ReduceOp::Sum);
+  const comm::Buffer flat = floatBuffer(group_, b.flat);
+  b.request = mode_ == Mode::ReduceScatter ? group_.startReduceScatter(flat)
+                                           : group_.startAllReduce(flat, comm::ReduceOp::Sum);
 }
 
 void GradientBuckets::startReady() {

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 #include "executor/runtime/device.h"
@@ -20,21 +21,29 @@ bool gpuShared(comm::Communicator &comm, int gpu) {
   return false;
 }
 
-GpuComms::GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged) : comm_(comm), s_(s) {
+GpuComms::GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged,
+                   const std::optional<comm::RehearsalOptions> &rehearsal)
+    : comm_(comm), s_(s) {
   const int gpu = s_.gpu();
-  if (gpu < 0) return;
-  stream_ = runtime::currentGpuStream(gpu);
-  shared_ = gpuShared(comm, gpu);
+  if (rehearsal) {
+    if (gpu >= 0) throw std::runtime_error("--gpu-transport rehearsal runs on CPU devices only (--device cpu)");
+    api_ = comm::createRehearsalDevice(comm, *rehearsal); // the compute stream (null) is the host
+  } else {
+    if (gpu < 0) return;
+    stream_ = runtime::currentGpuStream(gpu);
+    shared_ = gpuShared(comm, gpu);
+    api_ = comm::cudaDevice(gpu);
+  }
   nccl_ = !shared_ && !host_staged;
   if (nccl_) // two channels over all ranks: activations, gradients (Note [NCCL transport])
     for (int k = 0; k < 2; ++k)
-      channels_.push_back(comm::createDeviceCommunicator(comm.split(0, comm.rank()), gpu, stream_, true));
+      channels_.push_back(comm::createDeviceCommunicator(comm.split(0, comm.rank()), api_, stream_, true));
 }
 
 std::unique_ptr<comm::Communicator> GpuComms::onDevice(std::unique_ptr<comm::Communicator> c) const {
-  if (s_.gpu() < 0) return c;
+  if (!api_) return c;
   const bool nccl = nccl_ && c->size() > 1; // one rank sums nothing: no NCCL communicator for it
-  return comm::createDeviceCommunicator(std::move(c), s_.gpu(), stream_, nccl);
+  return comm::createDeviceCommunicator(std::move(c), api_, stream_, nccl);
 }
 
 std::unique_ptr<Transport> GpuComms::transport() {
@@ -43,7 +52,10 @@ std::unique_ptr<Transport> GpuComms::transport() {
 }
 
 std::string GpuComms::describe() const {
-  if (s_.gpu() < 0) return "";
+  if (!api_) return "";
+  if (s_.gpu() < 0)
+    return "rannc-exec: rehearsing the GPU path on the CPU: transfers and sums through the NCCL stand-in over MPI "
+           "(docs/gpu.md)\n";
   return "rannc-exec: rank 0 on GPU " + std::to_string(s_.gpu()) + " (" + runtime::gpuName(s_.gpu()) + ", " +
          s_.gpu_why +
          "); transfers and sums " +

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "executor/comm/comm.h"
 #include "executor/comm/device_comm.h"
+#include "executor/comm/rehearsal.h"
 #include "executor/train/setup.h"
 #include "executor/train/transport.h"
 
@@ -23,11 +25,13 @@ bool gpuShared(comm::Communicator &comm, int gpu);
 /// replica and shared-parameter sums over NCCL too, on streams of their own
 /// (Note [device streams]), unless two ranks share a GPU: then everything is
 /// staged through host memory over MPI (slower, but it runs, e.g. a 2-stage
-/// pipeline on one GPU).
+/// pipeline on one GPU). With `rehearsal`, on CPU, the GPU path's logic
+/// runs against the stand-in of Note [rehearsal] instead.
 class GpuComms {
 public:
   /// Collective over `comm`.
-  GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged);
+  GpuComms(comm::Communicator &comm, const Setup &s, bool host_staged,
+            const std::optional<comm::RehearsalOptions> &rehearsal = std::nullopt);
 
   /// `c` (over some ranks of the job) made fit for the device's tensors:
   /// collective over its ranks.
@@ -43,6 +47,7 @@ private:
   comm::Communicator &comm_;
   const Setup &s_; ///< the rank's device and why it was chosen
   void *stream_ = nullptr;
+  std::shared_ptr<comm::DeviceApi> api_; ///< CUDA's, or the rehearsal's
   bool shared_ = false; ///< two ranks drive one GPU
   bool nccl_ = false;
   std::vector<std::unique_ptr<comm::Communicator>> channels_; ///< NCCL: activations, gradients

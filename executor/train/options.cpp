@@ -1,6 +1,7 @@
 #include "executor/train/options.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 #include "executor/train/trainer.h"
@@ -42,6 +43,25 @@ Expected<std::pair<double, double>> parseBetas(std::string_view text) {
   }
 }
 
+Expected<comm::RehearsalOptions> parseRehearsal(std::string_view text) {
+  comm::RehearsalOptions r;
+  std::string rest(text);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string part = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    int used = 0;
+    if (std::sscanf(part.c_str(), "stall=%lf%n", &r.stall_s, &used) == 1 && size_t(used) == part.size() &&
+        r.stall_s > 0)
+      continue;
+    if (std::sscanf(part.c_str(), "swap=%d:%d%n", &r.swap_rank, &r.swap_call, &used) == 2 &&
+        size_t(used) == part.size() && r.swap_call > 0)
+      continue;
+    return Error{"'" + part + "' is neither stall=SECONDS nor swap=RANK:CALL"};
+  }
+  return r;
+}
+
 OptimizerKind planOptimizer(const std::string &plan_path) {
   auto plan = plan::readPlan(plan_path);
   if (!plan) return OptimizerKind::Sgd;
@@ -54,9 +74,15 @@ int64_t bucketBytes(double mib) { return std::max<int64_t>(1, int64_t(mib * doub
 
 Status finishTrainOptions(const ExecFlags &flags, TrainOptions &opts) {
   opts.bucket_bytes = bucketBytes(flags.bucket_mib);
-  if (flags.gpu_transport != "nccl" && flags.gpu_transport != "host")
-    return Error{"--gpu-transport must be nccl or host (got '" + flags.gpu_transport + "')"};
+  if (flags.gpu_transport != "nccl" && flags.gpu_transport != "host" && flags.gpu_transport != "rehearsal")
+    return Error{"--gpu-transport must be nccl, host or rehearsal (got '" + flags.gpu_transport + "')"};
   opts.host_staged = flags.gpu_transport == "host";
+  opts.rehearsal.reset();
+  if (flags.gpu_transport == "rehearsal") {
+    auto rehearsal = parseRehearsal(flags.rehearsal);
+    if (!rehearsal) return Error{"RANNC_REHEARSAL: " + rehearsal.error().message};
+    opts.rehearsal = *rehearsal;
+  }
   if (flags.optimizer.empty()) {
     opts.optimizer = planOptimizer(opts.plan);
   } else {

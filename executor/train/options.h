@@ -9,6 +9,7 @@
 #include <string_view>
 #include <utility>
 
+#include "executor/comm/rehearsal.h"
 #include "planner/support/status.h"
 
 namespace rannc::train {
@@ -32,7 +33,8 @@ std::string shuffleName(Shuffle s);
 /// The rannc-exec flags whose text or unit differs from TrainOptions's.
 struct ExecFlags {
   double bucket_mib = 25;             ///< --bucket-size, MiB
-  std::string gpu_transport = "nccl"; ///< nccl | host
+  std::string gpu_transport = "nccl"; ///< nccl | host | rehearsal
+  std::string rehearsal;              ///< the environment's RANNC_REHEARSAL: "stall=S,swap=RANK:CALL" (tests)
   std::optional<std::string> betas;   ///< --betas B1,B2
   std::string shuffle = "off";        ///< off | on
   std::string optimizer;              ///< sgd | adam | adamw; empty: the plan's (planOptimizer)
@@ -47,6 +49,10 @@ OptimizerKind planOptimizer(const std::string &plan_path);
 
 /// Parses "B1,B2" (two numbers and nothing else).
 Expected<std::pair<double, double>> parseBetas(std::string_view text);
+
+/// Parses RANNC_REHEARSAL's "stall=S,swap=RANK:CALL" (either part may be
+/// left out) over the defaults of comm::RehearsalOptions.
+Expected<comm::RehearsalOptions> parseRehearsal(std::string_view text);
 
 /// Gradient bucket bytes for a size in MiB (at least one byte).
 int64_t bucketBytes(double mib);

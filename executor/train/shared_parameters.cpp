@@ -21,7 +21,7 @@ void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tens
   }
   if (flat.empty()) return;
   torch::Tensor buffer = torch::cat(flat);
-  group.allReduce(floatBuffer(buffer), comm::ReduceOp::Sum);
+  group.allReduce(floatBuffer(group, buffer), comm::ReduceOp::Sum);
   int64_t offset = 0;
   for (const auto &p : params) {
     torch::Tensor g = buffer.narrow(0, offset, p.numel()).view(p.sizes());

@@ -86,7 +86,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   std::vector<std::vector<schedule::SampleRange>> shards;
   for (const auto &r : ranks_of) shards.push_back(schedule::splitSamples(b, int(r.size())));
   const schedule::SampleRange mine = shards[s.stage][s.replica];
-  GpuComms gpu(comm, s, opts.host_staged); // collective
+  GpuComms gpu(comm, s, opts.host_staged, opts.rehearsal); // collective
   // Note [tensor parallel ranks]: the replicas of this rank's shard, and
   // (only in a job with tensor parallelism: every rank splits alike) its group.
   auto group = gpu.onDevice(comm.split(s.stage * comm.size() + s.tp.position, rank));

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "executor/comm/comm.h"
+#include "executor/comm/rehearsal.h"
 #include "executor/train/options.h"
 #include "planner/cluster/device_kind.h"
 #include "planner/support/status.h"
@@ -45,6 +46,8 @@ struct TrainOptions {
   std::optional<double> loss_scale;  ///< fp16 plans: the initial dynamic loss scale (default 2^16, Note [loss scaling])
   std::optional<cluster::DeviceKind> device; ///< where ranks compute (Note [choosing a GPU]); unset: the plan's
   bool host_staged = false; ///< on GPUs: move tensors through host memory over MPI even where NCCL could
+  /// On CPU: run the GPU path's logic against the NCCL stand-in (Note [rehearsal]).
+  std::optional<comm::RehearsalOptions> rehearsal;
   bool progress = true;   ///< a line per step on stderr (rank 0)
   // Checkpoints and export (executor/train/checkpoint.h, docs/training.md).
   std::string checkpoint_dir;   ///< checkpoints go to <dir>/step-<N>/ (and after the last step); empty: none

@@ -88,7 +88,7 @@ void ShardedOptimizer::gatherState(optim::Optimizer &dense) const {
       if (!mine.tensors[k].defined()) continue;
       whole[k] = torch::empty({block * r}, mine.tensors[k].options());
       whole[k].narrow(0, j * block, block).copy_(mine.tensors[k]);
-      group.startAllGather(floatBuffer(whole[k]))->wait();
+      group.startAllGather(floatBuffer(group, whole[k]))->wait();
     }
     int64_t offset = 0;
     for (const torch::Tensor &p : buckets_.bucketParams(i)) {

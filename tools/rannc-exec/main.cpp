@@ -2,6 +2,7 @@
 // flags, then hands over to rannc::train::train.
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -126,8 +127,9 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
       ->check(CLI::IsMember(rannc::cluster::deviceKindNames()));
   app.add_option("--gpu-transport", flags.gpu_transport,
                  "on GPUs, how tensors move between ranks: nccl, or host (staged through host memory over MPI, "
-                 "as when ranks share a GPU; to tell an NCCL problem from others)")
-      ->check(CLI::IsMember({"nccl", "host"}))
+                 "as when ranks share a GPU; to tell an NCCL problem from others), or rehearsal (on CPU: the GPU "
+                 "path's logic against a stand-in for NCCL that keeps its rules; docs/gpu.md)")
+      ->check(CLI::IsMember({"nccl", "host", "rehearsal"}))
       ->capture_default_str();
   app.add_option_function<uint64_t>(
       "--init-weights", [&o](const uint64_t &seed) { o.init_weights = seed; },
@@ -156,6 +158,7 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
                  "reads (any model; TorchScript models' export)");
   return [o_ptr, flags_ptr, &app, &argc, &argv] {
     rannc::train::TrainOptions &o = *o_ptr;
+    if (const char *r = std::getenv("RANNC_REHEARSAL")) flags_ptr->rehearsal = r; // test hooks (docs/gpu.md)
     // A usage error, as those CLI11 finds (Note [exit codes]).
     if (rannc::Status st = rannc::train::finishTrainOptions(*flags_ptr, o); !st)
       return rannc::cli::usageError(app, st.message());

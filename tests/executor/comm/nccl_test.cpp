@@ -7,6 +7,7 @@
 
 #include "executor/comm/comm.h"
 #include "executor/comm/device_comm.h"
+#include "tests/executor/comm/mpi_world.h"
 
 #ifdef RANNC_TEST_WITH_CUDA
 #include <cuda_runtime.h>
@@ -14,17 +15,6 @@
 
 namespace rannc::comm {
 namespace {
-
-/// A singleton MPI job (one rank), initialized once per process and
-/// finalized at exit: every test shares it.
-Communicator &world() {
-  static std::unique_ptr<Communicator> c = [] {
-    int argc = 0;
-    char **argv = nullptr;
-    return createMpiCommunicator(&argc, &argv);
-  }();
-  return *c;
-}
 
 // Host memory is all an MPI communicator reaches: a device buffer is refused
 // before its pointer is read (so this needs no GPU), host floats are summed.

@@ -40,6 +40,28 @@ TEST(ExecOptions, FlagsBecomeTrainOptions) {
   EXPECT_FALSE(finishTrainOptions(flags, o).ok());
 }
 
+// --gpu-transport rehearsal, with RANNC_REHEARSAL's hooks (Note [rehearsal]).
+TEST(ExecOptions, RehearsalAndItsHooks) {
+  TrainOptions o;
+  ExecFlags flags;
+  flags.gpu_transport = "rehearsal";
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  ASSERT_TRUE(o.rehearsal.has_value());
+  EXPECT_EQ(o.rehearsal->stall_s, 60);
+  EXPECT_EQ(o.rehearsal->swap_rank, -1);
+  flags.rehearsal = "stall=2.5,swap=1:3";
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_EQ(o.rehearsal->stall_s, 2.5);
+  EXPECT_EQ(o.rehearsal->swap_rank, 1);
+  EXPECT_EQ(o.rehearsal->swap_call, 3);
+  flags.rehearsal = "swap=1";
+  EXPECT_EQ(finishTrainOptions(flags, o).message(),
+            "RANNC_REHEARSAL: 'swap=1' is neither stall=SECONDS nor swap=RANK:CALL");
+  flags.gpu_transport = "nccl"; // the hooks only matter to a rehearsal
+  ASSERT_TRUE(finishTrainOptions(flags, o).ok());
+  EXPECT_FALSE(o.rehearsal.has_value());
+}
+
 // Each enum flag: the word sets TrainOptions's value, every value's word
 // parses back to it, and another word is refused with the flag's message.
 TEST(ExecOptions, EnumFlagsParseOnceWithTheirWords) {
