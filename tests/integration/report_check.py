@@ -54,7 +54,7 @@ def main():
          "-o", plan])
     trace = os.path.join(a.work, "trace.json")
     run([a.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", a.exec_tool, plan, "--synthetic", "--steps",
-         "3", "--trace", trace])
+         "3", "--trace", trace, "--allow-model-outside-plan"])  # the plan sits apart from the test's model
     page = os.path.join(a.work, "plan.html")
     run([a.plan_tool, "report", plan, "--trace", trace, "-o", page])
     html = open(page).read()
