@@ -9,6 +9,7 @@
 
 #include "executor/profile/gpu_timer.h"
 #include "executor/runtime/autocast.h"
+#include "executor/runtime/cpu_clock.h"
 #include "executor/runtime/device.h"
 #include "executor/runtime/weights.h"
 #include "executor/runtime/grads.h"
@@ -90,17 +91,19 @@ std::string unitSignature(const ir::Graph &g, const cost::Unit &u) {
 /// The clock and the tensor-memory counters of the device being profiled.
 class Meter {
 public:
-  /// `points` marks; `gpu` < 0: this host (the counting allocator must be installed).
-  Meter(int gpu, int points) : gpu_(gpu) {
+  /// `points` marks; `gpu` < 0: this host (the counting allocator must be
+  /// installed), timed in this thread's CPU time when `cpu_time` (Note [CPU
+  /// time on a shared machine]), else by the wall clock.
+  Meter(int gpu, int points, bool cpu_time) : gpu_(gpu), cpu_time_(cpu_time) {
     if (gpu_ >= 0) timeline_ = std::make_unique<GpuTimeline>(gpu_, points);
     else host_.resize(size_t(points));
   }
   void mark(int i) {
     if (timeline_) timeline_->mark(i);
-    else host_.at(size_t(i)) = Clock::now();
+    else host_.at(size_t(i)) = cpu_time_ ? runtime::threadCpuSeconds() : seconds(Clock::time_point{}, Clock::now());
   }
   /// From mark i to mark j (on a GPU, waits until j has happened).
-  double between(int i, int j) { return timeline_ ? timeline_->seconds(i, j) : seconds(host_.at(size_t(i)), host_.at(size_t(j))); }
+  double between(int i, int j) { return timeline_ ? timeline_->seconds(i, j) : host_.at(size_t(j)) - host_.at(size_t(i)); }
   /// Waits for the device's queued work (no-op on the host).
   void sync() const { runtime::synchronizeGpu(gpu_); }
   int64_t bytes() const { return gpu_ >= 0 ? runtime::gpuAllocatedBytes(gpu_) : runtime::currentTensorBytes(); }
@@ -112,8 +115,9 @@ public:
 
 private:
   int gpu_;
+  bool cpu_time_;
   std::unique_ptr<GpuTimeline> timeline_;
-  std::vector<Clock::time_point> host_;
+  std::vector<double> host_; ///< seconds
 };
 
 class Progress {
@@ -257,7 +261,8 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
   Progress progress(progress_os, int(table.batch_sizes.size() * units.size()));
 
   try {
-    Meter meter(on_gpu ? opts.gpu : -1, 4);
+    // One intra-op thread: all the work is this thread's (Note [CPU time on a shared machine]).
+    Meter meter(on_gpu ? opts.gpu : -1, 4, /*cpu_time=*/opts.threads == 1);
     // One runner for the whole graph captures every value a unit reads.
     schedule::StageProgram whole = schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0);
     runtime::StageRunner full(g, whole, params, constants, buffers);

@@ -1,7 +1,7 @@
 // The measured cost source: runs every unit's forward and backward with the
 // executor's own StageRunner on this machine's device, at several micro-batch
 // sizes, and measures time (median of repetitions after warm-up) and tensor
-// memory: on cpu with the host clock and the counting allocator, on cuda with
+// memory: on cpu with the thread's CPU clock (one thread) and the counting allocator, on cuda with
 // CUDA events and the caching allocator's statistics (Note [profiling a GPU]).
 #pragma once
 

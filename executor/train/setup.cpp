@@ -1,6 +1,12 @@
 #include "executor/train/setup.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "executor/runtime/device.h"
@@ -88,11 +94,29 @@ Status localizeStage(Setup &s) {
   return Status::success();
 }
 
+/// Whether writeFileAtomic can write `path` after training: not a folder, and
+/// its folder takes a new file (the temporary one it makes, made and removed).
+Status canWriteLater(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return Error{path + ": is a folder, not a file"};
+  const std::string probe = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(probe, std::ios::binary | std::ios::trunc);
+    if (!out) return Error{path + ": cannot write there: " + std::strerror(errno)};
+  }
+  std::remove(probe.c_str());
+  return Status::success();
+}
+
 } // namespace
 
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm) {
   Setup s;
   if (Status st = checkOptimizationOptions(opts); !st) return Error{st.message()};
+  // The trace is written after the last step: a folder it cannot go to must
+  // stop the run before training, not after it. Rank 0 writes it.
+  if (comm.rank() == 0 && !opts.trace.empty())
+    if (Status st = canWriteLater(opts.trace); !st) return Error{"--trace " + st.message()};
   auto plan = plan::readPlan(opts.plan);
   if (!plan) return plan.error();
   s.plan = std::move(*plan);

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "executor/runtime/cpu_clock.h"
 #include "executor/runtime/device.h"
 #include "executor/runtime/memory.h"
 #include "planner/support/files.h"
@@ -33,11 +34,18 @@ TimelineRecorder::TimelineRecorder(std::string path, comm::Communicator &comm, i
 void TimelineRecorder::beginStep(int64_t step, Clock::time_point start) {
   if (!on()) return;
   steps_.push_back({step, since(start), since(start), 0, records_.size(), records_.size()});
+  if (gpu_ < 0) cpu_mark_s_ = runtime::threadCpuSeconds();
 }
 
 void TimelineRecorder::action(const schedule::Action &a, Clock::time_point start) {
   if (!on()) return;
-  records_.push_back({traceKindOf(a.kind), a.microbatch, since(start), since(Clock::now())});
+  double cpu_s = 0;
+  if (gpu_ < 0) { // a GPU's work is not the host thread's
+    const double now = runtime::threadCpuSeconds();
+    cpu_s = now - cpu_mark_s_;
+    cpu_mark_s_ = now;
+  }
+  records_.push_back({traceKindOf(a.kind), a.microbatch, since(start), since(Clock::now()), cpu_s});
 }
 
 void TimelineRecorder::endStep() {
@@ -66,7 +74,9 @@ std::vector<plan::TraceEvent> TimelineRecorder::events() const {
     for (size_t i = s.first; i < s.last; ++i) {
       const Record &r = records_[i];
       idle(at, r.start_s, s.step);
-      add(plan::traceEvent(r.kind, rank, stage_, r.microbatch, r.start_s, r.end_s - r.start_s), s.step);
+      plan::TraceEvent e = plan::traceEvent(r.kind, rank, stage_, r.microbatch, r.start_s, r.end_s - r.start_s);
+      if (gpu_ < 0) e.numbers["cpu_us"] = int64_t(r.cpu_s * 1e6 + 0.5);
+      add(std::move(e), s.step);
       at = r.end_s;
     }
     idle(at, s.end_s, s.step);

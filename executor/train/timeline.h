@@ -24,8 +24,10 @@ plan::TraceKind traceKindOf(schedule::ActionKind k);
 /// returns at once) when no trace file was asked for.
 ///
 /// Note [measured timeline]
-/// Recording is a clock read and an append of 24 bytes per action, so the
-/// trace costs nothing measurable (tools/bench/trace_cost.py). Each rank's
+/// Recording is a clock read and an append of 32 bytes per action (on a CPU
+/// device a read of the thread's CPU clock too, Note [CPU time on a shared
+/// machine] in executor/runtime/cpu_clock.h: each action's event carries
+/// `cpu_us`); what that costs is measured by tools/bench/trace_cost.py. Each rank's
 /// clock starts at a barrier, so the ranks' timelines line up to within the
 /// barrier's skew (microseconds on one machine) without synchronized clocks.
 /// A receive lasts until the message is in, so time spent waiting for a peer
@@ -52,6 +54,7 @@ private:
     plan::TraceKind kind;
     int microbatch;
     double start_s, end_s;
+    double cpu_s; ///< this thread's CPU time since the previous record (CPU devices; else 0)
   };
   struct StepSpan {
     int64_t step;
@@ -67,6 +70,7 @@ private:
   Clock::time_point origin_;
   std::vector<Record> records_;
   std::vector<StepSpan> steps_;
+  double cpu_mark_s_ = 0; ///< the thread's CPU clock at the last record or step start
 };
 
 } // namespace rannc::train

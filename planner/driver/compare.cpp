@@ -57,6 +57,8 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
   std::map<std::pair<int, int64_t>, std::map<std::string, double>> by_kind;
   std::map<int, std::vector<double>> forwards, backwards;
   std::map<int, int64_t> peak;
+  std::map<std::pair<int, int64_t>, double> compute_cpu; // (rank, step) -> CPU seconds of its compute
+  double cpu_sum = 0, wall_sum = 0; // of the compute actions that carry their CPU time (Note [load-normalised step])
   for (const plan::TraceEvent &e : trace.events) {
     if (e.counter) {
       if (e.name == "memory") peak[e.pid] = std::max(peak[e.pid], number(e, "bytes", 0));
@@ -70,12 +72,21 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
       it->second.second = std::max(it->second.second, e.start_s + e.duration_s);
     }
     by_kind[{e.pid, step}][e.category] += e.duration_s;
+    const bool compute = e.category == "forward" || e.category == "backward" || e.category == "recompute";
+    if (const int64_t cpu_us = number(e, "cpu_us", -1); cpu_us >= 0) {
+      if (compute || e.category == "all-reduce") compute_cpu[{e.pid, step}] += double(cpu_us) * 1e-6;
+      if (compute || e.category == "optimizer") {
+        cpu_sum += double(cpu_us) * 1e-6;
+        wall_sum += e.duration_s;
+      }
+    }
     if (e.category == "forward") forwards[e.pid].push_back(e.duration_s);
     if (e.category == "backward") backwards[e.pid].push_back(e.duration_s);
   }
   std::vector<double> spans;
   for (const auto &[step, s] : span) spans.push_back(s.second - s.first);
   run.step_s = median(spans);
+  run.cpu_share = wall_sum > 0 ? cpu_sum / wall_sum : 0;
 
   std::map<int, MeasuredStage> stages;
   for (const auto &[rank, stage] : stage_of) {
@@ -97,6 +108,7 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
         auto of = [&](const char *k) { return it->second.count(k) ? it->second.at(k) : 0.0; };
         for (const char *k : {"all-reduce", "optimizer", "recv", "send", "idle"}) per_step[k].push_back(of(k));
         per_step["compute"].push_back(of("forward") + of("backward") + of("recompute") + of("all-reduce"));
+        if (auto c = compute_cpu.find({rank, step}); c != compute_cpu.end()) per_step["compute cpu"].push_back(c->second);
       }
     }
     m.forward_s = median(fwd);
@@ -107,6 +119,7 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
     m.send_s = median(per_step["send"]);
     m.idle_s = median(per_step["idle"]);
     m.compute_s = median(per_step["compute"]);
+    m.compute_cpu_s = median(per_step["compute cpu"]);
   }
   for (auto &[stage, m] : stages) run.stages.push_back(m);
   return run;
@@ -155,9 +168,12 @@ std::vector<CompareRow> compareRows(const proto::Plan &plan, const MeasuredRun &
     // show's busy (M x (forward + backward) + all-reduce) against the measured
     // compute: not the receives, which include waiting for the peer.
     rows.push_back({s, "busy per step", plan::stageBusyTime(plan, m.stage), m.compute_s, false});
+    if (run.cpu_share > 0) rows.push_back({s, "busy per step, CPU time", plan::stageBusyTime(plan, m.stage), m.compute_cpu_s, false});
     rows.push_back({s, "peak memory", double(est.peak_memory_bytes()), double(m.peak_bytes), true});
   }
   rows.push_back({"all", "step time", plan.estimates().step_time_s(), run.step_s, false});
+  if (run.cpu_share > 0) // Note [load-normalised step]
+    rows.push_back({"all", "step time on own cores", plan.estimates().step_time_s(), run.step_s * run.cpu_share, false});
   return rows;
 }
 
@@ -195,10 +211,12 @@ Status runCompare(const CompareOptions &opts, std::ostream &out, std::ostream &l
                         {"send_s", m.send_s},
                         {"idle_s", m.idle_s},
                         {"compute_s", m.compute_s},
+                        {"compute_cpu_s", m.compute_cpu_s},
                         {"peak_memory_bytes", m.peak_bytes}});
     j["measured_stages"] = std::move(stages);
     j["measured_step_time_s"] = run->step_s;
     j["predicted_step_time_s"] = plan->estimates().step_time_s();
+    j["cpu_share"] = run->cpu_share;
     out << j.dump(2) << "\n";
     return Status::success();
   }
@@ -218,6 +236,10 @@ Status runCompare(const CompareOptions &opts, std::ostream &out, std::ostream &l
   }
   out << "(ratio: predicted / measured; times are medians over the stage's ranks and the measured steps; "
          "a receive includes waiting for its peer)\n";
+  if (run->cpu_share > 0)
+    out << "(the ranks computed " << plan::formatFixed(run->cpu_share * 100, 0)
+        << "% of their wall time: the rest, other processes held their cores; \"on own cores\" is the step "
+           "times that share)\n";
   return Status::success();
 }
 

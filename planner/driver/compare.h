@@ -26,6 +26,7 @@ struct MeasuredStage {
   double send_s = 0;      ///< per step
   double idle_s = 0;      ///< per step
   double compute_s = 0;   ///< per step: forward, backward (recomputation included) and all-reduce
+  double compute_cpu_s = 0; ///< the same in the thread's CPU time (0: not recorded, a GPU run or an older trace)
   int64_t peak_bytes = 0; ///< max over the stage's ranks
 };
 
@@ -35,9 +36,24 @@ struct MeasuredRun {
   int64_t first_step = 0, last_step = 0; ///< the steps kept
   int64_t steps_in_trace = 0;
   double step_s = 0; ///< median over the kept steps of the span over all ranks
+  /// CPU time over wall time of every rank's forwards, backwards and
+  /// optimizer steps (0: not recorded; Note [load-normalised step]).
+  double cpu_share = 0;
   std::vector<MeasuredStage> stages;
 };
 
+/// Note [load-normalised step]
+/// A CPU plan from a measured profile predicts ranks that have a core each
+/// (Note [CPU time on a shared machine] in executor/runtime/cpu_clock.h). On
+/// a machine where other work holds cores, each rank computes only part of
+/// the wall time; its compute actions record both clocks, and their CPU time
+/// over their wall time is the share of a core the run got. Where every
+/// rank got about the same share, everything in the step stretches by its
+/// inverse (a receive waits for a peer that computes as slowly), so the
+/// measured step times the share is the step the ranks would have taken on
+/// cores of their own: the "step time on own cores" row, which is held
+/// against the prediction where the plain step time cannot be. Where the
+/// ranks' shares differ much, it is an estimate; the share is printed.
 /// Reduces a trace of rannc-exec --trace.
 ///
 /// Note [measured figures]
