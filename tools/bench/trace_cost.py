@@ -6,6 +6,12 @@ executor/train/timeline.h). Two models: a tiny GPT with 16 micro-batches (the
 most actions per second, where a per-action cost would show most) and
 exec_bench's GPT-style model with 8.
 
+Wall-clock runs on a shared machine differ by more than tracing can cost, so
+the cost is also measured where it arises: trace_record_bench runs the
+trainer's recording calls for the same number of actions per step, with the
+recorder on and off, in one process and in CPU time; the last two columns are
+that difference per step, and it over the untraced step.
+
   .venv/bin/python tools/bench/trace_cost.py [--build build] [--steps 12] [--rounds 3]
 """
 import argparse
@@ -41,8 +47,8 @@ def main():
     print(f"2 ranks, 2-stage 1F1B, {os.cpu_count()} cores, median step of steps 2..{a.steps - 1} per run, "
           f"median over {a.rounds} alternating rounds\n")
     print("| model | micro-batches | actions per step and rank | untraced ms/step | traced ms/step | ratio "
-          "| trace size |")
-    print("|---|---|---|---|---|---|---|")
+          "| trace size | recording per step (in-process) | recording / untraced step |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, margs, batch, mbs in MODELS:
         work = os.path.join(a.build, "trace_cost", name.replace(" ", "_"))
         run([sys.executable, os.path.join(ROOT, "models", "make_model.py"), *margs, "--out", work, "--batch-size",
@@ -64,8 +70,14 @@ def main():
         off, on = statistics.median(medians[False]), statistics.median(medians[True])
         events = json.load(open(trace))["traceEvents"]
         actions = sum(1 for e in events if e["ph"] == "X" and e["pid"] == 0 and e["cat"] != "idle") / a.steps
+        # Every action the trainer records (idle gaps are drawn at write time, not recorded).
+        bench = json.loads(run([os.path.join(a.build, "tools", "bench", "trace_record_bench"), "--actions-per-step",
+                                str(round(actions))]).stdout)
+        per_step_s = (bench["ns_per_action_traced"] - bench["ns_per_action_untraced"]) * 1e-9 * round(actions)
         print(f"| {name} | {mbs} | {actions:.0f} | {off * 1e3:.2f} | {on * 1e3:.2f} | {on / off:.3f}x "
-              f"| {os.path.getsize(trace) / 1024:.0f} KiB |")
+              f"| {os.path.getsize(trace) / 1024:.0f} KiB | {per_step_s * 1e6:.1f} us "
+              f"({bench['ns_per_action_traced'] - bench['ns_per_action_untraced']:.0f} ns x {round(actions)}) "
+              f"| {per_step_s / off:.2e} |")
 
 
 if __name__ == "__main__":
