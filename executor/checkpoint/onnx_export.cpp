@@ -75,6 +75,34 @@ Expected<int> writeOnnxWithWeights(const std::string &model_path, const std::map
   return int(replaced.size());
 }
 
+// Note [TorchScript buffers]
+// A module's state_dict leaves out the buffers it registered with
+// persistent=False (a rotary embedding's inv_freq in Hugging Face's models),
+// so load_state_dict(strict=True) refuses a dict that has them. A torch.export
+// archive records which buffers those are (its graph signature), and the
+// state dict of such a model leaves them out by itself. A TorchScript archive
+// does not: torch.jit.save pickles every buffer alike and lists them all in
+// the class's __buffers__ (torch.jit.load(path).state_dict() has them too).
+// So a TorchScript model's state dict holds every buffer the model reads; the
+// user, who knows the module, leaves out the non-persistent ones with
+// --drop-keys, and a name that is no key is an error rather than a silent
+// no-op. (tests/integration/cli_check.py --case export checks both.)
+Status dropKeys(std::map<std::string, ir::Tensor> &weights, const std::vector<std::string> &keys) {
+  for (const std::string &k : keys)
+    if (weights.erase(k) == 0) {
+      std::string some;
+      for (const auto &[name, t] : weights) some += (some.empty() ? "" : ", ") + name;
+      return Error{"--drop-keys: the state dict has no key '" + k + "' (its keys: " + some + ")"};
+    }
+  return Status::success();
+}
+
+const char *torchScriptBuffersNote() {
+  return "rannc-exec: note: a TorchScript archive does not record which buffers are persistent, so the state dict "
+         "holds every buffer the model reads; leave out those your module registers with persistent=False with "
+         "--drop-keys NAME,... (docs/training.md)\n";
+}
+
 Status exportCheckpoint(const ExportOptions &o, std::ostream &log) {
   auto c = openCheckpoint(o.checkpoint);
   if (!c) return Error{c.error().message};
@@ -91,10 +119,13 @@ Status exportCheckpoint(const ExportOptions &o, std::ostream &log) {
   if (!weights) return Error{weights.error().message};
   if (import::isTorchScriptPath(model) || import::isTorchExportPath(model)) {
     if (!o.write_state) return Error{model + ": a LibTorch model, whose export is a state dict: use rannc-exec export"};
+    if (Status st = dropKeys(*weights, o.drop_keys); !st) return st;
     if (Status st = o.write_state(model, *weights, o.output); !st) return st;
     log << "rannc-exec: wrote " << o.output << ": a state dict (torch.load; load_state_dict) from " << c->dir << " (step " << c->manifest.step << ")\n";
+    if (import::isTorchScriptPath(model) && o.drop_keys.empty()) log << torchScriptBuffersNote();
     return Status::success();
   }
+  if (!o.drop_keys.empty()) return Error{"--drop-keys: " + model + " is an ONNX model, whose export is the model, not a state dict"};
   auto n = writeOnnxWithWeights(model, *weights, o.output);
   if (!n) return Error{n.error().message};
   log << "rannc-exec: wrote " << o.output << ": " << *n << " trained initializer(s) from " << c->dir << " (step "

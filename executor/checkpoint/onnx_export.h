@@ -6,6 +6,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "planner/ir/ir.h"
 #include "planner/support/status.h"
@@ -19,6 +20,13 @@ namespace rannc::checkpoint {
 Expected<int> writeOnnxWithWeights(const std::string &model_path, const std::map<std::string, ir::Tensor> &weights,
                                    const std::string &out);
 
+/// Leaves `keys` (--drop-keys) out of a state dict's `weights`; a key it
+/// does not hold is an error naming it (Note [TorchScript buffers] in onnx_export.cpp).
+Status dropKeys(std::map<std::string, ir::Tensor> &weights, const std::vector<std::string> &keys);
+/// The line that says so when a TorchScript model's state dict was written
+/// without --drop-keys.
+const char *torchScriptBuffersNote();
+
 /// Writes the weights of a model (its path) as a state dict PyTorch's torch.load reads, at a path.
 using StateDictWriter =
     std::function<Status(const std::string &, std::map<std::string, ir::Tensor>, const std::string &)>;
@@ -31,6 +39,7 @@ struct ExportOptions {
   /// For a TorchScript or torch.export model, whose export is a state dict
   /// (LibTorch's writer, which this torch-free library cannot call itself).
   StateDictWriter write_state;
+  std::vector<std::string> drop_keys; ///< left out of the state dict (--drop-keys)
 };
 
 /// Checks that `model` is the model the checkpoint was trained from (SHA-256)

@@ -4,11 +4,13 @@
 
   exit-codes   one exit code per class (0 ok, 1 the run failed, 2 usage), the
                classes in --help, and "did you mean" for mistyped flags and verbs
-  once         a usage error under mpirun -np 2 is printed once, not per rank
+  once         a usage error under mpirun -np 2 is printed once, not per rank;
+               so is a --trace file that cannot be written, before any step
   optimizer    rannc-exec trains with the optimizer the plan assumed, unless told
   short-data   --data shorter than one step is an error, unless --wrap-data
   export       `rannc-exec export` of TorchScript and torch.export checkpoints: a state dict that
-               load_state_dict(strict=True) accepts (no non-persistent buffers)
+               load_state_dict(strict=True) accepts (no non-persistent buffers: by itself for
+               torch.export, with export --drop-keys for TorchScript, whose archive does not record them)
 
 Uses the mlp fixture (models/make_model.py --model mlp); export the gpt one."""
 import os
@@ -85,6 +87,14 @@ def case_once(env):
                  "mpirun -np 2 with missing data")
     if out.count("error:") != 1:
         sys.exit(f"the missing data was reported {out.count('error:')} times, not once:\n{out}")
+    # --trace is written after the last step: a place it cannot go stops the
+    # run at start-up, on rank 0 alone, before any step.
+    for where, needle in ((os.path.join(env.dir, "no-such-folder", "t.json"), "No such file or directory"),
+                          (env.dir, "is a folder, not a file")):
+        out = expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "1", "--trace", where]), 1,
+                     [f"--trace {where}: ", needle], f"mpirun -np 2 --trace {where}")
+        if out.count("error:") != 1 or "step 1/1" in out or "rannc-exec: done" in out:
+            sys.exit(f"--trace {where}: not one error before the first step:\n{out}")
 
 
 def case_optimizer(env):
@@ -112,7 +122,7 @@ def case_short_data(env):
            "--wrap-data trains on data shorter than a step")
 
 
-def train_and_export(env, plan, ranks, data, name):
+def train_and_export(env, plan, ranks, data, name, needles=()):
     """2 steps with a checkpoint and --export-state, then `rannc-exec export`
     of the checkpoint: the two state dicts, as torch.load reads them."""
     import torch
@@ -120,7 +130,7 @@ def train_and_export(env, plan, ranks, data, name):
     expect(env.mpirun(ranks, [plan, "--data", data, "--steps", "2", "--checkpoint-dir", ck, "--export-state", trained]),
            0, [], f"{name}: 2 steps with a checkpoint and --export-state")
     exported = os.path.join(env.dir, f"{name}-exported.pt")
-    expect(run([env.args.exec_tool, "export", ck, "-o", exported]), 0, ["a state dict"],
+    expect(run([env.args.exec_tool, "export", ck, "-o", exported]), 0, ["a state dict", *needles],
            f"{name}: rannc-exec export of the checkpoint")
     return torch.load(trained), torch.load(exported)
 
@@ -169,6 +179,35 @@ def case_export(env):
             sys.exit("a state dict holds the non-persistent buffer 'scale'")
         Net().load_state_dict(state, strict=True)
     print("ok: both state dicts of the .pt2 model load with load_state_dict(strict=True)")
+
+    # The same module traced to TorchScript, saved as torch.jit.save does by
+    # default: the archive does not record that 'scale' is non-persistent
+    # (Note [TorchScript buffers]), so the state dicts hold it and export
+    # says so; `export --drop-keys scale` writes one that loads strictly.
+    torch.jit.save(torch.jit.trace(Net(), (x, y)), os.path.join(net, "model.pt"))
+    plan = os.path.join(env.dir, "net-ts.pb")
+    expect(run([env.args.plan_tool, os.path.join(net, "model.pt"), "--data", os.path.join(net, "data"), "--gpus", "1",
+                "--device-type", "cpu", "--batch-size", "8", "--profile", "analytic", "-o", plan]), 0, [],
+           "rannc-plan net/model.pt")
+    for state in train_and_export(env, plan, 1, os.path.join(net, "data"), "net-ts",
+                                  ["does not record which buffers are persistent", "--drop-keys"]):
+        try:
+            Net().load_state_dict(state, strict=True)
+            sys.exit("the TorchScript model's state dict without --drop-keys loaded strictly: the test is wrong")
+        except RuntimeError as e:
+            if "scale" not in str(e):
+                sys.exit(f"strict load failed for another reason than 'scale': {e}")
+    ck, dropped = os.path.join(env.dir, "net-ts-ck"), os.path.join(env.dir, "net-ts-dropped.pt")
+    expect(run([env.args.exec_tool, "export", ck, "-o", dropped, "--drop-keys", "scale"]), 0, ["a state dict"],
+           "rannc-exec export --drop-keys scale")
+    state = torch.load(dropped)
+    Net().load_state_dict(state, strict=True)
+    print(f"ok: export --drop-keys scale of the TorchScript model loads with load_state_dict(strict=True): "
+          f"{sorted(state)}")
+    expect(run([env.args.exec_tool, "export", ck, "-o", os.path.join(env.dir, "x.pt"), "--drop-keys", "scael"]), 1,
+           ["--drop-keys: the state dict has no key 'scael'", "scale"], "export --drop-keys of no key")
+    if os.path.exists(os.path.join(env.dir, "x.pt")):
+        sys.exit("export --drop-keys of no key wrote its output")
 
 
 CASES = {name[5:].replace("_", "-"): f for name, f in globals().items() if name.startswith("case_")}

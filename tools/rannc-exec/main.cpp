@@ -32,6 +32,10 @@ std::function<int()> addExport(CLI::App &app) {
   cmd->add_option("--model", o->model, "the model it was trained from (default: the path the checkpoint records)");
   cmd->add_option("-o,--output", o->output, "the file to write (atomically): OUT.onnx, or OUT.pt for a LibTorch model")
       ->required();
+  cmd->add_option("--drop-keys", o->drop_keys,
+                  "NAME,...: keys to leave out of a state dict (a TorchScript model's buffers that the module "
+                  "registers with persistent=False: the archive does not record it)")
+      ->delimiter(',');
   o->write_state = rannc::train::writeStateDict;
   return [o] {
     rannc::Status st;
