@@ -54,8 +54,8 @@ struct MeasuredRun {
 /// cores of their own: the "step time on own cores" row, which is held
 /// against the prediction where the plain step time cannot be. Where the
 /// ranks' shares differ much, it is an estimate; the share is printed. Where
-/// the share is small, each hand-over of a micro-batch also waits for the
-/// receiving rank's next time slice, which the share does not scale away:
+/// the share is small, each hand-over of a micro-batch likely also waits for
+/// the receiving rank's next time slice, which the share does not scale away:
 /// the estimate comes out long (ratios 0.87-0.91 at shares 0.09-0.14, while
 /// each stage's compute in CPU time agreed within 6%; docs/figures.md).
 /// Reduces a trace of rannc-exec --trace.

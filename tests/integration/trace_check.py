@@ -143,8 +143,8 @@ def main():
     # machine. The step on own cores (the step times the run's CPU share,
     # Note [load-normalised step]) is held to it where the ranks computed at
     # least half of the wall time: below that, each hand-over of a
-    # micro-batch waits for the receiving rank's next time slice, a delay the
-    # share does not scale away (two runs at load 15-16 on 2 cores, shares
+    # micro-batch likely waits for the receiving rank's next time slice, a
+    # delay the share does not scale away (two runs at load 15-16 on 2 cores, shares
     # 0.085 and 0.14: compute within 6%, step on own cores 0.91 and 0.87).
     # The wall step is held to it where the load average was at most the
     # core count, before and after. What is not held is printed.
