@@ -159,6 +159,13 @@ Expected<int64_t> Checkpointer::start(std::ostream &log) {
       if (!out.empty() && !parent.empty() && !fs::is_directory(parent, ec))
         st = Error{out + ": folder " + parent.string() + " does not exist (" + flag + ")"};
     }
+    // A mistyped --drop-keys now, not after the last step: the state dict's
+    // keys are the graph's parameters and buffers.
+    std::set<std::string> keys;
+    for (const auto *ids : {&ctx_.graph.parameters, &ctx_.graph.buffers})
+      for (ir::ValueId id : *ids) keys.insert(ctx_.graph.values[size_t(id)].name);
+    for (const std::string &k : o.drop_keys)
+      if (!keys.count(k)) st = Error{"--drop-keys: the model has no parameter or buffer '" + k + "'"};
   }
   if (st.ok() && ctx_.comm.rank() == 0 && !o.checkpoint_dir.empty() && !o.resume) {
     // A fresh run must not mix its checkpoints with another run's: a later
@@ -544,8 +551,11 @@ Status Checkpointer::exportTrained(std::ostream &log) {
       else log << "rannc-exec: wrote " << o.export_onnx << " with " << *n << " trained initializer(s)\n";
     }
     if (st.ok() && !o.export_state.empty()) {
-      st = writeStateDict(model_path_, weights, o.export_state);
+      st = checkpoint::dropKeys(weights, o.drop_keys); // Note [TorchScript buffers]
+      if (st.ok()) st = writeStateDict(model_path_, weights, o.export_state);
       if (st.ok()) log << "rannc-exec: wrote " << o.export_state << " (" << weights.size() << " tensors, torch.load)\n";
+      if (st.ok() && import::isTorchScriptPath(model_path_) && o.drop_keys.empty())
+        log << checkpoint::torchScriptBuffersNote();
     }
   }
   comm.waitSends();

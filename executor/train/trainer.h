@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "executor/comm/comm.h"
 #include "executor/comm/rehearsal.h"
@@ -57,6 +58,7 @@ struct TrainOptions {
   bool resume_other_data = false; ///< resume though the --data files differ from the checkpoint's
   std::string export_onnx;      ///< at the end, the model with the trained weights goes here
   std::string export_state;     ///< at the end, the trained weights as a state dict (torch.load) go here
+  std::vector<std::string> drop_keys; ///< left out of export_state (Note [TorchScript buffers])
   /// Seed for the parameters and buffers the model file has no contents for
   /// (a weightless model; Note [initial weights] in executor/runtime/weights.h);
   /// unset: such a model is an error.

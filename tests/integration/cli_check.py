@@ -10,7 +10,7 @@
   short-data   --data shorter than one step is an error, unless --wrap-data
   export       `rannc-exec export` of TorchScript and torch.export checkpoints: a state dict that
                load_state_dict(strict=True) accepts (no non-persistent buffers: by itself for
-               torch.export, with export --drop-keys for TorchScript, whose archive does not record them)
+               torch.export, with --drop-keys for TorchScript, whose archive does not record them)
 
 Uses the mlp fixture (models/make_model.py --model mlp); export the gpt one."""
 import os
@@ -122,16 +122,17 @@ def case_short_data(env):
            "--wrap-data trains on data shorter than a step")
 
 
-def train_and_export(env, plan, ranks, data, name, needles=()):
+def train_and_export(env, plan, ranks, data, name, extra=(), needles=()):
     """2 steps with a checkpoint and --export-state, then `rannc-exec export`
-    of the checkpoint: the two state dicts, as torch.load reads them."""
+    of the checkpoint, both with `extra` flags and printing `needles`: the two
+    state dicts, as torch.load reads them."""
     import torch
     ck, trained = os.path.join(env.dir, f"{name}-ck"), os.path.join(env.dir, f"{name}-trained.pt")
-    expect(env.mpirun(ranks, [plan, "--data", data, "--steps", "2", "--checkpoint-dir", ck, "--export-state", trained]),
-           0, [], f"{name}: 2 steps with a checkpoint and --export-state")
+    expect(env.mpirun(ranks, [plan, "--data", data, "--steps", "2", "--checkpoint-dir", ck, "--export-state", trained]
+                      + list(extra)), 0, needles, f"{name}: 2 steps with a checkpoint and --export-state {extra}")
     exported = os.path.join(env.dir, f"{name}-exported.pt")
-    expect(run([env.args.exec_tool, "export", ck, "-o", exported]), 0, ["a state dict", *needles],
-           f"{name}: rannc-exec export of the checkpoint")
+    expect(run([env.args.exec_tool, "export", ck, "-o", exported] + list(extra)), 0, ["a state dict", *needles],
+           f"{name}: rannc-exec export of the checkpoint {extra}")
     return torch.load(trained), torch.load(exported)
 
 
@@ -182,28 +183,29 @@ def case_export(env):
 
     # The same module traced to TorchScript, saved as torch.jit.save does by
     # default: the archive does not record that 'scale' is non-persistent
-    # (Note [TorchScript buffers]), so the state dicts hold it and export
-    # says so; `export --drop-keys scale` writes one that loads strictly.
+    # (Note [TorchScript buffers]), so the state dicts hold it and both
+    # exports say so; with --drop-keys scale both load strictly.
     torch.jit.save(torch.jit.trace(Net(), (x, y)), os.path.join(net, "model.pt"))
     plan = os.path.join(env.dir, "net-ts.pb")
     expect(run([env.args.plan_tool, os.path.join(net, "model.pt"), "--data", os.path.join(net, "data"), "--gpus", "1",
                 "--device-type", "cpu", "--batch-size", "8", "--profile", "analytic", "-o", plan]), 0, [],
            "rannc-plan net/model.pt")
     for state in train_and_export(env, plan, 1, os.path.join(net, "data"), "net-ts",
-                                  ["does not record which buffers are persistent", "--drop-keys"]):
+                                  needles=["does not record which buffers are persistent", "--drop-keys"]):
         try:
             Net().load_state_dict(state, strict=True)
             sys.exit("the TorchScript model's state dict without --drop-keys loaded strictly: the test is wrong")
         except RuntimeError as e:
             if "scale" not in str(e):
                 sys.exit(f"strict load failed for another reason than 'scale': {e}")
-    ck, dropped = os.path.join(env.dir, "net-ts-ck"), os.path.join(env.dir, "net-ts-dropped.pt")
-    expect(run([env.args.exec_tool, "export", ck, "-o", dropped, "--drop-keys", "scale"]), 0, ["a state dict"],
-           "rannc-exec export --drop-keys scale")
-    state = torch.load(dropped)
-    Net().load_state_dict(state, strict=True)
-    print(f"ok: export --drop-keys scale of the TorchScript model loads with load_state_dict(strict=True): "
-          f"{sorted(state)}")
+    for state in train_and_export(env, plan, 1, os.path.join(net, "data"), "net-ts-dropped", ["--drop-keys", "scale"]):
+        Net().load_state_dict(state, strict=True)
+    print(f"ok: with --drop-keys scale both state dicts of the TorchScript model load with "
+          f"load_state_dict(strict=True): {sorted(state)}")
+    ck = os.path.join(env.dir, "net-ts-ck")
+    expect(env.mpirun(1, [plan, "--data", os.path.join(net, "data"), "--steps", "1", "--export-state",
+                          os.path.join(env.dir, "y.pt"), "--drop-keys", "scael"]), 1,
+           ["--drop-keys: the model has no parameter or buffer 'scael'"], "--export-state --drop-keys of no key")
     expect(run([env.args.exec_tool, "export", ck, "-o", os.path.join(env.dir, "x.pt"), "--drop-keys", "scael"]), 1,
            ["--drop-keys: the state dict has no key 'scael'", "scale"], "export --drop-keys of no key")
     if os.path.exists(os.path.join(env.dir, "x.pt")):

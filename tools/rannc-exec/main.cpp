@@ -157,9 +157,14 @@ std::function<int()> addTrain(CLI::App &app, int &argc, char **&argv) {
                "with --resume: continue though the --data files differ (size or SHA-256) from those the checkpoint "
                "was trained on");
   app.add_option("--export-onnx", o.export_onnx, "OUT.onnx: at the end, write the model with the trained weights");
-  app.add_option("--export-state", o.export_state,
+  auto *export_state = app.add_option("--export-state", o.export_state,
                  "OUT.pt: at the end, write the trained parameters and buffers as a state dict PyTorch's torch.load "
                  "reads (any model; TorchScript models' export)");
+  app.add_option("--drop-keys", o.drop_keys,
+                 "NAME,...: keys to leave out of --export-state's state dict (a TorchScript model's buffers that the "
+                 "module registers with persistent=False: the archive does not record it)")
+      ->delimiter(',')
+      ->needs(export_state);
   return [o_ptr, flags_ptr, &app, &argc, &argv] {
     rannc::train::TrainOptions &o = *o_ptr;
     if (const char *r = std::getenv("RANNC_REHEARSAL")) flags_ptr->rehearsal = r; // test hooks (docs/gpu.md)
