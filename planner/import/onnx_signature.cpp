@@ -306,11 +306,14 @@ private:
       "1: seq}}), or ";
 
   /// Why `params` cannot be restored when their module reads, where its FX
-  /// node reads an op's result (`%add_407`), a folded constant that result
-  /// became (`add_173`, named after the same op): a function of the
-  /// parameter, such as Gemma's RMSNorm scale `1 + weight`, folded with its
-  /// other operand. Empty when no such read explains them.
+  /// node reads an arithmetic op's result (`%add_407`), a folded constant
+  /// that result became (`add_173`, named after the same op): a function of
+  /// the parameter, such as Gemma's RMSNorm scale `1 + weight`, folded with
+  /// its other operand. Empty when no such read explains them.
   std::string foldedFunction(const std::vector<std::string> &params, const ExportSignature &sig) const {
+    // Elementwise arithmetic of the parameter and another operand; a lookup
+    // (index, view, unsqueeze of a table) keeps the general reason and its hint.
+    static const std::set<std::string> kArithmetic = {"add", "sub", "rsub", "mul", "div"};
     std::set<std::string> computed;
     for (const auto &n : g_.node())
       for (const auto &o : n.output()) computed.insert(o);
@@ -324,7 +327,7 @@ private:
         for (const auto &c : g_.node(n).input()) {
           if (!init_.count(c) || sig.parameters.count(c) || sig.buffers.count(c)) continue;
           for (const auto &x : args)
-            if (!computed.count(x) && fxOp(x) == fxOp(c)) {
+            if (!computed.count(x) && fxOp(x) == fxOp(c) && kArithmetic.count(fxOp(x))) {
               const std::string s = p + ": PyTorch's %" + x + " (aten " + fxOp(x) + " of the parameter) is the constant " + c;
               if (std::find(seen.begin(), seen.end(), s) == seen.end()) seen.push_back(s);
             }
