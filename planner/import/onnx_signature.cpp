@@ -476,9 +476,10 @@ private:
           for (const auto &[from, to] : c.with) text = renameFxToken(text, from, to);
           setNodeMetadata(copy, "pkg.torch.onnx.fx_node", text);
           const std::string scopes = meta["pkg.torch.onnx.name_scopes"], was = moduleOf(scopes);
-          setNodeMetadata(copy, "pkg.torch.onnx.name_scopes",
-                          std::regex_replace(scopes, std::regex("'" + std::regex_replace(was, std::regex(R"([.])"), R"(\.)") + "'"),
-                                             "'" + c.module + "'"));
+          if (!was.empty()) // the copy runs in the module whose parameters it reads
+            setNodeMetadata(copy, "pkg.torch.onnx.name_scopes",
+                            std::regex_replace(scopes, std::regex("'" + std::regex_replace(was, std::regex(R"([.])"), R"(\.)") + "'"),
+                                               "'" + c.module + "'"));
           *nodes.Add() = std::move(copy);
         }
         names.push_back(x + " (" + c.module + ", merged into " + c.survivor + ")");
