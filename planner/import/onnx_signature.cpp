@@ -7,6 +7,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "planner/import/onnx_import.h"
@@ -31,6 +32,8 @@ namespace rannc::import {
 // target='model.h.0.ln_2.weight'`), and each node's metadata
 // `pkg.torch.onnx.fx_node` is the FX node it came from, naming the
 // placeholders that node read. restoreSignature uses both:
+//   - a computation the optimizer merged into an equal one of another
+//     module runs again on its own parameters (Note [merged computations]);
 //   - a parameter initializer read by a node whose FX node names another,
 //     missing parameter of the same leaf name (`weight`, `bias`) was merged
 //     into it: that node reads a copy under the missing name again;
@@ -114,6 +117,48 @@ std::string moduleOf(const std::string &scopes) {
   return parts.size() >= 2 ? parts[parts.size() - 2] : "";
 }
 
+/// The name of the FX node an FX node's text defines (`%layer_norm_1 : ...` -> `layer_norm_1`).
+std::string fxName(const std::string &fx) {
+  static const std::regex name(R"(^%([A-Za-z0-9_]+) :)");
+  std::smatch m;
+  return std::regex_search(fx, m, name) ? std::string(m[1]) : "";
+}
+
+/// The op an FX node name comes from: FX names a node after its target and numbers repeats (`layer_norm_1`).
+std::string fxOp(const std::string &name) {
+  static const std::regex numbered(R"(^(.*)_[0-9]+$)");
+  std::smatch m;
+  return std::regex_match(name, m, numbered) ? std::string(m[1]) : name;
+}
+
+/// `text` with every whole `%from` token replaced by `%to`.
+std::string renameFxToken(const std::string &text, const std::string &from, const std::string &to) {
+  return std::regex_replace(text, std::regex("%" + from + "(?![A-Za-z0-9_])"), "%" + to);
+}
+
+/// Sets the metadata entry `key` of node `n` (kept as unknown fields, as metadata() reads them).
+void setNodeMetadata(onnx::NodeProto &n, const std::string &key, const std::string &value) {
+  auto entries = metadata(n, kNodeMetadataField);
+  entries[key] = value;
+  auto *unknown = n.mutable_unknown_fields();
+  unknown->DeleteByNumber(kNodeMetadataField);
+  for (const auto &[k, v] : entries) {
+    onnx::StringStringEntryProto e;
+    e.set_key(k);
+    e.set_value(v);
+    unknown->AddLengthDelimited(kNodeMetadataField, e.SerializeAsString());
+  }
+}
+
+/// How many leading dotted components two module paths share.
+size_t commonPrefix(const std::string &a, const std::string &b) {
+  size_t shared = 0, i = 0;
+  for (; i < a.size() && i < b.size() && a[i] == b[i]; ++i)
+    if (a[i] == '.') ++shared;
+  const bool whole = (i == a.size() || a[i] == '.') && (i == b.size() || b[i] == '.');
+  return shared + (whole && i > 0 ? 1 : 0);
+}
+
 bool isFloatTensor(const onnx::TensorProto &t) {
   auto dt = dtypeFromOnnx(t.data_type());
   return dt && ir::isFloating(*dt);
@@ -161,6 +206,7 @@ public:
       if (p.kind == "BUFFER") sig.buffers.insert(p.target);
     }
     for (int i = 0; i < g_.initializer_size(); ++i) init_[g_.initializer(i).name()] = i;
+    unmergeComputations(param_of);
     // Each node's parameters by its FX node.
     std::vector<std::vector<std::string>> node_params(size_t(g_.node_size()));
     std::set<std::string> mentioned;
@@ -204,6 +250,10 @@ public:
       if (!tied) lookups.push_back(p);
     }
     if (!lookups.empty()) {
+      if (std::string why = foldedFunction(lookups, sig); !why.empty()) {
+        audit_.add(AuditAction::Refused, "folded parameter", why, lookups);
+        return Error{where_ + ": " + lookups.front() + (lookups.size() > 1 ? " and others" : "") + ": " + why};
+      }
       const std::string reason = std::string(kLookupReason) + (dynamicSequence() ? "; " : kFixedSequenceHint) +
                                  "export with torch.onnx.export(..., optimize=False)";
       audit_.add(AuditAction::Refused, "folded parameter", reason, lookups);
@@ -241,19 +291,57 @@ private:
   // Note [unread parameters]: no node of the optimized graph reads these
   // parameters, and rannc cannot say which computation the optimizer took:
   // a table looked up at fixed positions (a position embedding at a fixed
-  // sequence length, Swin's relative position bias), a function of the
-  // parameter alone folded into a constant (Gemma's RMSNorm scales by
-  // 1 + weight), or a computation merged into an equal one that reads
-  // another module's parameters with the same starting values (GPT-NeoX's
-  // parallel residual: both LayerNorms of a layer normalise one input).
+  // sequence length, Swin's relative position bias), or a function of the
+  // parameter folded with a constant into a constant (Gemma's RMSNorm scales
+  // by 1 + weight: the file keeps `add_173` = 1 + weight, but neither the
+  // weight nor the 1, so the weight cannot be recovered; foldedFunction names
+  // the folded op). A computation merged into an equal one of another module
+  // is restored before (Note [merged computations]).
   static constexpr const char *kLookupReason =
       "torch.onnx.export's optimizer (optimize=True, the default) folded every computation that reads these "
       "parameters into a constant or merged it into another module's equal one (a table looked up at fixed "
-      "positions, a function of the parameter alone such as Gemma's 1 + weight, GPT-NeoX's two LayerNorms of one "
-      "input), so they cannot be trained";
+      "positions, a function of the parameter such as Gemma's 1 + weight), so they cannot be trained";
   static constexpr const char *kFixedSequenceHint =
       "; for a lookup at fixed positions make the sequence dimension dynamic too (dynamic_shapes={name: {0: batch, "
       "1: seq}}), or ";
+
+  /// Why `params` cannot be restored when their module reads, where its FX
+  /// node reads an arithmetic op's result (`%add_407`), a folded constant
+  /// that result became (`add_173`, named after the same op): a function of
+  /// the parameter, such as Gemma's RMSNorm scale `1 + weight`, folded with
+  /// its other operand. Empty when no such read explains them.
+  std::string foldedFunction(const std::vector<std::string> &params, const ExportSignature &sig) const {
+    // Elementwise arithmetic of the parameter and another operand; a lookup
+    // (index, view, unsqueeze of a table) keeps the general reason and its hint.
+    static const std::set<std::string> kArithmetic = {"add", "sub", "rsub", "mul", "div"};
+    std::set<std::string> computed;
+    for (const auto &n : g_.node())
+      for (const auto &o : n.output()) computed.insert(o);
+    std::vector<std::string> seen;
+    for (const auto &p : params) {
+      const std::string own = p.substr(0, p.rfind('.'));
+      for (int n = 0; n < g_.node_size() && seen.size() < 2; ++n) {
+        auto meta = metadata(g_.node(n), kNodeMetadataField);
+        if (moduleOf(meta["pkg.torch.onnx.name_scopes"]) != own) continue;
+        const auto args = fxArguments(meta["pkg.torch.onnx.fx_node"]);
+        for (const auto &c : g_.node(n).input()) {
+          if (!init_.count(c) || sig.parameters.count(c) || sig.buffers.count(c)) continue;
+          for (const auto &x : args)
+            if (!computed.count(x) && fxOp(x) == fxOp(c) && kArithmetic.count(fxOp(x))) {
+              const std::string s = p + ": PyTorch's %" + x + " (aten " + fxOp(x) + " of the parameter) is the constant " + c;
+              if (std::find(seen.begin(), seen.end(), s) == seen.end()) seen.push_back(s);
+            }
+        }
+      }
+    }
+    if (seen.empty()) return "";
+    std::string out = "torch.onnx.export's optimizer (optimize=True, the default) folded a function of these parameters "
+                      "into constants (";
+    for (size_t i = 0; i < seen.size(); ++i) out += (i ? "; " : "") + seen[i];
+    return out + "): the file holds neither the parameter nor the function's other operand, so the parameter cannot "
+                 "be recovered or trained; save torch.export.export's program with torch.export.save instead, or "
+                 "export with torch.onnx.export(..., optimize=False)";
+  }
 
   /// True when some graph input's dimension 1 is symbolic (a dynamic sequence).
   bool dynamicSequence() const {
@@ -283,6 +371,125 @@ private:
         "torch.export.Dim(\"batch\")} for each input})";
     audit_.add(AuditAction::Refused, "fixed batch dimension", reason, fixed);
     return Error{where_ + ": input " + fixed.front() + ": " + reason};
+  }
+
+  // Note [merged computations]: the optimizer's common-subexpression
+  // elimination merges two nodes whose inputs are the same values. Once it
+  // has merged parameters of equal contents (Note [export signature]), two
+  // modules applied to one input become one: GPT-NeoX's parallel residual
+  // normalises one hidden state with two LayerNorms, both starting at ones
+  // and zeros, and the file keeps one LayerNormalization that both the
+  // attention and the MLP read. The readers' FX nodes still name the value
+  // they read in PyTorch (`linear_2` reads `%layer_norm_1`), a value no node
+  // of the file computes, of the same op as the one it reads (`layer_norm`).
+  // That computation runs again: a copy of the surviving FX node's nodes that
+  // reads, in place of each of its parameters, the parameter of the same leaf
+  // name of one module nothing reads (the module nearest the reader; a tie is
+  // left to the refusal), each starting at the survivor's contents: the merge
+  // happened because they were equal. splitMerged then gives the copy its own
+  // initializers.
+  void unmergeComputations(const std::map<std::string, std::string> &param_of) {
+    std::map<std::string, std::string> ph_of; // parameter target -> placeholder
+    for (const auto &[ph, target] : param_of) ph_of[target] = ph;
+    std::set<std::string> produced, mentioned;
+    for (const auto &in : g_.input()) produced.insert(in.name());
+    for (const auto &[name, i] : init_) produced.insert(name);
+    std::vector<std::string> fx(size_t(g_.node_size())), name(fx.size());
+    std::map<std::string, int> producer;
+    for (int n = 0; n < g_.node_size(); ++n) {
+      fx[size_t(n)] = metadata(g_.node(n), kNodeMetadataField)["pkg.torch.onnx.fx_node"];
+      name[size_t(n)] = fxName(fx[size_t(n)]);
+      for (const auto &o : g_.node(n).output()) produced.insert(o), producer[o] = n;
+      for (const auto &a : fxArguments(fx[size_t(n)]))
+        if (auto it = param_of.find(a); it != param_of.end()) mentioned.insert(it->second);
+    }
+    std::map<std::string, std::vector<std::string>> unread; // module -> its parameters nothing reads
+    for (const auto &[ph, target] : param_of)
+      if (!mentioned.count(target)) unread[target.substr(0, target.rfind('.'))].push_back(target);
+    struct Copy {
+      std::string survivor, module;         // the FX value read, the module whose parameters the copy reads
+      std::map<std::string, std::string> with; // survivor's placeholder -> the copy's
+    };
+    std::map<std::string, Copy> copies;                      // merged-away FX value -> its copy
+    std::vector<std::tuple<int, int, std::string>> redirect; // (node, input, merged-away value)
+    for (int n = 0; n < g_.node_size(); ++n) {
+      const auto args = fxArguments(fx[size_t(n)]);
+      for (int k = 0; k < g_.node(n).input_size(); ++k) {
+        const std::string &y = g_.node(n).input(k);
+        auto p = producer.find(y);
+        if (p == producer.end() || name[size_t(p->second)] != y || std::count(args.begin(), args.end(), y)) continue;
+        std::vector<std::string> gone;
+        for (const auto &a : args)
+          if (!produced.count(a) && !param_of.count(a) && a != y && fxOp(a) == fxOp(y)) gone.push_back(a);
+        if (gone.size() != 1) continue;
+        const std::string &x = gone.front();
+        if (!copies.count(x)) {
+          std::vector<std::string> own; // the survivor's parameters
+          for (const auto &a : fxArguments(fx[size_t(p->second)]))
+            if (auto it = param_of.find(a); it != param_of.end()) own.push_back(it->second);
+          const std::string reader = moduleOf(metadata(g_.node(n), kNodeMetadataField)["pkg.torch.onnx.name_scopes"]);
+          std::string best;
+          size_t best_score = 0, ties = 0;
+          for (const auto &[module, params] : unread) {
+            bool fits = !own.empty();
+            for (const auto &q : own)
+              fits = fits && std::count_if(params.begin(), params.end(),
+                                           [&](const std::string &r) { return leafName(r) == leafName(q); }) == 1;
+            bool taken = false;
+            for (const auto &[v, c] : copies) taken = taken || c.module == module;
+            if (!fits || taken) continue;
+            const size_t score = commonPrefix(module, reader);
+            if (score > best_score || best.empty()) best = module, best_score = score, ties = 0;
+            else if (score == best_score) ++ties;
+          }
+          if (best.empty() || ties) continue;
+          Copy c{y, best, {}};
+          for (const auto &q : own) c.with[ph_of.at(q)] = ph_of.at(best + "." + leafName(q));
+          copies[x] = std::move(c);
+        }
+        if (copies.at(x).survivor == y) redirect.emplace_back(n, k, x);
+      }
+    }
+    if (copies.empty()) return;
+    for (const auto &[n, k, x] : redirect) g_.mutable_node(n)->set_input(k, x);
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+    std::vector<std::string> names;
+    for (int n = 0; n < g_.node_size(); ++n) {
+      *nodes.Add() = g_.node(n);
+      const bool last = n + 1 == g_.node_size() || name[size_t(n + 1)] != name[size_t(n)];
+      for (const auto &[x, c] : copies) {
+        if (!last || name[size_t(n)] != c.survivor) continue;
+        int first = n;
+        while (first > 0 && name[size_t(first - 1)] == c.survivor) --first;
+        auto rename = [&](const std::string &v) { return v == c.survivor ? x : v + "_" + x; };
+        std::set<std::string> inner;
+        for (int m = first; m <= n; ++m)
+          for (const auto &o : g_.node(m).output()) inner.insert(o);
+        for (int m = first; m <= n; ++m) {
+          onnx::NodeProto copy = g_.node(m);
+          copy.set_name(copy.name() + "_" + x);
+          for (int i = 0; i < copy.input_size(); ++i)
+            if (inner.count(copy.input(i))) copy.set_input(i, rename(copy.input(i)));
+          for (int i = 0; i < copy.output_size(); ++i) copy.set_output(i, rename(copy.output(i)));
+          auto meta = metadata(copy, kNodeMetadataField);
+          std::string text = renameFxToken(fx[size_t(m)], c.survivor, x);
+          for (const auto &[from, to] : c.with) text = renameFxToken(text, from, to);
+          setNodeMetadata(copy, "pkg.torch.onnx.fx_node", text);
+          const std::string scopes = meta["pkg.torch.onnx.name_scopes"], was = moduleOf(scopes);
+          if (!was.empty()) // the copy runs in the module whose parameters it reads
+            setNodeMetadata(copy, "pkg.torch.onnx.name_scopes",
+                            std::regex_replace(scopes, std::regex("'" + std::regex_replace(was, std::regex(R"([.])"), R"(\.)") + "'"),
+                                               "'" + c.module + "'"));
+          *nodes.Add() = std::move(copy);
+        }
+        names.push_back(x + " (" + c.module + ", merged into " + c.survivor + ")");
+      }
+    }
+    g_.mutable_node()->Swap(&nodes);
+    audit_.add(AuditAction::Fixed, "merged computation",
+               "the exporter merged a module's computation into an equal one of another module (their parameters "
+               "started equal); it runs again on its own parameters",
+               names);
   }
 
   /// Node inputs that read a parameter merged into another of the same leaf name read a copy under their own name.
