@@ -5,19 +5,28 @@ For a torchvision model of the test zoo exported by the legacy ONNX exporter
 (models/make_model.py's model.onnx: BatchNorm in training mode), this runs
 one SGD step twice from the same weights and samples:
   - rannc-exec on one rank, learning rate 1024 (a power of two, so the
-    exported weights give each gradient as (W0 - W1) / 1024 with no rounding
-    of the scale), and
+    exported weights give each gradient with the one rounding the update
+    itself makes), and
   - PyTorch's own module (models/zoo.py) loaded with the file's weights,
     one intra-op thread as rannc-exec runs,
-and prints, per parameter in the order backward reaches them (the loss
-first), the relative difference of the two gradients. The first parameter
-whose gradient differs is where the divergence enters backward; the script
-then replays PyTorch with the candidate op substituted by what the ONNX
-file makes rannc run (--substitute), and says how much of the gap each
-substitution closes. Every number comes from this one run, so the comparison
-holds on any CPU even where the digits differ.
+and prints both runs' losses, per parameter in the order backward reaches
+them the relative difference of the two gradients, and then PyTorch again
+with one op at a time as the ONNX file makes rannc run it (SiLU as
+x * sigmoid(x), BatchNorm's eps rounded to float32 as an ONNX attribute
+holds it, ...): a substitution that closes 100% of the gap, gradients equal
+bit for bit, is the op and the kernel argument that make it. Every number
+comes from this one run, so the comparison holds on any CPU even where the
+digits differ.
+
+--bisect values|gradients finds the first node whose output differs: the
+graph is cut after a node (Conv, BatchNormalization, Relu, Sigmoid), and
+rannc trains the cut graph one step, its loss sum(V * P); with P a zero
+parameter of V's shape, P's gradient is V itself, bit for bit (values), with
+P a fixed random tensor, the parameters' gradients compare the backward too
+(gradients). PyTorch's module output at the same node is hooked.
 
     .venv/bin/python tools/bench/onnx_gap.py --model regnet_y_400mf [--build build]
+    .venv/bin/python tools/bench/onnx_gap.py --model regnet_y_400mf --bisect values
 """
 import argparse
 import copy

@@ -56,9 +56,10 @@ std::vector<int64_t> normAxes(const OpCtx &c, std::vector<int64_t> axes, int64_t
 // at 1x1 spatial: input equal bit for bit, output 16 of 3520 elements one ulp
 // off; torch.batch_norm with the float32 eps reproduces rannc's output
 // exactly), which the model's conditioning amplified to 3.8e-5 by the
-// second step (docs/front-ends.md). The shortest decimal that rounds to the stored float32 is the
-// number the exporter was given (1e-05, 0.001), so the kernel uses that
-// decimal's double.
+// second step; with SiLU's decomposition it was EfficientNet-B0's too
+// (docs/front-ends.md). The shortest decimal that rounds to the stored
+// float32 is the number the exporter was given (1e-05, 0.001), so the
+// kernel uses that decimal's double.
 double exportedDouble(double float_attr) {
   char buf[64];
   const auto res = std::to_chars(buf, buf + sizeof buf, static_cast<float>(float_attr)); // shortest round trip
