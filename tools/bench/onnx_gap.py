@@ -32,7 +32,6 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -45,15 +44,9 @@ import torch.nn.functional as F
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "models"))
 import zoo  # noqa: E402
+from large_plans import run  # noqa: E402  (a command's result; exits with its stderr when it fails)
 
 LR = 1024.0
-
-
-def run(cmd):
-    p = subprocess.run(cmd, text=True, capture_output=True)
-    if p.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
-    return p
 
 
 def onnx_weights(path):
