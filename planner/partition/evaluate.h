@@ -83,7 +83,7 @@ struct StageCost {
   double fwd_s = 0;             ///< forward compute (one device's share under tensor parallelism)
   double bwd_s = 0;             ///< backward compute, without the recomputation
   double tp_collective_s = 0;   ///< the tensor-parallel all-reduces of one forward (and of one backward); 0 for t = 1
-  double stat_sync_s = 0;       ///< synchronised BatchNorm statistics of one forward (and of one backward) over the replicas
+  double stat_sync_s = 0;       ///< BatchNorm statistics' all-reduces of one forward (and one backward); 0 for r = 1
   double recompute_s = 0;       ///< the extra forward (with its collectives) when recomputing, else 0
   double recv_activations_s = 0; ///< receiving the stage inputs (0 for stage 0)
   double recv_gradients_s = 0;   ///< receiving the gradients of the outputs (0 for the last stage)
