@@ -280,12 +280,21 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.constraints.stages = opts.stages;
   p.constraints.replicas = opts.replicas;
   p.constraints.microbatches = opts.microbatches;
-  // Note [batch statistics]: exact statistics leave one micro-batch to search.
+  // Note [batch statistics]: exact statistics leave one micro-batch to search,
+  // and each BatchNorm's all-reduces over a stage's replicas cost time
+  // (Note [partition cost model]): the sums of its C channels and their count
+  // (C + 1 floats), then the squared deviations (C), and their gradients back.
   if (opts.exact_batchnorm && ir::hasBatchStatistics(g)) {
     if (opts.microbatches > 1)
       return Error{"--batchnorm exact plans BatchNorm models in one micro-batch; drop --microbatches " +
                    std::to_string(opts.microbatches) + " (or plan with --batchnorm local)"};
     p.constraints.microbatches = 1;
+    for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v)
+      if (ir::computesBatchStatistics(g.nodes[v]) && unit_of[v] >= 0) {
+        partition::Block &b = p.blocks[unit_of[v]];
+        b.stat_sync_bytes += double(2 * ir::batchNormChannels(g, g.nodes[v]) + 1) * 4; // float32 sums
+        b.stat_sync_collectives += 2;
+      }
   }
   p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
   p.constraints.schedule = opts.schedule;

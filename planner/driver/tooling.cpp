@@ -160,6 +160,7 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   // check refuses another precision; until then it counts weight copies, as any non-fp32 one did.
   const auto precision = cost::planPrecision(plan);
   lower.precision = precision ? *precision : cost::Precision::BF16;
+  lower.exact_batchnorm = plan.batchnorm() == "exact"; // its all-reduces cost time (Note [batch statistics])
   // Tensor parallelism: the sharding the plan records (Note [tensor parallel lowering]).
   // A degree set by hand on a plan that records none is checked against the model's own analysis.
   std::optional<sharding::Analysis> tp;
@@ -449,6 +450,11 @@ Status runSimulate(const SimulateCommandOptions &opts, std::ostream &out, std::o
       out << "ranks " << c.first_rank << ".." << c.first_rank + c.devices() - 1 << ": tensor-parallel "
           << c.tensor_parallel << " in " << counted(c.replicas, "group") << ", "
           << plan::timeText(c.tp_collective_s) << " of collectives in each forward and each backward\n";
+  for (const partition::StageCost &c : m->evaluation.stages) // Note [batch statistics]
+    if (c.stat_sync_s > 0)
+      out << "ranks " << c.first_rank << ".." << c.first_rank + c.devices() - 1 << ": BatchNorm statistics summed over "
+          << counted(c.replicas, "replica") << ", " << plan::timeText(c.stat_sync_s)
+          << " of all-reduces in each forward and each backward\n";
   out << "\n";
   const plan::TimeUnit unit = plan::timeUnitFor(step);
   out << std::left << std::setw(6) << "rank" << std::setw(7) << "stage" << std::right;

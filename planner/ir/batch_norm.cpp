@@ -34,4 +34,10 @@ bool hasBatchStatistics(const Graph &g) {
   return false;
 }
 
+int64_t batchNormChannels(const Graph &g, const Node &n) {
+  if (n.inputs.empty() || n.inputs[0] == kNoValue || n.inputs[0] >= ValueId(g.values.size())) return 0;
+  const Value &x = g.values[n.inputs[0]];
+  return x.shape_known && x.shape.size() > 1 && x.shape[1].isFixed() ? x.shape[1].offset : 0;
+}
+
 } // namespace rannc::ir

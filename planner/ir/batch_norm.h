@@ -15,4 +15,7 @@ bool computesBatchStatistics(const Node &n);
 /// True when some node of `g` computes batch statistics.
 bool hasBatchStatistics(const Graph &g);
 
+/// The channels node `n` of `g` normalises (its input's axis 1); 0 when unknown.
+int64_t batchNormChannels(const Graph &g, const Node &n);
+
 } // namespace rannc::ir

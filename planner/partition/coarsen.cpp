@@ -148,6 +148,8 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       blk.lowp_weight_bytes += u.lowp_weight_bytes;
       blk.activation_bytes_per_sample += u.activation_bytes_per_sample;
       blk.unsaved_freed_bytes_per_sample += u.unsaved_freed_bytes_per_sample; // Note [unsaved values]
+      blk.stat_sync_bytes += u.stat_sync_bytes;
+      blk.stat_sync_collectives += u.stat_sync_collectives;
       // The largest of the units' affine working bytes, bounded by one line.
       blk.working_bytes_per_sample = std::max(blk.working_bytes_per_sample, u.working_bytes_per_sample);
       blk.working_fixed_bytes = std::max(blk.working_fixed_bytes, u.working_fixed_bytes);

@@ -21,7 +21,15 @@ namespace rannc::partition {
 //   a link being intra-node when all those ranks sit in one node. Each device
 //   moves its own share at the full per-device bandwidth (a sender feeding
 //   several receivers is assumed not to be the bottleneck).
-//   Forward slot F_s = recv_act + fwd; backward slot G_s = recv_grad + recompute + bwd.
+//   A stage whose BatchNorms synchronise their statistics over its r > 1
+//   replicas (--batchnorm exact, Note [batch statistics] in
+//   planner/plan/batch_statistics.cpp) all-reduces, in each forward, each
+//   BatchNorm's per-channel sums (C + 1 floats) and squared deviations (C),
+//   and their gradients in each backward: n_s = 2 per BatchNorm small
+//   all-reduces of y_s = sum (2 C + 1) 4 bytes, over the gradient ring:
+//     SYNC = 2 (r-1)/r * y_s / bw + n_s 2 (r-1) lat, in both slots (and in a recomputed forward);
+//   latency-bound, so it weighs against replicating many-BatchNorm stages.
+//   Forward slot F_s = recv_act + fwd + SYNC; backward slot G_s = recv_grad + recompute + bwd + SYNC.
 //
 // Step time (M micro-batches), in closed form by pipeline::pipelineTime
 // (planner/pipeline/schedule.cpp), which `rannc-plan show` uses too:
@@ -267,7 +275,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   const double keep = 1 - 1.0 / t; // Note [tensor parallel stages]
 
   StageMemoryInputs mem;
-  double collective_bytes = 0, collectives = 0, whole_params = 0;
+  double collective_bytes = 0, collectives = 0, whole_params = 0, stat_bytes = 0, stat_collectives = 0;
   for (int i = stage.block_begin; i < stage.block_end; ++i) {
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b) - keep * blk.tp.fwd.at(b);
@@ -279,12 +287,13 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     mem.act_per_sample += blk.activationAt(t) - blk.unsaved_freed_bytes_per_sample;
     collective_bytes += blk.tp.collective_bytes_per_sample;
     collectives += blk.tp.collectives;
+    stat_bytes += blk.stat_sync_bytes;
+    stat_collectives += blk.stat_sync_collectives;
   }
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
   mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
   if (t > 1) c.tp_collective_s = ringAllReduce(collective_bytes * b, t, p.devices.intra_node, collectives);
   if (t > 1 && whole_params > 0) c.param_share = c.param_bytes / whole_params;
-  if (stage.recompute) c.recompute_s = c.fwd_s + c.tp_collective_s;
 
   const double cut_in = p.cut_bytes_per_sample[stage.block_begin];
   const double cut_out = p.cut_bytes_per_sample[stage.block_end];
@@ -304,7 +313,9 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     Link ring = linkFor(p, c.allreduce_intra_node);
     ring.bandwidth = p.devices.allReduceBandwidth(first_rank, stage.replicas, t);
     c.allreduce_s = ringAllReduce(c.param_bytes, stage.replicas, ring, 2.0 * (stage.replicas - 1));
+    c.stat_sync_s = ringAllReduce(stat_bytes, stage.replicas, ring, stat_collectives * 2.0 * (stage.replicas - 1));
   }
+  if (stage.recompute) c.recompute_s = c.fwd_s + c.tp_collective_s + c.stat_sync_s;
 
   c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches);
   mem.param_bytes = c.param_bytes;

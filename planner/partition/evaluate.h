@@ -83,6 +83,7 @@ struct StageCost {
   double fwd_s = 0;             ///< forward compute (one device's share under tensor parallelism)
   double bwd_s = 0;             ///< backward compute, without the recomputation
   double tp_collective_s = 0;   ///< the tensor-parallel all-reduces of one forward (and of one backward); 0 for t = 1
+  double stat_sync_s = 0;       ///< BatchNorm statistics' all-reduces of one forward (and one backward); 0 for r = 1
   double recompute_s = 0;       ///< the extra forward (with its collectives) when recomputing, else 0
   double recv_activations_s = 0; ///< receiving the stage inputs (0 for stage 0)
   double recv_gradients_s = 0;   ///< receiving the gradients of the outputs (0 for the last stage)
@@ -97,9 +98,9 @@ struct StageCost {
   double zero_saves_bytes = 0;      ///< optimizer state bytes sharding saves (0 when the stage does not shard)
 
   /// Device time of one forward slot: receive inputs, then compute.
-  double forwardSlot() const { return recv_activations_s + fwd_s + tp_collective_s; }
+  double forwardSlot() const { return recv_activations_s + fwd_s + tp_collective_s + stat_sync_s; }
   /// Device time of one backward slot: receive output gradients, recompute, compute.
-  double backwardSlot() const { return recv_gradients_s + recompute_s + bwd_s + tp_collective_s; }
+  double backwardSlot() const { return recv_gradients_s + recompute_s + bwd_s + tp_collective_s + stat_sync_s; }
   /// Devices of the stage.
   int devices() const { return replicas * tensor_parallel; }
 };

@@ -69,6 +69,8 @@ void Problem::print(std::ostream &os) const {
        << (b.unsaved_freed_bytes_per_sample > 0
                ? ", frees " + std::to_string(b.unsaved_freed_bytes_per_sample) + " B/sample unsaved"
                : std::string());
+    if (b.stat_sync_collectives > 0)
+      os << "; batch statistics: " << b.stat_sync_collectives << " all-reduces of " << b.stat_sync_bytes << " B a pass";
     const Block::Split &t = b.tp;
     if (t.fwd.fixed_s > 0 || t.fwd.per_sample_s > 0 || t.param_bytes > 0 || t.activation_bytes_per_sample > 0 ||
         t.collectives > 0)
@@ -100,7 +102,7 @@ Status validate(const Problem &p) {
     const Block &b = p.blocks[i];
     for (double x : {b.fwd.fixed_s, b.fwd.per_sample_s, b.bwd.fixed_s, b.bwd.per_sample_s, b.param_bytes,
                      b.buffer_bytes, b.lowp_weight_bytes, b.activation_bytes_per_sample, b.working_bytes_per_sample,
-                     b.working_fixed_bytes})
+                     b.working_fixed_bytes, b.stat_sync_bytes, b.stat_sync_collectives})
       if (!finiteNonNegative(x)) {
         errs.push_back("block " + std::to_string(i) + ": times and sizes must be finite and >= 0");
         break;

@@ -40,6 +40,12 @@ struct Block {
   double unsaved_freed_bytes_per_sample = 0;
   double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs, per sample,
   double working_fixed_bytes = 0;          ///< plus this at any batch size (parameter gradients being made)
+  /// Synchronised BatchNorm statistics (Note [batch statistics] in
+  /// planner/plan/batch_statistics.cpp): the bytes a stage's replicas
+  /// all-reduce in one forward (the backward the same) and in how many
+  /// all-reduces; 0 unless planned with --batchnorm exact.
+  double stat_sync_bytes = 0;
+  double stat_sync_collectives = 0;
 
   /// Of the numbers above, the parts that divide by a stage's tensor-parallel
   /// degree t (Note [tensor parallel stages] in evaluate.cpp); all 0 when

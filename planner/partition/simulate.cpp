@@ -65,7 +65,7 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
     if (forward) {
       if (s > 0 && fwd_done[s - 1][mb] < 0) return;
       // A tensor-parallel stage's collectives are part of its passes (Note [tensor parallel stages]).
-      const double t1 = now + c.recv_activations_s, t2 = t1 + c.fwd_s + c.tp_collective_s;
+      const double t1 = now + c.recv_activations_s, t2 = t1 + c.fwd_s + c.tp_collective_s + c.stat_sync_s;
       record(s, EventKind::RecvActivations, mb, now, t1);
       record(s, EventKind::Forward, mb, t1, t2);
       busy[s] = true;
@@ -73,7 +73,8 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
     } else {
       const double ready = s < S - 1 ? bwd_done[s + 1][mb] : fwd_done[s][mb];
       if (ready < 0) return;
-      const double t1 = now + c.recv_gradients_s, t2 = t1 + c.recompute_s, t3 = t2 + c.bwd_s + c.tp_collective_s;
+      const double t1 = now + c.recv_gradients_s, t2 = t1 + c.recompute_s,
+                   t3 = t2 + c.bwd_s + c.tp_collective_s + c.stat_sync_s;
       record(s, EventKind::RecvGradients, mb, now, t1);
       record(s, EventKind::Recompute, mb, t1, t2);
       record(s, EventKind::Backward, mb, t2, t3);

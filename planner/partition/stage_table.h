@@ -41,7 +41,7 @@ protected:
     // (Note [tensor parallel stages]); a stage of degree t takes whole - (1 -
     // 1/t) split.
     f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = f0_;
-    tf0_ = tf1_ = tg0_ = tg1_ = tparams_ = tlowp_ = coll_ = ncoll_ = f0_;
+    tf0_ = tf1_ = tg0_ = tg1_ = tparams_ = tlowp_ = coll_ = ncoll_ = sync_ = nsync_ = f0_;
     for (int i = 0; i < n_; ++i) {
       const Block &b = p.blocks[i];
       f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
@@ -58,6 +58,8 @@ protected:
       tlowp_[i + 1] = tlowp_[i] + b.tp.lowp_weight_bytes;
       coll_[i + 1] = coll_[i] + b.tp.collective_bytes_per_sample;
       ncoll_[i + 1] = ncoll_[i] + b.tp.collectives;
+      sync_[i + 1] = sync_[i] + b.stat_sync_bytes;
+      nsync_[i + 1] = nsync_[i] + b.stat_sync_collectives;
     }
     // stageWorking from range maxima, one pair of sparse tables per
     // micro-batch size and degree: of w_u, and of w_u + b kept_[u+1], where
@@ -254,6 +256,12 @@ protected:
       fwd += coll, bwd += coll;
     }
     double recv_act = 0, recv_grad = 0, ar = 0;
+    if (r > 1 && nsync_[e] > nsync_[a]) { // synchronised batch statistics, in both passes (Note [partition cost model])
+      Link ring = link(flags & 4);
+      ring.bandwidth = bw;
+      const double sync = ringAllReduce(sync_[e] - sync_[a], r, ring, (nsync_[e] - nsync_[a]) * 2.0 * (r - 1));
+      fwd += sync, bwd += sync;
+    }
     if (a > 0) {
       recv_act = receiveTime(p_.devices, link(flags & 1), flags & 1, p_.cut_bytes_per_sample[a] * b, tp);
     }
@@ -289,6 +297,7 @@ protected:
   std::vector<double> samples_;
   std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_;
   std::vector<double> tf0_, tf1_, tg0_, tg1_, tparams_, tlowp_, coll_, ncoll_; // tensor-parallel parts
+  std::vector<double> sync_, nsync_; // synchronised batch statistics: bytes and all-reduces a pass
   std::vector<std::vector<double>> act_;  ///< per degree: of act_i - fr_i at that degree
   std::vector<std::vector<double>> kept_; ///< per degree: act_[k] - X_k (Note [unsaved values])
   std::vector<std::vector<std::vector<std::vector<double>>>> work_; // work_[ti][ri][j][i] = max over blocks [i, i + 2^j)

@@ -21,7 +21,8 @@
 //    sum and sum of squared deviations, and the sample count, as
 //    SyncBatchNorm does (executor/runtime/kernels/sync_batch_norm.cpp), so
 //    every replica normalises and updates its running statistics with the
-//    whole batch's. The DP does not charge those small all-reduces.
+//    whole batch's. The DP charges those small all-reduces to every
+//    replicated stage that holds a BatchNorm (Note [partition cost model]).
 #include <algorithm>
 #include <string>
 #include <vector>

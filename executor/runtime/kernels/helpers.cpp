@@ -3,6 +3,8 @@
 #include "executor/runtime/kernels/helpers.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <string>
 
 namespace rannc::runtime::kernels {
@@ -41,6 +43,29 @@ std::vector<int64_t> normAxes(const OpCtx &c, std::vector<int64_t> axes, int64_t
   std::sort(axes.begin(), axes.end());
   if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) c.fail("repeated axis");
   return axes;
+}
+
+// Note [float32 epsilon]
+// ONNX keeps float attributes as float32 (AttributeProto.f), so a module's
+// eps=1e-5, a Python float, reaches the file as 9.99999974737875e-06.
+// PyTorch normalises with the double 1e-5, and ATen's CPU batch norm adds eps
+// to the batch variance in that precision: where a channel's variance is small
+// against eps (8 samples on a 1x1 feature map), the two epsilons round some
+// outputs apart by one ulp. That was RegNetY-400MF's gap through ONNX
+// (tools/bench/onnx_gap.py --bisect values traces it to its first BatchNorm
+// at 1x1 spatial: input equal bit for bit, output 16 of 3520 elements one ulp
+// off; torch.batch_norm with the float32 eps reproduces rannc's output
+// exactly), which the model's conditioning amplified to 3.8e-5 by the
+// second step; with SiLU's decomposition it was EfficientNet-B0's too
+// (docs/front-ends.md). The shortest decimal that rounds to the stored
+// float32 is the number the exporter was given (1e-05, 0.001), so the
+// kernel uses that decimal's double.
+double exportedDouble(double float_attr) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, static_cast<float>(float_attr)); // shortest round trip
+  if (res.ec != std::errc()) return float_attr;
+  *res.ptr = '\0';
+  return std::strtod(buf, nullptr);
 }
 
 int64_t product(c10::IntArrayRef sizes) {

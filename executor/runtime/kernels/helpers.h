@@ -24,6 +24,8 @@ int64_t normBoundary(const OpCtx &c, int64_t axis, int64_t rank);
 std::vector<int64_t> normAxes(const OpCtx &c, std::vector<int64_t> axes, int64_t rank);
 /// The product of `sizes` (1 for none).
 int64_t product(c10::IntArrayRef sizes);
+/// A float attribute as the double the exporting program held (Note [float32 epsilon]).
+double exportedDouble(double float_attr);
 /// An int64 tensor holding `v` on `device`.
 torch::Tensor longTensor(const std::vector<int64_t> &v, const torch::Device &device);
 /// ONNX TensorProto.DataType code -> ScalarType (Cast's `to`).

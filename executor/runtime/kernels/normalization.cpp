@@ -26,7 +26,7 @@ namespace {
 Outputs opBatchNormalization(const OpCtx &c) {
   const auto &x = c.in(0), &scale = c.in(1), &bias = c.in(2), &mean = c.in(3), &var = c.in(4);
   if (x.dim() < 2) c.fail("input must be [N, C, ...]");
-  double eps = c.attrFloat("epsilon", 1e-5), momentum = c.attrFloat("momentum", 0.9);
+  double eps = exportedDouble(c.attrFloat("epsilon", 1e-5)), momentum = c.attrFloat("momentum", 0.9);
   bool training;
   if (c.opset() >= 14)
     training = c.attrInt("training_mode", 0) != 0;

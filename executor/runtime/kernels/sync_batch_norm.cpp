@@ -23,6 +23,7 @@
 // one-pass sum of squares would.
 #include "executor/runtime/batch_statistics.h"
 #include "executor/runtime/collectives.h"
+#include "executor/runtime/kernels/helpers.h"
 #include "executor/runtime/kernels/op_context.h"
 #include "executor/runtime/ops.h"
 #include "planner/ir/batch_norm.h"
@@ -90,7 +91,7 @@ std::vector<torch::Tensor> onnxBatchNorm(const ir::Node &node, const std::vector
                                          int64_t opset, comm::Communicator &group) {
   kernels::OpCtx c(node, inputs, opset);
   if (opset < 9 && c.attrInt("spatial", 1) == 0) c.fail("spatial=0 is supported in inference mode only");
-  const double eps = c.attrFloat("epsilon", 1e-5), momentum = c.attrFloat("momentum", 0.9);
+  const double eps = kernels::exportedDouble(c.attrFloat("epsilon", 1e-5)), momentum = c.attrFloat("momentum", 0.9);
   const torch::Tensor &mean = c.in(3), &var = c.in(4);
   Normalised n = normalise(c.in(0), c.in(1), c.in(2), eps, group);
   torch::NoGradGuard no_grad;

@@ -187,6 +187,20 @@ TEST(OnnxImport, BatchNormRunningStatisticsAreBuffers) {
   EXPECT_NE(os.str().find("buffer %net.bn1.running_mean : f32[64]"), std::string::npos);
 }
 
+TEST(OnnxImport, FusedTrainingBatchNormIsRefusedWithWhatWasLost) {
+  // Note [fused training BatchNorm]: the default dynamo export of ResNet-18 in
+  // train() mode (models/make_model.py --dynamo-onnx) keeps only each fused
+  // convolution's metadata; the refusal names a fused node and the count.
+  auto g = importModel(std::string(std::getenv("RANNC_TEST_MODELS") ? std::getenv("RANNC_TEST_MODELS") : "models") +
+                       "/resnet18/model_dynamo.onnx");
+  ASSERT_FALSE(g.ok());
+  const std::string &m = g.error().message;
+  EXPECT_NE(m.find("folded 20 training-mode BatchNorm(s) into the convolution before each"), std::string::npos) << m;
+  EXPECT_NE(m.find("(module 'net.bn1')"), std::string::npos) << m; // the stem's, first in the graph
+  EXPECT_NE(m.find("FuseBatchNormIntoConv"), std::string::npos) << m;
+  EXPECT_NE(m.find("torch.export.save"), std::string::npos) << m;
+}
+
 TEST(OnnxImport, TiedEmbeddingIsOneParameterReadInTwoPlaces) {
   // GPT with --tie-embeddings: torch.onnx.export writes one initializer, read
   // by the token Gather and (through a Transpose) by the LM head's MatMul.

@@ -106,6 +106,28 @@ TEST(Evaluate, HandComputedTimeAndMemory) {
   EXPECT_NEAR(g.step_time_s, 7.142, 1e-12);
 }
 
+TEST(Evaluate, ChargesSynchronisedBatchStatisticsOverReplicas) {
+  // --batchnorm exact (Note [partition cost model]): block 0 all-reduces 20 B
+  // in 2 collectives a pass, block 1 30 B in 4, block 2 10 B in 2.
+  Problem p = handProblem();
+  p.blocks[0].stat_sync_bytes = 20, p.blocks[0].stat_sync_collectives = 2;
+  p.blocks[1].stat_sync_bytes = 30, p.blocks[1].stat_sync_collectives = 4;
+  p.blocks[2].stat_sync_bytes = 10, p.blocks[2].stat_sync_collectives = 2;
+  const Evaluation ev = evaluate(p, handSolution(Schedule::OneFOneB));
+  ASSERT_TRUE(ev.feasible()) << ev.violations.front();
+  const StageCost &s0 = ev.stages[0], &s1 = ev.stages[1];
+  // Stage 0, 2 replicas in node 0: 2*(1/2)*50/1000 + 6 collectives * 2*1 * 0.001 = 0.05 + 0.012.
+  EXPECT_NEAR(s0.stat_sync_s, 0.062, 1e-12);
+  // In both slots and in the recomputed forward: F0 = 0.16 + 0.062, G0 = 0.15 + (0.16+0.062) + 0.32 + 0.062.
+  EXPECT_NEAR(s0.forwardSlot(), 0.222, 1e-12);
+  EXPECT_NEAR(s0.recompute_s, 0.222, 1e-12);
+  EXPECT_NEAR(s0.backwardSlot(), 0.754, 1e-12);
+  // Stage 1 has one replica: its statistics need no all-reduce.
+  EXPECT_EQ(s1.stat_sync_s, 0);
+  // 1F1B: (0.976 + 0.44) + 3 * 0.976 + 3.002 = 7.346, 0.744 above the unsynchronised 6.602.
+  EXPECT_NEAR(ev.step_time_s, 7.346, 1e-12);
+}
+
 TEST(Evaluate, ReportsEveryViolation) {
   Problem p = handProblem();
   p.devices.memory_bytes = 12113; // one byte short for stage 0

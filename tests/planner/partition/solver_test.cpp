@@ -392,6 +392,13 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
   default: break;
   }
   if (trial % 3 == 0) addTensorParallelism(p, rng);
+  // Synchronised batch statistics (--batchnorm exact) in a fifth of the
+  // instances, chosen without drawing so that every other instance stays as it was.
+  if (trial % 5 == 2)
+    for (int i = 0; i < n; i += 2) {
+      p.blocks[i].stat_sync_bytes = p.blocks[i].param_bytes / 4;
+      p.blocks[i].stat_sync_collectives = 2;
+    }
   return p;
 }
 
@@ -399,7 +406,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   std::mt19937 rng(2024);
   int feasible = 0, infeasible = 0, recomputing = 0, sharding = 0, gpipe = 0, unequal = 0, multi_node = 0;
   int tensor_parallel = 0, tp_replicated = 0, tp_mixed = 0;
-  int quantized_loses = 0, bound_tight = 0;
+  int quantized_loses = 0, bound_tight = 0, synced = 0;
   for (int trial = 0; trial < 600; ++trial) {
     Problem p = randomProblem(rng, trial);
     ASSERT_TRUE(validate(p).ok()) << validate(p).message();
@@ -450,6 +457,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
     tensor_parallel += any_tp;
     tp_replicated += std::any_of(s.stages.begin(), s.stages.end(), [&](const Stage &x) { return tp(x) && x.replicas > 1; });
     tp_mixed += any_tp && !std::all_of(s.stages.begin(), s.stages.end(), tp);
+    synced += std::any_of(ev.stages.begin(), ev.stages.end(), [](const StageCost &c) { return c.stat_sync_s > 0; });
     // Note [device quantum]: stage widths in multiples of 2 give a valid
     // plan no better than the optimum, and the relaxation a bound no worse.
     if (p.devices.count < 2) continue;
@@ -476,6 +484,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   EXPECT_GE(tensor_parallel, 20);
   EXPECT_GE(tp_replicated, 5);
   EXPECT_GE(tp_mixed, 5);
+  EXPECT_GE(synced, 20); // the DP planned replicated stages that synchronise batch statistics
   EXPECT_GE(quantized_loses, 30); // the restriction matters, so the bound is tested where it must hold
   EXPECT_GE(bound_tight, 100);
   std::cout << "quantum 2: loses on " << quantized_loses << ", bound exact on " << bound_tight << "\n";
@@ -483,7 +492,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
             << ", sharding " << sharding
             << ", gpipe " << gpipe << ", unequal replicas " << unequal << ", multi-node " << multi_node
             << ", tensor-parallel " << tensor_parallel << " (replicated " << tp_replicated << ", mixed with degree 1 "
-            << tp_mixed << ")\n";
+            << tp_mixed << "), synchronised statistics " << synced << "\n";
 }
 
 } // namespace
