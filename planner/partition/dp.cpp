@@ -387,6 +387,7 @@ public:
   double solve(double &incumbent, Solution &best, SolveStats &stats) {
     placeSeats();
     prune_ = std::min(prune_, incumbent);
+    floors_a_ = -1;
     fronts_.assign(num_states_, {});
     for (int k = 1; k <= kmax_; ++k) {
       const int64_t s = sid(k, 0, 0);
@@ -478,6 +479,31 @@ private:
   /// Whether no plan with this stage can beat prune_ (Note [stage floor]).
   bool hopeless(int a, int e, size_t ri, size_t ti) const { return !(stageFloor(a, e, ri, ti) < prune_); }
 
+  /// stageFloor of [a, e) per (ti, ri), tabled per first block (the forward
+  /// pass visits every state of one a in a row), or null when no stage of
+  /// [a, e) or any longer range gets below prune_ (Note [stage floor]).
+  const double *floorsAt(int a, int e) const {
+    const size_t per_range = T_.size() * R_.size();
+    if (a != floors_a_) floors_a_ = a, floors_.clear(), floors_ranges_ = 0, floors_dead_ = n_ + 1;
+    if (e - a >= floors_dead_) return nullptr;
+    while (floors_ranges_ < e - a) { // prune_ only falls: a range tabled stays tabled
+      const int end = a + floors_ranges_ + 1;
+      double least = kInf;
+      for (size_t ti = 0; ti < T_.size(); ++ti)
+        for (size_t ri = 0; ri < R_.size(); ++ri) {
+          floors_.push_back(R_[ri] <= per_microbatch_ ? stageFloor(a, end, ri, ti) : kInf);
+          least = std::min(least, floors_.back());
+        }
+      if (!(least < prune_)) {
+        floors_.resize(floors_.size() - per_range);
+        floors_dead_ = floors_ranges_ + 1;
+        return nullptr;
+      }
+      ++floors_ranges_;
+    }
+    return &floors_[(e - a - 1) * per_range];
+  }
+
   int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
 
   /// Calls fn(target state, stage numbers) for every stage that can follow state (k, a, d).
@@ -489,7 +515,8 @@ private:
     const int stage_index = num_pinned - k; // with per-stage counts pinned, k is exact
     for (int e = a + 1; e <= n_ - (k - 1); ++e) {
       if (!paramsFit(a, e)) break; // more blocks only add parameters
-      if (!(rangeFloor(a, e) < prune_)) break; // Note [stage floor]
+      const double *floor = floorsAt(a, e); // Note [stage floor]
+      if (!floor) break;
       const int mask = placementMask(a, e);
       for (size_t ti = 0; ti < T_.size(); ++ti) {
         const int tp = T_[ti];
@@ -502,7 +529,7 @@ private:
           if (d + rq > Dq_ - later_ * (k - 1)) break; // the later stages need a device (quantum) each
           if (r > per_microbatch_) break;               // a replica without samples (only pinned counts get here)
           if (per_stage_ && (*per_stage_)[stage_index] != r) continue;
-          if (hopeless(a, e, ri, ti)) continue;
+          if (!(floor[ti * R_.size() + ri] < prune_)) continue;
           const Seat &seat = seats_[ti][ri][d];
           if (!(seat.bits & kGroupsFit)) continue;
           const int choice = memoryChoice(a, e, ri, ti, inflight);
@@ -541,6 +568,9 @@ private:
   double w_[2] = {0, 0};
   double ar_limit_ = kInf;
   double prune_ = kInf; // the best step known (Note [stage floor])
+  // floorsAt's table: its first block, the ranges tabled, the shortest range known hopeless
+  mutable int floors_a_ = -1, floors_ranges_ = 0, floors_dead_ = 0;
+  mutable std::vector<double> floors_;
   int kmax_ = 0;         // stage-count classes 1..kmax_ (Note [stage count classes])
   bool top_open_ = false; // class kmax_ means "at least kmax_ stages left"
   std::vector<bool> source_;
