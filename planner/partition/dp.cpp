@@ -605,6 +605,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
     if (auto base = solveBaseline(p, s); base.ok() && base->solution.schedule == schedule)
       if (!seed || base->step_time_s < seed->step_time_s) seed = *base;
   if (seed) incumbent = seed->step_time_s * (1 + 1e-9);
+  const double seeded = incumbent;
 
   struct Candidate {
     double bound;
@@ -612,6 +613,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
     int quantum; // the search's (Note [device quantum])
     int warm;    // a coarser quantum to search first, or 0
     bool every_width; // the bound holds over every stage width (not only the quantum's)
+    bool warmed = false; // searched at `warm` already
   };
   std::vector<Candidate> order;
   auto timed = [&](MicrobatchDP &dp) {
@@ -628,34 +630,6 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   const std::vector<int> quanta = detail::deviceQuanta(p, opts.device_quantum);
   const bool use_work = p.devices.count >= kWorkBoundDevices;
   const int64_t budget = std::min(opts.max_states, kMaxStates), warm_budget = std::min(kWarmStates, budget / 8);
-  for (int m : microbatchCandidates(p)) {
-    std::optional<MicrobatchDP> dp;
-    int fine = 0, warm = 0;
-    for (int q : quanta) {
-      dp.emplace(p, m, schedule, stage_counts, q);
-      if (q == quanta.front() && dp->numStates() <= std::min(kWarmStates, budget)) break;
-      if (!fine && dp->numStates() <= budget) fine = q;
-      if (dp->numStates() <= warm_budget) {
-        warm = q;
-        dp.emplace(p, m, schedule, stage_counts, q, /*relaxed=*/true);
-        break;
-      }
-    }
-    if (!fine) fine = dp->quantum();
-    if (dp->numStates() > kMaxStates)
-      return Error{"the stage DP would need " + std::to_string(dp->numStates()) + " states for " +
-                   std::to_string(p.numBlocks()) + " blocks on " + std::to_string(p.devices.count) +
-                   " devices at stage widths in multiples of " + std::to_string(dp->quantum()) +
-                   "; coarsen the problem to fewer blocks first (coarsen())"};
-    dp->setIncumbent(incumbent); // the seed (Note [stage floor])
-    const double work = use_work ? dp->workBound() : 0; // Note [work bound]
-    order.push_back({std::max(work, timed(*dp)), m, fine, warm, dp->quantum() == 1 || warm > 0});
-    stats.device_quantum = std::max(stats.device_quantum, fine);
-  }
-  stats.microbatch_counts = static_cast<int>(order.size());
-  std::stable_sort(order.begin(), order.end(),
-                   [](const Candidate &x, const Candidate &y) { return x.bound < y.bound; });
-  progress("stage DP: bounded " + std::to_string(order.size()) + " micro-batch counts");
   // One micro-batch count's search at a quantum: the all-reduce thresholds of
   // Note [exact stage DP], each pass pruned by (and lowering) `best`.
   auto search = [&](const Candidate &c, int quantum, bool relaxed, double &best, Solution &plan, SolveStats &st) {
@@ -678,9 +652,54 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
              std::to_string(dp.numStates()) + " states (bound " + std::to_string(c.bound) + " s): " +
              std::to_string(best) + " s");
   };
-  const double seeded = incumbent;
+  std::vector<std::pair<int, bool>> bound_on; // per candidate: the quantum and relaxation its bound is taken on
+  for (int m : microbatchCandidates(p)) {
+    std::optional<MicrobatchDP> dp;
+    int fine = 0, warm = 0;
+    for (int q : quanta) {
+      dp.emplace(p, m, schedule, stage_counts, q);
+      if (q == quanta.front() && dp->numStates() <= std::min(kWarmStates, budget)) break;
+      if (!fine && dp->numStates() <= budget) fine = q;
+      if (dp->numStates() <= warm_budget) {
+        warm = q;
+        dp.emplace(p, m, schedule, stage_counts, q, /*relaxed=*/true);
+        break;
+      }
+    }
+    if (!fine) fine = dp->quantum();
+    if (dp->numStates() > kMaxStates)
+      return Error{"the stage DP would need " + std::to_string(dp->numStates()) + " states for " +
+                   std::to_string(p.numBlocks()) + " blocks on " + std::to_string(p.devices.count) +
+                   " devices at stage widths in multiples of " + std::to_string(dp->quantum()) +
+                   "; coarsen the problem to fewer blocks first (coarsen())"};
+    dp->setIncumbent(incumbent); // the seed (Note [stage floor])
+    const double work = use_work ? dp->workBound() : 0; // Note [work bound]
+    order.push_back({work, m, fine, warm, dp->quantum() == 1 || warm > 0});
+    bound_on.emplace_back(dp->quantum(), warm > 0);
+    stats.device_quantum = std::max(stats.device_quantum, fine);
+  }
+  stats.microbatch_counts = static_cast<int>(order.size());
+  // Note [stage floor]: the floors prune by the best plan known, so before the
+  // backward bounds, a coarse search of the count with the least work bound
+  // replaces the baseline's step by a plan near the optimum (GPT 18.4B on
+  // 256 devices: 16.5 s of CPU before, 9.3 s after, the same plan).
+  int early = -1;
+  for (size_t i = 0; i < order.size() && use_work; ++i)
+    if (order[i].warm > order[i].quantum && order[i].bound < incumbent &&
+        (early < 0 || order[i].bound < order[size_t(early)].bound))
+      early = static_cast<int>(i);
+  if (early >= 0) search(order[size_t(early)], order[size_t(early)].warm, false, incumbent, result.solution, stats);
+  for (size_t i = 0; i < order.size(); ++i) {
+    MicrobatchDP dp(p, order[i].microbatches, schedule, stage_counts, bound_on[i].first, bound_on[i].second);
+    dp.setIncumbent(incumbent);
+    order[i].bound = std::max(order[i].bound, timed(dp));
+    order[i].warmed = static_cast<int>(i) == early;
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Candidate &x, const Candidate &y) { return x.bound < y.bound; });
+  progress("stage DP: bounded " + std::to_string(order.size()) + " micro-batch counts");
   for (const Candidate &c : order)
-    if (c.warm > c.quantum && c.bound < incumbent) search(c, c.warm, false, incumbent, result.solution, stats);
+    if (c.warm > c.quantum && !c.warmed && c.bound < incumbent) search(c, c.warm, false, incumbent, result.solution, stats);
   for (const Candidate &c : order) {
     if (!(c.bound < incumbent)) {
       ++stats.microbatch_counts_pruned;
