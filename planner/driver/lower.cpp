@@ -6,6 +6,7 @@
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
 #include "planner/ir/batch_norm.h"
+#include "planner/sharding/propagate.h"
 
 namespace rannc::planner {
 namespace {
@@ -27,7 +28,10 @@ namespace {
 // - collectives: a SumOverGroup (forward) or CopyToGroup (backward) all-reduces
 //   its value, a GatherAxis all-gathers it, half an all-reduce's traffic; the
 //   total over a step, charged half to each pass, goes to the unit of the
-//   collective's first reader;
+//   collective's first reader; a vocabulary-parallel loss all-reduces three
+//   float32 values per row of its logits in its forward (the maximum, the sum
+//   of exponentials and the target's logit, Note [vocabulary parallelism] in
+//   planner/sharding/vocab.cpp), charged the same way to its own unit;
 // - cut i is whole unless a float value crossing it is cut or partial.
 // A degree is allowed when it divides every cut size and fits a node.
 
@@ -86,11 +90,12 @@ std::vector<int64_t> perUnitSum(const ir::Graph &g, const std::vector<cost::Unit
 
 /// Fills p's tensor-parallel numbers from `a` (Note [tensor parallel
 /// lowering]) and checks the pinned degrees; `made` is each unit's unsaved
-/// bytes per sample, `crosses` whether a value crosses cuts.
+/// bytes per sample, `crosses` whether a value crosses cuts, `tied_values` the
+/// parameter of each of p.tied.
 template <typename Crosses>
 Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, const cluster::ClusterSpec &cluster,
                            const PlanOptions &opts, const sharding::Analysis *a, const std::vector<double> &made,
-                           Crosses crosses, partition::Problem &p) {
+                           Crosses crosses, const std::vector<ir::ValueId> &tied_values, partition::Problem &p) {
   const std::vector<int> degrees = a ? a->degrees(cluster.devices_per_node) : std::vector<int>{1};
   for (int t : opts.tensor_parallel)
     if (std::find(degrees.begin(), degrees.end(), t) == degrees.end()) {
@@ -128,6 +133,9 @@ Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, con
       }
   }
   auto share = [](double part, double whole) { return whole > 0 ? std::min(1.0, part / whole) : 0.0; };
+  for (size_t i = 0; i < p.tied.size(); ++i) // Note [tied parameters]: a sharded one's bytes divide
+    if (tied_values[i] < ir::ValueId(a->values.size()) && a->values[tied_values[i]].axis >= 0)
+      p.tied[i].split_bytes = p.tied[i].bytes;
   const std::vector<int64_t> split_params = perUnitSum(g, units, ir::ValueKind::Parameter, [&](const ir::Value &val) {
     const ir::ValueId id = ir::ValueId(&val - g.values.data());
     return id < ir::ValueId(a->values.size()) && a->values[id].axis >= 0 ? ir::numelAt(val.shape, 1) : int64_t{0};
@@ -153,6 +161,18 @@ Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, con
     const double weight = c.kind == sharding::CollectiveKind::GatherAxis ? 0.5 : 1.0;
     p.blocks[u].tp.collective_bytes_per_sample += weight * perSample(val) / 2; // half to each pass
     p.blocks[u].tp.collectives += 0.5;
+  }
+  for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v) {
+    if (sharding::detail::vocabRole(g, a->values, v) != sharding::detail::VocabRole::Loss) continue;
+    for (ir::ValueId in : g.nodes[v].inputs) // the logits: the input cut along its class axis 1
+      if (in != ir::kNoValue && in < ir::ValueId(a->values.size()) && a->values[in].axis == 1 &&
+          g.values[in].shape.size() > 1 && g.values[in].shape[1].isFixed() && g.values[in].shape[1].offset > 0) {
+        const ir::Value &logits = g.values[in];
+        const double rows = perSample(logits) / double(ir::dtypeSize(logits.runtimeDType()) * logits.shape[1].offset);
+        p.blocks[unit_of[v]].tp.collective_bytes_per_sample += 3 * rows * 4 / 2; // half to each pass
+        p.blocks[unit_of[v]].tp.collectives += 1.5;
+        break;
+      }
   }
   const std::vector<int> last_reader = cost::lastReaderUnit(g, units);
   p.cut_whole.assign(n + 1, true);
@@ -298,7 +318,24 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   }
   p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
   p.constraints.schedule = opts.schedule;
-  if (Status st = lowerTensorParallel(g, costs, cluster, opts, analysis, made, crosses, p); !st) return Error{st.message()};
+  // Note [tied parameters] in planner/partition/evaluate.cpp: a parameter
+  // several units read, each counting it.
+  std::vector<ir::ValueId> tied_values;
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v)
+    for (ir::ValueId in : g.nodes[v].inputs)
+      if (in != ir::kNoValue && g.values[in].kind == ir::ValueKind::Parameter &&
+          (readers[in].empty() || readers[in].back() != unit_of[v]))
+        readers[in].push_back(unit_of[v]);
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+    std::sort(readers[v].begin(), readers[v].end());
+    readers[v].erase(std::unique(readers[v].begin(), readers[v].end()), readers[v].end());
+    if (readers[v].size() < 2) continue;
+    p.tied.push_back({readers[v], double(ir::numelAt(g.values[v].shape, 1)) * 4, 0.0}); // float32 parameters
+    tied_values.push_back(v);
+  }
+  if (Status st = lowerTensorParallel(g, costs, cluster, opts, analysis, made, crosses, tied_values, p); !st)
+    return Error{st.message()};
   if (Status st = partition::validate(p); !st) return Error{st.message()};
   return p;
 }

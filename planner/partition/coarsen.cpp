@@ -174,6 +174,8 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
     if (!units.unsaved_cut_bytes_per_sample.empty())
       out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(chosen[b]));
   }
+  for (Problem::Tied &x : out.problem.tied) // Note [tied parameters]: the blocks of the reading units
+    for (int &u : x.blocks) u = static_cast<int>(std::upper_bound(chosen.begin(), chosen.end(), u) - chosen.begin()) - 1;
   out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[n]);
   if (!units.unsaved_cut_bytes_per_sample.empty())
     out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(n));

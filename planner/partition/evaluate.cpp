@@ -192,6 +192,16 @@ double ringAllReduce(double bytes, int n, const Link &link, double latencies) {
   return 2.0 * (n - 1) / n * bytes / link.bandwidth + latencies * link.latency_s;
 }
 
+// Note [tied parameters]
+// A parameter read by several blocks (a word embedding tied to the output
+// layer) is in each reader's Block::param_bytes, since every stage holding a
+// reader holds a copy (the executor sums the copies' gradients,
+// executor/train/shared_parameters.cpp). A stage holding c > 1 of its readers
+// holds it once: Problem::tiedExcess takes the c - 1 extra copies off the
+// stage's parameter bytes (its split part divided by the stage's degree as
+// the rest), so gradients, optimizer state and the data-parallel all-reduce
+// follow. The stage DP's per-range numbers (stage_table.h) take the same off.
+
 // Note [scatter/gather transfers]
 // The values crossing into a tensor-parallel stage are whole on every device
 // of the sending group and needed whole on every device of the receiving one
@@ -290,6 +300,8 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     stat_bytes += blk.stat_sync_bytes;
     stat_collectives += blk.stat_sync_collectives;
   }
+  c.param_bytes -= p.tiedExcess(stage.block_begin, stage.block_end, t); // Note [tied parameters]
+  whole_params -= p.tiedExcess(stage.block_begin, stage.block_end, 1);
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
   mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
   if (t > 1) c.tp_collective_s = ringAllReduce(collective_bytes * b, t, p.devices.intra_node, collectives);

@@ -88,6 +88,16 @@ void Problem::print(std::ostream &os) const {
   }
 }
 
+double Problem::tiedExcess(int a, int e, int t) const {
+  double excess = 0;
+  for (const Tied &x : tied) {
+    const auto count = std::lower_bound(x.blocks.begin(), x.blocks.end(), e) -
+                       std::lower_bound(x.blocks.begin(), x.blocks.end(), a);
+    if (count > 1) excess += static_cast<double>(count - 1) * (x.bytes - (1 - 1.0 / t) * x.split_bytes);
+  }
+  return excess;
+}
+
 bool Problem::tpDegreeAllowed(int degree) const {
   return degree == 1 || std::find(tp_degrees.begin(), tp_degrees.end(), degree) != tp_degrees.end();
 }
@@ -182,6 +192,10 @@ Status validate(const Problem &p) {
   if (!p.cut_whole.empty() && p.cut_whole.size() != static_cast<size_t>(n) + 1)
     errs.push_back("cut_whole has " + std::to_string(p.cut_whole.size()) + " entries, expected none or blocks+1 = " +
                    std::to_string(n + 1));
+  for (const Problem::Tied &x : p.tied)
+    if (x.blocks.size() < 2 || !std::is_sorted(x.blocks.begin(), x.blocks.end()) || x.blocks.front() < 0 ||
+        x.blocks.back() >= n || !(x.bytes >= 0) || !(x.split_bytes >= 0 && x.split_bytes <= x.bytes))
+      errs.push_back("a tied parameter needs 2 or more ascending blocks in range and 0 <= split bytes <= bytes");
 
   const Constraints &c = p.constraints;
   if (c.stages < 0) errs.push_back("stages must be >= 0 (0 = search)");

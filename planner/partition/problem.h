@@ -149,6 +149,15 @@ struct Problem {
   /// crossing cut i is whole on each device of a group, so a stage with
   /// tensor-parallel degree > 1 may start or end there.
   std::vector<bool> cut_whole;
+  /// A parameter read by several blocks (tied weights) counts in each one's
+  /// param_bytes; a stage holding several of them holds it once (Note [tied
+  /// parameters] in evaluate.cpp).
+  struct Tied {
+    std::vector<int> blocks; ///< the blocks reading it, ascending (a block twice when two of its units do)
+    double bytes = 0;        ///< its parameter bytes
+    double split_bytes = 0;  ///< of those, the part a tensor-parallel degree divides (Block::Split::param_bytes)
+  };
+  std::vector<Tied> tied;
   Constraints constraints;
 
   /// n, the number of blocks.
@@ -162,6 +171,8 @@ struct Problem {
   }
   /// Whether a stage with tensor-parallel degree > 1 may start or end at cut i.
   bool cutWhole(int i) const { return cut_whole.empty() || cut_whole[static_cast<size_t>(i)]; }
+  /// The parameter bytes blocks [a, e) at degree t count more than once (Note [tied parameters]).
+  double tiedExcess(int a, int e, int t) const;
   /// Whether `degree` is one of tp_degrees (1 always is).
   bool tpDegreeAllowed(int degree) const;
   /// Deterministic text form, one block per line.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "planner/partition/evaluate.h"
@@ -161,12 +162,19 @@ protected:
   /// 1 - 1/t for T_[ti]: the share of a split number one device does not hold.
   double keep(size_t ti) const { return 1 - 1.0 / T_[ti]; }
 
+  /// The parameter bytes of blocks [a, e) on one device at degree T_[ti], a
+  /// tied parameter once (Note [tied parameters] in evaluate.cpp).
+  double stageParams(int a, int e, size_t ti) const {
+    const double params = params_[e] - params_[a] - keep(ti) * (tparams_[e] - tparams_[a]);
+    return p_.tied.empty() ? params : params - p_.tiedExcess(a, e, T_[ti]);
+  }
+
   /// Parameters, gradients, optimizer state and buffers of blocks [a, e) fit
   /// at all at degree T_[ti] (false for every longer range too), the state
   /// sharded as far as it can be; memoryChoice's memory is at least this. The
   /// largest degree (the default) holds the least: false there, false at every degree.
   bool paramsFit(int a, int e, size_t ti) const {
-    const double params = params_[e] - params_[a] - keep(ti) * (tparams_[e] - tparams_[a]);
+    const double params = stageParams(a, e, ti);
     const double opt = p_.optimizer_bytes_per_param_byte * params;
     const int max_r = R_.empty() ? 1 : R_.back();
     const double buffers = bufs_[e] - bufs_[a] - keep(ti) * (tlowp_[e] - tlowp_[a]);
@@ -192,7 +200,7 @@ protected:
   /// the same sums, from prefix sums.
   int memoryChoice(int a, int e, size_t ri, size_t ti, int inflight) const {
     StageMemoryInputs in;
-    in.param_bytes = params_[e] - params_[a] - keep(ti) * (tparams_[e] - tparams_[a]);
+    in.param_bytes = stageParams(a, e, ti);
     in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
     in.model_buffers = bufs_[e] - bufs_[a] - keep(ti) * (tlowp_[e] - tlowp_[a]);
     in.act_per_sample = act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a); // K (Note [unsaved values])
@@ -241,6 +249,36 @@ protected:
     return least;
   }
 
+  /// A lower bound on the step time of every plan with the stage [a, e) on
+  /// R_[ri] groups of T_[ti], wherever it sits and whatever its memory
+  /// choice: M times its slot without transfers or recomputation, plus its
+  /// all-reduce on the fastest ring (Note [stage floor] in dp.cpp).
+  double stageFloor(int a, int e, size_t ri, size_t ti) const {
+    const int r = R_[ri], tp = T_[ti];
+    const double b = samples_[ri], k = keep(ti);
+    double slot = (f0_[e] - f0_[a]) + (f1_[e] - f1_[a]) * b - k * ((tf0_[e] - tf0_[a]) + (tf1_[e] - tf1_[a]) * b) +
+                  (g0_[e] - g0_[a]) + (g1_[e] - g1_[a]) * b - k * ((tg0_[e] - tg0_[a]) + (tg1_[e] - tg1_[a]) * b);
+    if (tp > 1)
+      slot += 2 * ringAllReduce((coll_[e] - coll_[a]) * b, tp, p_.devices.intra_node, ncoll_[e] - ncoll_[a]);
+    double ar = 0;
+    if (r > 1) { // no ring is faster than the intra-node link (Devices::allReduceBandwidth)
+      const Link fastest{p_.devices.intra_node.bandwidth,
+                         std::min(p_.devices.intra_node.latency_s, p_.devices.inter_node.latency_s)};
+      ar = ringAllReduce(stageParams(a, e, ti), r, fastest, 2.0 * (r - 1));
+    }
+    return M_ * slot + ar;
+  }
+
+  /// The least stageFloor of [a, e) over the degrees and replica counts a
+  /// stage may take; it never falls as e grows (every term is a sum over blocks).
+  double rangeFloor(int a, int e) const {
+    double least = std::numeric_limits<double>::infinity();
+    for (size_t ti = 0; ti < T_.size(); ++ti)
+      for (size_t ri = 0; ri < R_.size() && R_[ri] <= per_microbatch_; ++ri)
+        least = std::min(least, stageFloor(a, e, ri, ti));
+    return least;
+  }
+
   /// The stage's numbers (see StageVals) for a placement from placement().
   /// `bw`: the all-reduce ring's bandwidth from the stage's first rank (its
   /// shard's replicas are every tp-th rank from there).
@@ -248,7 +286,7 @@ protected:
     const bool rec = choice & kRecompute;
     const int r = R_[ri], tp = T_[ti];
     const double b = samples_[ri], k = keep(ti);
-    const double params = params_[e] - params_[a] - k * (tparams_[e] - tparams_[a]);
+    const double params = stageParams(a, e, ti);
     double fwd = (f0_[e] - f0_[a]) + (f1_[e] - f1_[a]) * b - k * ((tf0_[e] - tf0_[a]) + (tf1_[e] - tf1_[a]) * b);
     double bwd = (g0_[e] - g0_[a]) + (g1_[e] - g1_[a]) * b - k * ((tg0_[e] - tg0_[a]) + (tg1_[e] - tg1_[a]) * b);
     if (tp > 1) { // the group's collectives, in both passes (Note [tensor parallel stages])

@@ -140,6 +140,44 @@ TEST(TensorParallelLowering, BlocksGetTheirSplitPartsAndCuts) {
             "--tensor-parallel 2: nothing in the model can be split across devices (allowed: 1)");
 }
 
+/// x[B,16] -> mm (w [16,64] cut by columns: logits cut by classes) ->
+/// SoftmaxCrossEntropyLoss with labels[B]: a vocabulary-parallel loss, one unit.
+TEST(TensorParallelLowering, VocabularyParallelLossChargesItsAllReduces) {
+  ir::Graph g;
+  g.name = "head";
+  g.opset = 17;
+  auto value = [&](const std::string &name, DType t, ir::Shape s, ValueKind k = ValueKind::Intermediate) {
+    return g.addValue({name, t, std::move(s), true, k});
+  };
+  const ir::ValueId x = value("x", DType::F32, {Dim::batch(), Dim::fixed(16)}, ValueKind::Input);
+  const ir::ValueId y = value("y", DType::I64, {Dim::batch()}, ValueKind::Input);
+  const ir::ValueId w = value("w", DType::F32, {Dim::fixed(16), Dim::fixed(64)}, ValueKind::Parameter);
+  const ir::ValueId logits = value("logits", DType::F32, {Dim::batch(), Dim::fixed(64)});
+  const ir::ValueId loss = value("loss", DType::F32, {});
+  g.inputs = {x, y};
+  g.parameters = {w};
+  g.addNode({"mm", "MatMul", "", {x, w}, {logits}, {}});
+  g.addNode({"ce", "SoftmaxCrossEntropyLoss", "", {logits, y}, {loss}, {{"reduction", std::string("mean")}}});
+  g.loss = loss;
+  ASSERT_EQ(g.verify(), "");
+  sharding::Analysis a;
+  a.values.assign(g.values.size(), {});
+  a.values[w] = {1, false};
+  a.values[logits] = {1, false};
+  a.node_split = {true, true};
+  a.collectives.push_back({sharding::CollectiveKind::CopyToGroup, x, -1, {0}});
+  a.cut_sizes = {64};
+  PlanOptions o = options();
+  auto costs = cost::analyticCosts(g, cost::formUnits(g), quad().device, costBatchSizes(o));
+  ASSERT_EQ(costs.units.size(), 1u);
+  auto p = lowerToProblem(g, costs, quad(), o, &a);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  // x's copy (16 floats a sample), and the loss's three float32 all-reduces
+  // of one value per row (one row a sample here), each half to each pass.
+  EXPECT_DOUBLE_EQ(p->blocks[0].tp.collective_bytes_per_sample, 16 * 4 / 2.0 + 3 * 4 / 2.0);
+  EXPECT_DOUBLE_EQ(p->blocks[0].tp.collectives, 0.5 + 1.5);
+}
+
 TEST(TensorParallelPlan, DegreeOnePlansStayByteIdentical) {
   PlanOptions o = options();
   o.tensor_parallel = {1};

@@ -134,6 +134,26 @@ TEST(SolveDP, ShardsTheOptimizerStateOnlyWhereMemoryNeedsIt) {
   EXPECT_NE(bad.violations.front().find("single replica"), std::string::npos) << bad.violations.front();
 }
 
+// Note [tied parameters]: a stage holding both readers of a tied table holds it once.
+TEST(Evaluate, CountsATiedParameterOncePerStage) {
+  Problem p = computeOnly({block(1, 100), block(1, 50), block(1, 100)}, 2, 2);
+  p.tied.push_back({{0, 2}, 80, 0});
+  ASSERT_TRUE(validate(p).ok()) << validate(p).message();
+  const Evaluation one = evaluate(p, Solution{{{0, 3, 1}}, 1});
+  EXPECT_DOUBLE_EQ(one.stages[0].param_bytes, 250 - 80);
+  const Evaluation two = evaluate(p, Solution{{{0, 2, 1}, {2, 3, 1}}, 1});
+  EXPECT_DOUBLE_EQ(two.stages[0].param_bytes, 150);
+  EXPECT_DOUBLE_EQ(two.stages[1].param_bytes, 100);
+  // Cut by tensor parallelism, each device holds half of it, once.
+  p.tp_degrees = {1, 2};
+  p.tied[0].split_bytes = 80;
+  p.blocks[0].tp.param_bytes = p.blocks[2].tp.param_bytes = 80;
+  ASSERT_TRUE(validate(p).ok()) << validate(p).message();
+  EXPECT_DOUBLE_EQ(evaluate(p, Solution{{{0, 3, 1, false, false, 2}}, 1}).stages[0].param_bytes, 250 - 80 - 40);
+  p.tied[0].blocks = {2};
+  EXPECT_FALSE(validate(p).ok());
+}
+
 TEST(SolveDP, InfeasibleProblemNamesTheSmallestStage) {
   // A block of 100 parameter bytes with Adam needs 100+100+200 = 400 B even
   // alone; a device holds 1000 * (1 - 0.75) = 250 B. (--zero 0: sharded over
@@ -399,6 +419,13 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
       p.blocks[i].stat_sync_bytes = p.blocks[i].param_bytes / 4;
       p.blocks[i].stat_sync_collectives = 2;
     }
+  // Note [tied parameters]: a table the first and the last block both read,
+  // without drawing again (every other instance stays as it was).
+  if (trial % 4 == 2 && n > 1) {
+    const Block &first = p.blocks.front(), &last = p.blocks.back();
+    p.tied.push_back({{0, n - 1}, std::min(first.param_bytes, last.param_bytes),
+                      std::min(first.tp.param_bytes, last.tp.param_bytes)});
+  }
   return p;
 }
 
@@ -406,7 +433,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   std::mt19937 rng(2024);
   int feasible = 0, infeasible = 0, recomputing = 0, sharding = 0, gpipe = 0, unequal = 0, multi_node = 0;
   int tensor_parallel = 0, tp_replicated = 0, tp_mixed = 0;
-  int quantized_loses = 0, bound_tight = 0, synced = 0;
+  int quantized_loses = 0, bound_tight = 0, synced = 0, tied_together = 0;
   for (int trial = 0; trial < 600; ++trial) {
     Problem p = randomProblem(rng, trial);
     ASSERT_TRUE(validate(p).ok()) << validate(p).message();
@@ -452,6 +479,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
     unequal += std::any_of(s.stages.begin(), s.stages.end(),
                            [&](const Stage &x) { return x.replicas != s.stages[0].replicas; });
     multi_node += s.devicesUsed() > p.devices.per_node;
+    tied_together += !p.tied.empty() && p.tied[0].bytes > 0 && s.stages[0].block_end == p.numBlocks();
     auto tp = [](const Stage &x) { return x.tensor_parallel > 1; };
     const bool any_tp = std::any_of(s.stages.begin(), s.stages.end(), tp);
     tensor_parallel += any_tp;
@@ -485,6 +513,7 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   EXPECT_GE(tp_replicated, 5);
   EXPECT_GE(tp_mixed, 5);
   EXPECT_GE(synced, 20); // the DP planned replicated stages that synchronise batch statistics
+  EXPECT_GE(tied_together, 10); // plans where a stage holds both readers of a tied parameter
   EXPECT_GE(quantized_loses, 30); // the restriction matters, so the bound is tested where it must hold
   EXPECT_GE(bound_tight, 100);
   std::cout << "quantum 2: loses on " << quantized_loses << ", bound exact on " << bound_tight << "\n";
@@ -492,7 +521,8 @@ TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
             << ", sharding " << sharding
             << ", gpipe " << gpipe << ", unequal replicas " << unequal << ", multi-node " << multi_node
             << ", tensor-parallel " << tensor_parallel << " (replicated " << tp_replicated << ", mixed with degree 1 "
-            << tp_mixed << "), synchronised statistics " << synced << "\n";
+            << tp_mixed << "), synchronised statistics " << synced << ", tied parameter held once "
+            << tied_together << "\n";
 }
 
 } // namespace
