@@ -36,23 +36,30 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN_DIR = os.path.join(HERE, "..", "golden", "plans")
 GOLDEN = os.path.join(GOLDEN_DIR, "plans.json")
 
+# The `cpu` preset takes its memory from this machine's RAM (shared by the
+# ranks), which the plan records: the CPU cases fix it, so that a plan's bytes
+# do not depend on the machine that runs the test (its cores still do; the
+# machines this project runs on have 2).
+CPU_MEMORY = ["--device-memory", "4GiB"]
+
 # Cluster configurations the analytic cases run in: the DP choosing everything
 # on CPUs; GPUs in fp16, where recomputation and ZeRO are choices; a pinned layout.
 ANALYTIC_CONFIGS = {
-    "cpu4": ["--gpus", "4", "--device-type", "cpu", "--batch-size", "32"],
+    "cpu4": ["--gpus", "4", "--device-type", "cpu", "--batch-size", "32", *CPU_MEMORY],
     "a100x16_fp16": ["--gpus", "16", "--device-type", "a100-80g", "--precision", "fp16", "--batch-size", "64"],
     "pinned_2x2_gpipe": ["--gpus", "4", "--device-type", "cpu", "--batch-size", "16", "--stages", "2",
-                         "--replicas", "2", "--schedule", "gpipe", "--microbatches", "4"],
+                         "--replicas", "2", "--schedule", "gpipe", "--microbatches", "4", *CPU_MEMORY],
 }
 
 # The committed models with measured profiles: name -> (model file, profile, plan flags).
 MEASURED = {
-    "mlp_cpu4": ("mlp.onnx", "mlp.cpu.profile.pb", ["--gpus", "4", "--device-type", "cpu", "--batch-size", "32"]),
+    "mlp_cpu4": ("mlp.onnx", "mlp.cpu.profile.pb", ["--gpus", "4", "--device-type", "cpu", "--batch-size", "32",
+                                                    *CPU_MEMORY]),
     "mlp_pinned_1f1b": ("mlp.onnx", "mlp.cpu.profile.pb",
                         ["--gpus", "2", "--device-type", "cpu", "--batch-size", "32", "--stages", "2",
-                         "--schedule", "1f1b", "--microbatches", "4"]),
+                         "--schedule", "1f1b", "--microbatches", "4", *CPU_MEMORY]),
     "gpt_small_cpu4": ("gpt_small.onnx", "gpt_small.cpu.profile.pb",
-                       ["--gpus", "4", "--device-type", "cpu", "--batch-size", "16"]),
+                       ["--gpus", "4", "--device-type", "cpu", "--batch-size", "16", *CPU_MEMORY]),
     "gpt_small_cpu4_tight": ("gpt_small.onnx", "gpt_small.cpu.profile.pb",
                              ["--gpus", "4", "--device-type", "cpu", "--batch-size", "16",
                               "--device-memory", "2MiB", "--optimizer", "adam"]),
