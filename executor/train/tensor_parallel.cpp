@@ -58,14 +58,18 @@ void shardParameters(std::map<ir::ValueId, torch::Tensor> &params, const Paramet
 std::vector<std::pair<int, int>> localRanges(const ir::Graph &whole, const ir::Graph &local,
                                              const std::vector<std::pair<int, int>> &ranges) {
   // owner[i]: the index in `whole` of local node i, or of the next original
-  // node after it (an inserted collective's reader). A node made a "rannc"
-  // kernel (a vocabulary-parallel lookup or loss) keeps its name and place.
+  // node after it (an inserted collective's reader, or the Reshape whose
+  // run-time target localGraph patches, its nodes named "<node>/tp_target...").
+  // A node made a "rannc" kernel (a vocabulary-parallel lookup or loss) keeps
+  // its name and place.
   std::vector<int> owner(local.nodes.size(), int(whole.nodes.size()));
   size_t next = whole.nodes.size(); // matched from the end
   for (size_t i = local.nodes.size(); i-- > 0;) {
     const bool original = next > 0 && local.nodes[i].name == whole.nodes[next - 1].name;
+    const bool target = next < whole.nodes.size() &&
+                        local.nodes[i].name.rfind(whole.nodes[next].name + "/tp_target", 0) == 0;
     if (original) --next;
-    else if (!ir::isRannc(local.nodes[i]))
+    else if (!ir::isRannc(local.nodes[i]) && !target)
       throw std::invalid_argument("node '" + local.nodes[i].name + "' of the local graph is not in the model's graph");
     owner[i] = !original && i + 1 < local.nodes.size() ? owner[i + 1] : int(next);
   }

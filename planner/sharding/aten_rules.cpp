@@ -269,6 +269,7 @@ OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<
     auto d = atenInt(g, n, args, 1);
     if (!d) return fail();
     if (normAxis(*d, r) == cut) {
+      if (!in[x].value->shape[cut].isFixed()) return fail(); // a batch-folded cut (Note [batch-folded cuts])
       auto isNone = [&](size_t i) { return i >= args.size() || args[i].kind == aa::kConstNone; };
       auto start = atenInt(g, n, args, 2), end = atenInt(g, n, args, 3), step = atenInt(g, n, args, 4);
       const bool whole = (isNone(2) || (start && *start == 0)) &&

@@ -123,27 +123,62 @@ Expected<ir::Graph> localGraph(const ir::Graph &g, const Analysis &a, int degree
   if (!a.validDegree(degree))
     return Error{"tensor parallel degree " + std::to_string(degree) + " does not divide every cut size"};
   ir::Graph out = g;
-  // Cut values at 1/degree of their size.
+  // Cut values at 1/degree of their size (a batch-folded axis: of its groups, Note [batch-folded cuts]).
   for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g.values.size()); ++v) {
     const int axis = a.values[v].axis;
     if (axis < 0) continue;
+    if (!g.values[v].shape_known || axis >= static_cast<int>(g.values[v].shape.size()))
+      return Error{"tensor parallel: value '" + g.values[v].name + "' has no cut axis " + std::to_string(axis)};
     ir::Dim &d = out.values[v].shape[axis];
-    if (!d.isFixed() || d.offset % degree != 0)
-      return Error{"tensor parallel: value '" + g.values[v].name + "' has no fixed size on its cut axis"};
-    d.offset /= degree;
+    const std::optional<int64_t> size = cutSize(d);
+    if (!size || *size % degree != 0)
+      return Error{"tensor parallel: value '" + g.values[v].name + "' has no size on its cut axis that " +
+                   std::to_string(degree) + " divides"};
+    (d.isFixed() ? d.offset : d.batch_coeff) /= degree;
   }
   // Target shapes that name a cut size become constants of the local shape
-  // (whether the model computed them from Shape/Gather/Concat or not).
+  // (whether the model computed them from Shape/Gather/Concat or not); where
+  // an input's size is unknown, a target computed at run time keeps being
+  // computed, with the cut axis's entry replaced (Note [target shapes of
+  // unknown inputs] in sharding.cpp).
+  std::map<ir::NodeId, std::vector<ir::NodeId>> before; // reader -> new nodes placed before it
+  std::vector<ir::Node> added;
+  const bool unknown_sizes = detail::inputSizesUnknown(g);
   for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(g.nodes.size()); ++n) {
     ir::Node &node = out.nodes[n];
     if (node.outputs.empty() || node.outputs[0] == ir::kNoValue || a.values[node.outputs[0]].axis < 0) continue;
+    if (unknown_sizes && detail::rewrittenShapeInput(node, 1) && !detail::constantInts(g, node.inputs[1])) {
+      auto patch = detail::runTimeTargetPatch(g, a.values, g.nodes[n], degree);
+      if (!patch) return Error{patch.error().message};
+      if (!*patch) continue;
+      const int p = a.values[node.outputs[0]].axis, rank = static_cast<int>(g.values[node.outputs[0]].shape.size());
+      std::vector<ir::ValueId> parts;
+      auto slice = [&](int64_t from, int64_t to, int64_t n_out, const std::string &tag) {
+        ir::Value v{node.name + "/tp_target_" + tag, ir::DType::I64, {ir::Dim::fixed(n_out)}, true};
+        const ir::ValueId id = out.addValue(std::move(v));
+        const std::string base = node.name + "/tp_target_" + tag;
+        ir::Node sl{base, "Slice", "", {node.inputs[1], addInts(out, base + "/starts", {from}),
+                                        addInts(out, base + "/ends", {to}), addInts(out, base + "/axes", {0})},
+                    {id}, {}};
+        before[n].push_back(static_cast<ir::NodeId>(added.size()));
+        added.push_back(std::move(sl));
+        parts.push_back(id);
+      };
+      if (p > 0) slice(0, p, p, "head");
+      parts.push_back(addInts(out, node.name + "/tp_target_cut", {**patch}));
+      if (p + 1 < rank) slice(p + 1, rank, rank - p - 1, "tail");
+      ir::Value t{node.name + "/tp_target", ir::DType::I64, {ir::Dim::fixed(rank)}, true};
+      const ir::ValueId target = out.addValue(std::move(t));
+      before[n].push_back(static_cast<ir::NodeId>(added.size()));
+      added.push_back({node.name + "/tp_target", "Concat", "", parts, {target}, {{"axis", int64_t{0}}}});
+      out.nodes[n].inputs[1] = target;
+      continue;
+    }
     if (Status s = rewriteTarget(out, node); !s) return Error{s.message()};
   }
   for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(g.nodes.size()); ++n)
     if (Status s = detail::rewriteVocabOp(out, n, a.values); !s) return Error{s.message()};
   // Collectives, each right before its first reader.
-  std::map<ir::NodeId, std::vector<ir::NodeId>> before; // reader -> new nodes placed before it
-  std::vector<ir::Node> added;
   for (const Collective &c : a.collectives) {
     if (c.readers.empty()) continue;
     const ir::Value &src = out.values[c.value];

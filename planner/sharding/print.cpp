@@ -8,9 +8,13 @@ namespace rannc::sharding {
 
 namespace {
 
-std::string shardingText(const ValueSharding &s) {
+std::string shardingText(const ValueSharding &s, const ir::Value &v) {
   if (s.partial) return "partial";
-  return s.axis < 0 ? "whole" : "axis " + std::to_string(s.axis);
+  if (s.axis < 0) return "whole";
+  std::string text = "axis " + std::to_string(s.axis);
+  if (v.shape_known && s.axis < static_cast<int>(v.shape.size()) && !v.shape[s.axis].isFixed())
+    text += " (" + std::to_string(v.shape[s.axis].batch_coeff) + " per batch row, Note [batch-folded cuts])";
+  return text;
 }
 
 } // namespace
@@ -76,9 +80,10 @@ void Analysis::print(const ir::Graph &g, std::ostream &os) const {
       }
     for (ir::ValueId in : node.inputs)
       if (in != ir::kNoValue && g.values[in].kind == ir::ValueKind::Parameter && values[in].axis >= 0)
-        os << "; param " << name(in) << ' ' << shardingText(values[in]);
+        os << "; param " << name(in) << ' ' << shardingText(values[in], g.values[in]);
     for (ir::ValueId out : node.outputs)
-      if (out != ir::kNoValue && !values[out].replicated()) os << "; " << name(out) << ' ' << shardingText(values[out]);
+      if (out != ir::kNoValue && !values[out].replicated())
+        os << "; " << name(out) << ' ' << shardingText(values[out], g.values[out]);
     os << '\n';
   }
 }

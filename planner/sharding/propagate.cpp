@@ -216,7 +216,7 @@ OpResult sliceLike(const ir::Graph &g, const ir::Node &n, const std::vector<OpIn
   for (size_t k = 0; k < axes.size(); ++k) {
     if (normAxis(axes[k], r) != cut) continue;
     // Exporters slice every axis from 0 to the end (a no-op): that stays local.
-    if (n.op_type != "Slice" || g.opset < 10) return fail();
+    if (n.op_type != "Slice" || g.opset < 10 || !in[0].value->shape[cut].isFixed()) return fail();
     auto starts = constantInts(g, in[1].id), ends = constantInts(g, in[2].id);
     auto steps = in.size() > 4 && in[4].value ? constantInts(g, in[4].id) : std::optional<std::vector<int64_t>>();
     const int64_t size = in[0].value->shape[cut].offset;
@@ -347,6 +347,115 @@ std::optional<std::vector<int64_t>> foldInts(const ir::Graph &g, ir::ValueId v, 
 
 std::optional<std::vector<int64_t>> constantInts(const ir::Graph &g, ir::ValueId v) { return foldInts(g, v, 0); }
 
+namespace {
+
+/// One element of a target shape the model computes at run time.
+struct Entry {
+  bool local = false;             ///< a size read from a cut axis (a local size on each device)
+  std::optional<int64_t> value;   ///< its value where it is a constant of the model
+};
+
+/// The elements of the 1-D integer value `v`; nullopt where `v` is computed by
+/// ops this does not follow (Shape, Slice, Concat, Gather, Unsqueeze,
+/// Squeeze, Cast, Identity and constants are followed).
+std::optional<std::vector<Entry>> entriesOf(const ir::Graph &g, const std::vector<ValueSharding> &values,
+                                            ir::ValueId v, int depth) {
+  if (v == ir::kNoValue || depth > 16) return std::nullopt;
+  if (auto c = constantInts(g, v)) {
+    std::vector<Entry> out;
+    for (int64_t x : *c) out.push_back({false, x});
+    return out;
+  }
+  const ir::Value &val = g.values[v];
+  if (val.kind != ir::ValueKind::Intermediate || val.producer < 0) return std::nullopt;
+  const ir::Node &p = g.nodes[val.producer];
+  if (!p.domain.empty() || p.inputs.empty()) return std::nullopt;
+  const std::string_view op = p.op_type;
+  if (op == "Shape") {
+    const ir::Value &x = g.values[p.inputs[0]];
+    if (!x.shape_known) return std::nullopt;
+    const int r = static_cast<int>(x.shape.size());
+    auto clamp = [&](int64_t i) { return static_cast<int>(std::clamp<int64_t>(i < 0 ? i + r : i, 0, r)); };
+    const int start = clamp(intAttr(p, "start", 0)), end = clamp(intAttr(p, "end", r));
+    std::vector<Entry> out;
+    for (int i = start; i < end; ++i) out.push_back({values[p.inputs[0]].axis == i, std::nullopt});
+    return out;
+  }
+  if (op == "Unsqueeze" || op == "Squeeze" || op == "Cast" || op == "Identity")
+    return entriesOf(g, values, p.inputs[0], depth + 1);
+  if (op == "Concat") {
+    std::vector<Entry> out;
+    for (ir::ValueId in : p.inputs) {
+      auto part = entriesOf(g, values, in, depth + 1);
+      if (!part) return std::nullopt;
+      out.insert(out.end(), part->begin(), part->end());
+    }
+    return out;
+  }
+  auto whole = entriesOf(g, values, p.inputs[0], depth + 1);
+  if (!whole) return std::nullopt;
+  const int64_t r = static_cast<int64_t>(whole->size());
+  if (op == "Gather" && p.inputs.size() == 2 && intAttr(p, "axis", 0) == 0) {
+    auto idx = constantInts(g, p.inputs[1]);
+    if (!idx) return std::nullopt;
+    std::vector<Entry> out;
+    for (int64_t i : *idx) {
+      if (i < -r || i >= r) return std::nullopt;
+      out.push_back((*whole)[i < 0 ? i + r : i]);
+    }
+    return out;
+  }
+  if (op == "Slice" && p.inputs.size() >= 3) {
+    auto starts = constantInts(g, p.inputs[1]), ends = constantInts(g, p.inputs[2]);
+    auto axes = p.inputs.size() > 3 && p.inputs[3] != ir::kNoValue ? constantInts(g, p.inputs[3])
+                                                                    : std::optional<std::vector<int64_t>>(std::vector<int64_t>{0});
+    auto steps = p.inputs.size() > 4 && p.inputs[4] != ir::kNoValue ? constantInts(g, p.inputs[4])
+                                                                     : std::optional<std::vector<int64_t>>(std::vector<int64_t>{1});
+    if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 || axes->size() != 1 ||
+        steps->size() != 1 || ((*axes)[0] != 0 && (*axes)[0] != -1) || (*steps)[0] != 1)
+      return std::nullopt;
+    auto clamp = [&](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + r : i, 0, r); };
+    const int64_t from = clamp((*starts)[0]), to = clamp((*ends)[0]);
+    return std::vector<Entry>(whole->begin() + from, whole->begin() + std::max(from, to));
+  }
+  return std::nullopt;
+}
+
+} // namespace
+
+bool inputSizesUnknown(const ir::Graph &g) {
+  for (ir::ValueId in : g.inputs) {
+    const ir::Value &v = g.values[in];
+    if (!v.shape_known) return true;
+    for (const ir::Dim &d : v.shape)
+      if (!d.known) return true;
+  }
+  return false;
+}
+
+Expected<std::optional<int64_t>> runTimeTargetPatch(const ir::Graph &g, const std::vector<ValueSharding> &values,
+                                                    const ir::Node &n, int degree) {
+  const std::string where = "tensor parallel: node '" + n.name + "': its target shape is computed at run time ";
+  if (!n.domain.empty() || (n.op_type != "Reshape" && n.op_type != "Expand") || n.inputs.size() != 2 ||
+      n.outputs.empty() || n.outputs[0] == ir::kNoValue)
+    return Error{where + "by an op that is not an ONNX Reshape or Expand"};
+  const ir::Value &out = g.values[n.outputs[0]];
+  const int p = values[n.outputs[0]].axis;
+  auto entries = entriesOf(g, values, n.inputs[1], 0);
+  if (!entries || entries->size() != out.shape.size() || p < 0 || p >= static_cast<int>(entries->size()))
+    return Error{where + "from ops it cannot follow"};
+  for (int j = 0; j < static_cast<int>(entries->size()); ++j)
+    if ((*entries)[j].local && j != p) return Error{where + "and names a cut size at another axis"};
+  const Entry &e = (*entries)[p];
+  // Read from the cut value itself (local already), or Reshape's -1 (inferred
+  // from the local input): kept as it is.
+  if (e.local || (n.op_type == "Reshape" && e.value == -1)) return std::optional<int64_t>();
+  // A fixed cut size: its local size, whatever the model wrote there (the
+  // whole size, or 0 for Reshape's copy of the input's size).
+  if (out.shape[p].isFixed()) return std::optional<int64_t>(out.shape[p].offset / degree);
+  return Error{where + "with a batch-folded cut axis it cannot rewrite"};
+}
+
 bool columnCandidate(const ir::Node &n, const std::vector<OpInput> &in) {
   if (!n.domain.empty() || (n.op_type != "MatMul" && n.op_type != "Gemm")) return false;
   if (in.size() < 2 || !in[0].value || !in[1].value) return false;
@@ -366,45 +475,56 @@ bool rewrittenShapeInput(const ir::Node &n, size_t i) {
   return n.domain.empty() && i == 1 && (n.op_type == "Reshape" || n.op_type == "Expand");
 }
 
+// Note [reshapes of a cut axis]
+// A reshape relabels the row-major order of the same elements. Say the cut
+// axis a has cut size c (Note [batch-folded cuts]) and `inner` elements per
+// step along it (the product of the axes after it): the cut factor spans the
+// element strides [inner, c * inner), and each device holds a contiguous
+// 1/t of it. The output axis j whose strides hold the top of that span,
+// suffix(j+1) < c * inner <= suffix(j), carries the cut when
+//   - axis j holds one such span (a fixed axis), or one per batch row (a
+//     batch-folded axis, its size c' * B), and no other outer factor: a
+//     span of the whole heads, not of a head and its neighbour's;
+//   - its own group is either the cut factor with whole inner elements
+//     merged below it (c * inner / suffix(j+1), as [H, D] -> [H*D]) or the
+//     outer factor of the cut factor (as [H*D] -> [H, D], cut on H).
+// The sizes are affine in the batch, so the test runs at two batch sizes.
+
 std::optional<int> reshapeAxis(const ir::Shape &in, const ir::Shape &out, int a) {
-  if (a < 0 || a >= static_cast<int>(in.size()) || !in[a].isFixed()) return std::nullopt;
+  if (a < 0 || a >= static_cast<int>(in.size())) return std::nullopt;
+  const std::optional<int64_t> c = cutSize(in[a]);
+  if (!c || *c < 1) return std::nullopt;
   for (const ir::Dim &d : in)
     if (!d.known) return std::nullopt;
   for (const ir::Dim &d : out)
     if (!d.known) return std::nullopt;
-  // Products of leading dimensions, compared at two batch sizes (dims are affine in B).
-  auto prefix = [](const ir::Shape &s, int end, int64_t b) {
+  auto suffix = [](const ir::Shape &s, int from, int64_t b) {
     int64_t p = 1;
-    for (int i = 0; i < end; ++i) p *= s[i].at(b);
+    for (int i = from; i < static_cast<int>(s.size()); ++i) p *= s[i].at(b);
     return p;
   };
-  auto samePrefix = [&](int j) { return prefix(in, a, 3) == prefix(out, j, 3) && prefix(in, a, 7) == prefix(out, j, 7); };
-  const int64_t n = in[a].offset;
-  for (int j = 0; j < static_cast<int>(out.size()); ++j) {
-    if (!samePrefix(j)) continue;
-    if (fixedSize(out[j], 1)) continue;
-    if (!out[j].isFixed()) return std::nullopt;
-    const int64_t m = out[j].offset;
-    if (m == n) return j;
-    if (n % m == 0) { // split: the cut lands on the outer factor (whole heads)
-      int64_t p = 1;
-      for (int k = j; k < static_cast<int>(out.size()) && p < n; ++k) {
-        if (!out[k].isFixed()) return std::nullopt;
-        p *= out[k].offset;
-      }
-      return p == n ? std::optional<int>(j) : std::nullopt;
+  std::optional<int> found;
+  for (int64_t b : {3, 7}) {
+    const int64_t inner = suffix(in, a + 1, b), top = *c * inner;
+    if (inner < 1 || suffix(in, 0, b) != suffix(out, 0, b)) return std::nullopt;
+    int j = -1;
+    for (int k = 0; k < static_cast<int>(out.size()) && j < 0; ++k)
+      if (suffix(out, k + 1, b) < top && top <= suffix(out, k, b)) j = k;
+    if (j < 0 || (found && *found != j)) return std::nullopt;
+    const int64_t above = suffix(out, j, b), below = suffix(out, j + 1, b);
+    if (above % top != 0 || (above / top != 1 && above / top != b)) return std::nullopt;
+    int64_t group = 0;
+    if (below <= inner) {
+      if (inner % below != 0) return std::nullopt;
+      group = *c * (inner / below); // whole inner elements merged below the cut factor
+    } else {
+      if (below % inner != 0 || top % below != 0) return std::nullopt;
+      group = top / below; // the outer factor of the cut factor
     }
-    if (m % n == 0) { // merge: the cut axis is the outermost of the merged ones
-      int64_t p = 1;
-      for (int k = a; k < static_cast<int>(in.size()) && p < m; ++k) {
-        if (!in[k].isFixed()) return std::nullopt;
-        p *= in[k].offset;
-      }
-      return p == m ? std::optional<int>(j) : std::nullopt;
-    }
-    return std::nullopt;
+    if (!(out[j] == (above == top ? ir::Dim::fixed(group) : ir::Dim::batch(group)))) return std::nullopt;
+    found = j;
   }
-  return std::nullopt;
+  return found;
 }
 
 std::optional<std::vector<int64_t>> localExpandTarget(const ir::Shape &in, const ir::Shape &out) {

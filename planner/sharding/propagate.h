@@ -83,7 +83,8 @@ bool columnCandidate(const ir::Node &n, const std::vector<OpInput> &in);
 bool rewrittenShapeInput(const ir::Node &n, size_t i);
 
 /// The output axis a reshape of `in` to `out` moves cut axis `a` to; nullopt
-/// when the cut does not stay on whole rows of one output axis.
+/// when the cut does not stay on whole rows of one output axis (Note
+/// [reshapes of a cut axis]; either axis may be batch-folded).
 std::optional<int> reshapeAxis(const ir::Shape &in, const ir::Shape &out, int a);
 
 /// Expand's target shape on each device when output axis `axis` is cut
@@ -94,6 +95,19 @@ std::optional<std::vector<int64_t>> localExpandTarget(const ir::Shape &in, const
 /// already at the local size): every fixed size, -1 for the one batch-dependent
 /// dimension; nullopt when more than one dimension is not fixed.
 std::optional<std::vector<int64_t>> localReshapeTarget(const ir::Shape &out);
+
+/// Whether an input of `g` has a size other than the batch unknown (the
+/// graph's shapes were then found at a stand-in size, Note [target shapes of
+/// unknown inputs] in sharding.cpp).
+bool inputSizesUnknown(const ir::Graph &g);
+
+/// For a cut ONNX Reshape or Expand (`n`, its output cut under `values`)
+/// whose target the model computes at run time: the local size to write at
+/// the output's cut axis (nullopt: keep the entry, it is already local or -1),
+/// as the run-time target's one patched entry; an Error when the target
+/// cannot be followed (Note [target shapes of unknown inputs]).
+Expected<std::optional<int64_t>> runTimeTargetPatch(const ir::Graph &g, const std::vector<ValueSharding> &values,
+                                                    const ir::Node &n, int degree);
 
 /// The integer contents of a constant value (an initializer or a Constant
 /// node's output); nullopt when it is not a known constant.

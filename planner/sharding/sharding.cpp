@@ -13,16 +13,19 @@ namespace rannc::sharding {
 // Every cut starts at a column-parallel product (a seed). A value carries the
 // seed it came from; a node that reads cuts of several seeds joins them into
 // one region (union-find), as attention joins the query, key and value
-// products. A pass propagates every enabled seed through the graph in node
-// order (rules in propagate.h). Where a rule fails on a cut input, the input
-// is gathered whole if nothing downstream of it multiplies a weight (the
-// output layer's logits before the loss), else the region is marked bad. A
-// region is also bad where two readers of one weight want it cut differently
-// (a tied embedding), where a shape computed from a cut value reaches
-// anything but a target shape localGraph rewrites, or where a cut axis is not
-// a fixed size. Bad regions' seeds are disabled and the pass reruns until no
-// region is bad: seeds only ever get disabled, so it ends, and the result
-// depends on the graph alone (deterministic).
+// products. A partial value joins nothing: its readers read it summed, whole
+// (so a Llama's first residual add, of the vocabulary-parallel lookup and the
+// attention's row-parallel product, leaves the two regions apart). A pass
+// propagates every enabled seed through the graph in node order (rules in
+// propagate.h). Where a rule fails on a cut input, the input is gathered
+// whole if nothing downstream of it multiplies a weight (the output layer's
+// logits before the loss), else the region is marked bad. A region is also
+// bad where two readers of one weight want it cut differently (a tied
+// embedding), where a shape computed from a cut value reaches anything but a
+// target shape localGraph rewrites, or where a cut axis has no cut size
+// (cutSize(), Note [batch-folded cuts]). Bad regions' seeds are disabled and
+// the pass reruns until no region is bad: seeds only ever get disabled, so it
+// ends, and the result depends on the graph alone (deterministic).
 //
 // A lookup in a parameter table seeds a region too, cutting the table by rows
 // (Note [vocabulary parallelism] in vocab.cpp); a loss over logits cut by
@@ -58,6 +61,7 @@ struct GraphFacts {
   std::vector<bool> needs_grad;   ///< per value: floating and computed from a parameter
   std::vector<bool> feeds_weight; ///< per value: some node downstream reads a weight matrix
   std::vector<std::vector<ir::NodeId>> users;
+  bool unknown_input_sizes = false; ///< an input has a size other than the batch unknown
 
   explicit GraphFacts(const ir::Graph &g)
       : param_only(ir::parameterOnlyNodes(g)), weight(g.values.size(), false), needs_grad(g.values.size(), false),
@@ -77,6 +81,11 @@ struct GraphFacts {
         weight[out] = param_only[n];
         needs_grad[out] = grad && ir::isFloating(g.values[out].dtype);
       }
+    }
+    for (ir::ValueId in : g.inputs) {
+      const ir::Value &val = g.values[in];
+      unknown_input_sizes = unknown_input_sizes || !val.shape_known ||
+                            std::any_of(val.shape.begin(), val.shape.end(), [](const ir::Dim &d) { return !d.known; });
     }
     std::vector<bool> node_feeds(g.nodes.size(), false);
     for (auto n = static_cast<ir::NodeId>(g.nodes.size()) - 1; n >= 0; --n) {
@@ -108,12 +117,9 @@ public:
       if (!f_.param_only[n]) visit(n);
     resolveWeights();
     addCopiesAndSums();
-    for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g_.values.size()); ++v) {
-      const int a = sh_[v].axis;
-      if (a >= 0 && (!g_.values[v].shape_known || a >= static_cast<int>(g_.values[v].shape.size()) ||
-                     !g_.values[v].shape[a].isFixed() || g_.values[v].shape[a].offset < 2))
-        markBad(region_[v]);
-    }
+    for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g_.values.size()); ++v)
+      if (sh_[v].axis >= 0 && valueCutSize(v) < 2) markBad(region_[v]);
+    if (f_.unknown_input_sizes) markRunTimeTargetsBad();
     if (g_.loss != ir::kNoValue && !sh_[g_.loss].replicated()) markBad(region_[g_.loss]);
     markOddRegionsBad();
   }
@@ -133,14 +139,47 @@ public:
     a.collectives = collectives_;
     std::set<int64_t> sizes;
     for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g_.values.size()); ++v)
-      if (sh_[v].axis >= 0) sizes.insert(g_.values[v].shape[sh_[v].axis].offset);
+      if (sh_[v].axis >= 0) sizes.insert(valueCutSize(v));
     a.cut_sizes.assign(sizes.begin(), sizes.end());
     return a;
   }
 
 private:
+  /// The cut size of value `v` along its cut axis (Note [batch-folded cuts]); 0 when it has none.
+  int64_t valueCutSize(ir::ValueId v) const {
+    const int a = sh_[v].axis;
+    const ir::Value &val = g_.values[v];
+    if (a < 0 || !val.shape_known || a >= static_cast<int>(val.shape.size())) return 0;
+    return cutSize(val.shape[a]).value_or(0);
+  }
+
   void markBad(int region) {
     if (region >= 0) bad_[uf_.find(region)] = true;
+  }
+
+  // Note [target shapes of unknown inputs]
+  // localGraph writes a cut Reshape's or Expand's target as a constant of the
+  // local shape. Where an input's size is unknown (a dynamic sequence in the
+  // dynamo ONNX exporter's files, `input_ids [B,?]`), the graph's shapes were
+  // found by running it at a stand-in size (1), and a target the model
+  // computes at run time (Shape, Slice, Concat) would be frozen at that
+  // stand-in. There the target stays computed at run time, and only its
+  // entry at the output's cut axis is replaced (runTimeTargetPatch()): by
+  // the local cut size, or kept where it is Reshape's -1 or was read from
+  // the cut value itself (already local). A region whose target cannot be
+  // followed that way (other ops, a cut size at another axis, ATen's
+  // arguments) stays whole; a target that is a constant of the model is
+  // rewritten as always.
+  void markRunTimeTargetsBad() {
+    for (ir::NodeId n = 0; n < static_cast<ir::NodeId>(g_.nodes.size()); ++n) {
+      const ir::Node &node = g_.nodes[n];
+      if (f_.param_only[n] || node.outputs.empty() || node.outputs[0] == ir::kNoValue || sh_[node.outputs[0]].axis < 0)
+        continue;
+      for (size_t i = 0; i < node.inputs.size(); ++i)
+        if (node.inputs[i] != ir::kNoValue && detail::rewrittenShapeInput(node, i) &&
+            !detail::constantInts(g_, node.inputs[i]) && (i != 1 || !detail::runTimeTargetPatch(g_, sh_, node, 1)))
+          markBad(region_[node.outputs[0]]);
+    }
   }
 
   // Note [regions that cannot be cut]
@@ -152,11 +191,9 @@ private:
   void markOddRegionsBad() {
     std::map<int, int64_t> gcd; // region root -> gcd of its cut sizes
     for (ir::ValueId v = 0; v < static_cast<ir::ValueId>(g_.values.size()); ++v) {
-      const int a = sh_[v].axis;
-      if (a < 0 || region_[v] < 0 || !g_.values[v].shape_known || a >= static_cast<int>(g_.values[v].shape.size()))
-        continue;
+      if (region_[v] < 0 || valueCutSize(v) < 1) continue;
       int64_t &d = gcd[uf_.find(region_[v])];
-      d = std::gcd(d, g_.values[v].shape[a].offset);
+      d = std::gcd(d, valueCutSize(v));
     }
     for (const auto &[root, d] : gcd)
       if (d % 2 != 0) markBad(root);
@@ -176,14 +213,19 @@ private:
   void visit(ir::NodeId n) {
     const ir::Node &node = g_.nodes[n];
     std::vector<OpInput> in = inputsOf(node);
+    // Partial inputs are read through their sum, whole: only cut ones join
+    // their regions to this node's (Note [sharding regions]).
     int region = -1;
     for (const OpInput &x : in)
-      if (x.id != ir::kNoValue && !sh_[x.id].replicated()) region = uf_.join(region, region_[x.id]);
+      if (x.id != ir::kNoValue && x.sh.axis >= 0) region = uf_.join(region, region_[x.id]);
     OpResult res = detail::propagate(g_, node, in, disabled_.count(n) == 0);
     if (!res.ok) {
       for (size_t i = 0; i < in.size(); ++i) {
         if (in[i].sh.axis < 0) continue;
-        if (f_.feeds_weight[in[i].id]) markBad(region_[in[i].id]);
+        // An all-gather cannot rebuild a batch-folded cut (Note [batch-folded cuts]).
+        const ir::Shape &shape = in[i].value->shape;
+        const bool fixed = in[i].sh.axis < static_cast<int>(shape.size()) && shape[in[i].sh.axis].isFixed();
+        if (f_.feeds_weight[in[i].id] || !fixed) markBad(region_[in[i].id]);
         else gathers_[{in[i].id, in[i].sh.axis}].insert(n);
         in[i].sh = {};
       }
@@ -400,6 +442,13 @@ private:
 };
 
 } // namespace
+
+std::optional<int64_t> cutSize(const ir::Dim &d) {
+  if (!d.known) return std::nullopt;
+  if (d.isFixed()) return d.offset;
+  if (d.offset == 0 && d.batch_coeff >= 2) return d.batch_coeff;
+  return std::nullopt;
+}
 
 std::string_view collectiveName(CollectiveKind k) {
   switch (k) {

@@ -19,9 +19,25 @@
 //     and a cross-entropy loss over class-cut logits is computed on the
 //     slices (Note [vocabulary parallelism] in vocab.cpp);
 //   - everything else (norms, the residual stream) stays replicated.
+//
+// Note [batch-folded cuts]
+// Exporters often fold the heads into the batch around attention: the
+// dynamo ONNX exporter writes scaled_dot_product_attention's key transpose
+// as [B,H,S,D] -> [B*H,S,D] -> transpose -> [B,H,D,S]. A cut of the heads
+// then lies inside every batch row of the folded axis: each device holds,
+// for every b, its H/t heads (rows b*H + i*H/t .. b*H + (i+1)*H/t), not one
+// contiguous slice of the axis. A cut axis whose size depends on the batch
+// (c*B, Dim::batch(c)) means exactly that: B consecutive groups of c, each
+// cut into t contiguous slices; the batch alone (c = 1) is never cut. Its
+// cut size is c (cutSize()), the local graph holds (c/t)*B, and reshapes
+// (reshapeAxis) move such cuts in and out of the batch like any other. An
+// all-gather along such an axis would concatenate the wrong rows, so a
+// region that would need one is given up instead, and stage boundaries
+// carry only whole values.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -40,6 +56,10 @@ struct ValueSharding {
   bool replicated() const { return axis < 0 && !partial; }
   bool operator==(const ValueSharding &o) const { return axis == o.axis && partial == o.partial; }
 };
+
+/// The size a cut of `d` divides t ways: a fixed size, or c for a batch-folded
+/// axis of size c*B (Note [batch-folded cuts]); nullopt where `d` cannot be cut.
+std::optional<int64_t> cutSize(const ir::Dim &d);
 
 /// The collectives a tensor-parallel local graph needs.
 enum class CollectiveKind : uint8_t {

@@ -130,8 +130,30 @@ def cuda_reference(args, model_dir):
     print(p.stdout.strip())
 
 
+def check_roles(args, model_dir):
+    """--expect-roles: what rannc-plan import --tensor-parallel 2 found, per
+    op, so that a plan cutting less than the model allows (the MLP only, say)
+    does not pass unnoticed: its training would be exact too."""
+    model_file = args.model_file or ("model.pt" if args.torchscript else "model.onnx")
+    p = run([args.plan_tool, "import", os.path.join(model_dir, model_file), "--tensor-parallel", "2"])
+    if p.returncode != 0:
+        sys.exit(f"rannc-plan import failed:\n{p.stderr}")
+    found = {}
+    for line in p.stdout.splitlines():
+        m = re.match(r"^  \S.*? \([\w.:]+\): ([^;]+?)\s*(?:;|$)", line)
+        if m:
+            found[m.group(1)] = found.get(m.group(1), 0) + 1
+    for item in args.expect_roles.split(","):
+        role, _, count = item.rpartition("=")
+        print(f"tensor-parallel role '{role}': {found.get(role, 0)} op(s), expected {count}")
+        if found.get(role, 0) != int(count):
+            sys.exit(f"rannc-plan import --tensor-parallel 2 found {found}, expected {args.expect_roles}")
+
+
 def check_training(args):
     model_dir = os.path.join(args.models, args.model)
+    if args.expect_roles:
+        check_roles(args, model_dir)
     name = args.variant or args.optimizer
     lowp = args.precision != "fp32"
     suffix = (f"_{args.precision}" if lowp else "") + ("_overflow" if args.overflow else "")
@@ -653,6 +675,9 @@ def main():
                          "(exits 77, skipped, without one)")
     ap.add_argument("--make-model-args", default="",
                     help="--device cuda: the make_model.py flags the model folder was made with")
+    ap.add_argument("--expect-roles", default="",
+                    help="'ROLE=N,...': rannc-plan import --tensor-parallel 2 prints each role "
+                         "(column-parallel, row-parallel, vocab-parallel embedding, ...) on exactly N ops")
     ap.add_argument("--check-state", action="store_true",
                     help="also compare the trained parameters and BatchNorm buffers (--export-onnx) with PyTorch's")
     args = ap.parse_args()

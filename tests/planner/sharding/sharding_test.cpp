@@ -592,6 +592,167 @@ TEST(Sharding, DeepStackIsOnePairPerBlock) {
   EXPECT_EQ(local->nodes.size(), b.g.nodes.size() + 2 * layers);
 }
 
+/// The dynamo ONNX exporter's Llama layer (optimize=True), as small as it
+/// goes: every target shape computed from Shape/Slice/Concat, repeat_kv as
+/// Unsqueeze/Expand/Reshape, and scaled_dot_product_attention's key folded
+/// into the batch ([B,4,S,2] -> [4*B,S,2] -> transpose -> [B,4,2,S]); the
+/// first residual add reads the vocabulary-parallel lookup and the
+/// attention's row-parallel product, both partial.
+struct DynamoAttention {
+  Builder b;
+  ValueId ids, table, emb, wq, wk, wv, wo, xs, qv, qh, kr, kfold, kt, probs, out, h;
+  /// `dynamic`: the sequence is dynamic, ids [B,?], as the exporter's defaults leave it.
+  explicit DynamoAttention(bool dynamic = false) {
+    const Dim S = F(3);
+    auto perm = [](std::vector<int64_t> p) { return ir::AttrMap{{"perm", p}}; };
+    auto dims = [&](ValueId from, int64_t start, int64_t end) {
+      return b.op("Shape", {from}, {F(end - start)}, {{"start", start}, {"end", end}}, DType::I64);
+    };
+    auto concat = [&](std::vector<ValueId> parts, int64_t n) {
+      return b.op("Concat", std::move(parts), {F(n)}, {{"axis", int64_t{0}}}, DType::I64);
+    };
+    auto slice = [&](ValueId x, int64_t start, int64_t end, int64_t n) {
+      const std::string i = std::to_string(b.g.nodes.size());
+      return b.op("Slice", {x, b.ints("st" + i, {start}), b.ints("en" + i, {end}), b.ints("ax" + i, {0})}, {F(n)}, {},
+                  DType::I64);
+    };
+    ids = b.input("ids", {B(), dynamic ? Dim::unknown() : S}, DType::I64);
+    ValueId mask = b.input("mask", {B(), F(1), S, S});
+    table = b.param("table", {F(16), F(8)});
+    ValueId s = b.param("s", {F(8)});
+    wq = b.param("wq", {F(8), F(8)});
+    wk = b.param("wk", {F(8), F(4)});
+    wv = b.param("wv", {F(8), F(4)});
+    wo = b.param("wo", {F(8), F(8)});
+    ValueId batch = dims(ids, 0, 1), seq = dims(ids, 1, 2);
+    emb = b.op("Gather", {table, ids}, {B(), S, F(8)}, {{"axis", int64_t{0}}});
+    xs = b.op("Mul", {emb, s}, {B(), S, F(8)});
+    ValueId heads = concat({batch, seq, b.ints("minus1", {-1}), b.ints("hd", {2})}, 4);
+    auto project = [&](ValueId w, int64_t n) {
+      ValueId y = b.matmul(xs, w, {B(), S, F(2 * n)});
+      ValueId r = b.op("Reshape", {y, heads}, {B(), S, F(n), F(2)}, {{"allowzero", int64_t{1}}});
+      if (n == 4) qv = r;
+      return b.op("Transpose", {r}, {B(), F(n), S, F(2)}, perm({0, 2, 1, 3}));
+    };
+    qh = project(wq, 4);
+    ValueId kh = project(wk, 2), vh = project(wv, 2);
+    auto repeat = [&](ValueId t) { // [B,2,S,2] -> [B,2,1,S,2] -> [B,2,2,S,2] -> [B,4,S,2]
+      const std::string i = std::to_string(b.g.nodes.size());
+      ValueId u = b.op("Unsqueeze", {t, b.ints("u" + i, {2})}, {B(), F(2), F(1), S, F(2)});
+      ValueId to = concat({batch, b.ints("two" + i, {2}), b.ints("rep" + i, {2}), seq, b.ints("d" + i, {2})}, 5);
+      ValueId e = b.op("Expand", {u, to}, {B(), F(2), F(2), S, F(2)});
+      ValueId back = concat({batch, b.ints("h" + i, {4}), seq, b.ints("d2" + i, {2})}, 4);
+      return b.op("Reshape", {e, back}, {B(), F(4), S, F(2)}, {{"allowzero", int64_t{1}}});
+    };
+    kr = repeat(kh);
+    ValueId vr = repeat(vh);
+    // The key's transpose through the batch, its shapes read from the key itself.
+    ValueId ks = b.op("Shape", {kr}, {F(4)}, {}, DType::I64);
+    ValueId last = slice(ks, -1, INT64_MAX, 1), rows = slice(ks, -2, -1, 1), lead = slice(ks, 0, -2, 2);
+    kfold = b.op("Reshape", {kr, concat({b.ints("fold", {-1}), rows, last}, 3)}, {Dim::batch(4), S, F(2)});
+    ValueId kft = b.op("Transpose", {kfold}, {Dim::batch(4), F(2), S}, perm({0, 2, 1}));
+    kt = b.op("Reshape", {kft, concat({lead, last, rows}, 4)}, {B(), F(4), F(2), S});
+    ValueId scores = b.op("Add", {b.matmul(qh, kt, {B(), F(4), S, S}), mask}, {B(), F(4), S, S});
+    probs = b.op("Softmax", {scores}, {B(), F(4), S, S}, {{"axis", int64_t{-1}}});
+    ValueId ctx = b.op("Transpose", {b.matmul(probs, vr, {B(), F(4), S, F(2)})}, {B(), S, F(4), F(2)},
+                       perm({0, 2, 1, 3}));
+    ValueId merged = b.op("Reshape", {ctx, concat({batch, seq, b.ints("m1", {-1})}, 3)}, {B(), S, F(8)});
+    out = b.matmul(merged, wo, {B(), S, F(8)});
+    h = b.op("Add", {emb, out}, {B(), S, F(8)});
+    b.loss(h);
+  }
+};
+
+TEST(Sharding, DynamoAttentionIsCutByHeadsThroughTheBatchFold) {
+  DynamoAttention t;
+  Analysis a = analyzed(t.b.g);
+  EXPECT_EQ(a.values[t.table].axis, 0); // the lookup's region stays apart from attention's
+  EXPECT_TRUE(a.values[t.emb].partial);
+  EXPECT_EQ(a.values[t.wq].axis, 1);
+  EXPECT_EQ(a.values[t.wk].axis, 1);
+  EXPECT_EQ(a.values[t.wv].axis, 1);
+  EXPECT_EQ(a.values[t.wo].axis, 0);
+  EXPECT_EQ(a.values[t.qh].axis, 1);
+  EXPECT_EQ(a.values[t.kr].axis, 1);
+  EXPECT_EQ(a.values[t.kfold].axis, 0); // 4 heads per batch row (Note [batch-folded cuts])
+  EXPECT_EQ(a.values[t.kt].axis, 1);
+  EXPECT_EQ(a.values[t.probs].axis, 1);
+  EXPECT_TRUE(a.values[t.out].partial);
+  EXPECT_TRUE(a.values[t.h].replicated());
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{2, 4, 8, 16}));
+  EXPECT_EQ(a.degrees(8), (std::vector<int>{1, 2}));
+  EXPECT_EQ(count(a, CollectiveKind::CopyToGroup), 1);
+  EXPECT_EQ(find(a, CollectiveKind::CopyToGroup, t.xs)->readers.size(), 3u);
+  EXPECT_EQ(count(a, CollectiveKind::SumOverGroup), 2); // the lookup's and the attention's
+  EXPECT_EQ(count(a, CollectiveKind::GatherAxis), 0);
+
+  auto local = localGraph(t.b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Graph &l = *local;
+  EXPECT_EQ(l.verify(), "");
+  EXPECT_EQ(ir::shapeString(l.values[t.kfold].shape), ir::shapeString({Dim::batch(2), F(3), F(2)}));
+  EXPECT_EQ(ir::shapeString(l.values[t.kt].shape), "[B,2,2,3]");
+  EXPECT_EQ(ir::shapeString(l.values[t.wk].shape), "[8,2]");
+  EXPECT_EQ(ir::shapeString(l.values[t.table].shape), "[8,8]");
+  // Targets computed from the cut key's shape become local constants.
+  auto targetOf = [&](ValueId v) {
+    const ir::Node &n = l.nodes[l.values[v].producer];
+    const ir::Tensor &c = l.constant_data.at(n.inputs[1]);
+    std::vector<int64_t> out(c.numel());
+    std::memcpy(out.data(), c.data.data(), c.data.size());
+    return out;
+  };
+  EXPECT_EQ(targetOf(t.kfold), (std::vector<int64_t>{-1, 3, 2}));
+  EXPECT_EQ(targetOf(t.kt), (std::vector<int64_t>{-1, 2, 2, 3}));
+  EXPECT_EQ(targetOf(t.kr), (std::vector<int64_t>{-1, 2, 3, 2}));
+}
+
+/// With a dynamic sequence the shapes were found at a stand-in size, so a
+/// target computed at run time stays computed, only its entry at the cut
+/// axis replaced (Note [target shapes of unknown inputs]).
+TEST(Sharding, DynamicSequenceKeepsTargetsComputedAtRunTime) {
+  DynamoAttention t(/*dynamic=*/true);
+  Analysis a = analyzed(t.b.g);
+  EXPECT_EQ(a.values[t.wq].axis, 1);
+  EXPECT_EQ(a.values[t.kfold].axis, 0);
+  EXPECT_EQ(a.cut_sizes, (std::vector<int64_t>{2, 4, 8, 16}));
+  auto local = localGraph(t.b.g, a, 2);
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  const ir::Graph &l = *local;
+  EXPECT_EQ(l.verify(), "");
+  auto targetOf = [&](ValueId v) { return l.nodes[l.values[v].producer].inputs[1]; };
+  auto patched = [&](ValueId v, int64_t entry) { // Concat(Slice(T, 0, p), [entry], Slice(T, p+1, rank))
+    const ir::Value &target = l.values[targetOf(v)];
+    ASSERT_GE(target.producer, 0);
+    const ir::Node &c = l.nodes[target.producer];
+    EXPECT_EQ(c.op_type, "Concat");
+    int64_t found = -100;
+    for (ValueId in : c.inputs)
+      if (l.values[in].kind == ValueKind::Constant) std::memcpy(&found, l.constant_data.at(in).data.data(), 8);
+    EXPECT_EQ(found, entry);
+  };
+  patched(t.kr, 2); // [B,4,S,2] from Concat(batch, 4, seq, 2): the 4 heads become 2
+  // The query's target holds -1 at the heads, the folded key's -1 at the fold, and the key's
+  // transpose back reads the heads from the cut key itself: all kept as the model computes them.
+  EXPECT_EQ(targetOf(t.qv), t.b.g.nodes[t.b.g.values[t.qv].producer].inputs[1]);
+  EXPECT_EQ(targetOf(t.kfold), t.b.g.nodes[t.b.g.values[t.kfold].producer].inputs[1]);
+  EXPECT_EQ(targetOf(t.kt), t.b.g.nodes[t.b.g.values[t.kt].producer].inputs[1]);
+}
+
+/// A batch-folded cut must never be all-gathered: concatenating the devices'
+/// slices would interleave the batch rows wrongly, so the region stays whole.
+TEST(Sharding, BatchFoldedCutIsNeverGathered) {
+  Builder b;
+  ValueId x = b.input("x", {B(), F(8)});
+  ValueId s = b.param("s", {F(8)}), w = b.param("w", {F(8), F(8)});
+  ValueId y = b.matmul(b.op("Mul", {x, s}, {B(), F(8)}), w, {B(), F(8)});
+  ValueId folded = b.op("Reshape", {y, b.ints("t", {-1})}, {Dim::batch(8)});
+  b.loss(b.op("Softmax", {folded}, {Dim::batch(8)}, {{"axis", int64_t{0}}})); // over the cut axis: no rule
+  Analysis a = analyzed(b.g);
+  EXPECT_TRUE(a.values[w].replicated());
+  EXPECT_FALSE(a.any());
+}
+
 /// A reshape that would split heads (the cut lands inside a head) is refused.
 TEST(Sharding, ReshapeThatSplitsAHeadIsNotCut) {
   EXPECT_EQ(detail::reshapeAxis({B(), F(8)}, {B(), F(2), F(4)}, 1), std::optional<int>(1));
@@ -600,6 +761,12 @@ TEST(Sharding, ReshapeThatSplitsAHeadIsNotCut) {
   EXPECT_EQ(detail::reshapeAxis({B(), F(8)}, {B(), F(1), F(8)}, 1), std::optional<int>(2));
   EXPECT_EQ(detail::reshapeAxis({B(), F(6)}, {B(), F(4), F(3)}, 1), std::nullopt);
   EXPECT_EQ(detail::reshapeAxis({B(), F(3), F(8)}, {Dim::batch(3), F(8)}, 2), std::optional<int>(1));
+  // Heads folded into the batch and back (Note [batch-folded cuts]).
+  EXPECT_EQ(detail::reshapeAxis({B(), F(4), F(3), F(2)}, {Dim::batch(4), F(3), F(2)}, 1), std::optional<int>(0));
+  EXPECT_EQ(detail::reshapeAxis({Dim::batch(4), F(2), F(3)}, {B(), F(4), F(2), F(3)}, 0), std::optional<int>(1));
+  EXPECT_EQ(detail::reshapeAxis({B(), F(4), F(3), F(2)}, {Dim::batch(12), F(2)}, 1), std::optional<int>(0));
+  EXPECT_EQ(detail::reshapeAxis({B(), F(3), F(4), F(2)}, {Dim::batch(12), F(2)}, 2), std::nullopt); // seq above heads
+  EXPECT_EQ(detail::reshapeAxis({B(), F(8)}, {B(), F(2), F(4)}, 0), std::nullopt); // the batch is never cut
 }
 
 } // namespace
