@@ -82,11 +82,7 @@ struct GraphFacts {
         needs_grad[out] = grad && ir::isFloating(g.values[out].dtype);
       }
     }
-    for (ir::ValueId in : g.inputs) {
-      const ir::Value &val = g.values[in];
-      unknown_input_sizes = unknown_input_sizes || !val.shape_known ||
-                            std::any_of(val.shape.begin(), val.shape.end(), [](const ir::Dim &d) { return !d.known; });
-    }
+    unknown_input_sizes = detail::inputSizesUnknown(g);
     std::vector<bool> node_feeds(g.nodes.size(), false);
     for (auto n = static_cast<ir::NodeId>(g.nodes.size()) - 1; n >= 0; --n) {
       const ir::Node &node = g.nodes[n];
