@@ -78,6 +78,15 @@ int count(const Analysis &a, CollectiveKind k) {
                                         [&](const Collective &c) { return c.kind == k; }));
 }
 
+/// The constant target shape of the Reshape or Expand that makes `v` in the local graph `l`.
+std::vector<int64_t> constantTarget(const ir::Graph &l, ValueId v) {
+  const ir::Node &n = l.nodes[l.values[v].producer];
+  const ir::Tensor &c = l.constant_data.at(n.inputs[1]);
+  std::vector<int64_t> out(c.numel());
+  std::memcpy(out.data(), c.data.data(), c.data.size());
+  return out;
+}
+
 const Collective *find(const Analysis &a, CollectiveKind k, ValueId v) {
   for (const Collective &c : a.collectives)
     if (c.kind == k && c.value == v) return &c;
@@ -435,16 +444,9 @@ TEST(Sharding, AttentionIsCutByHeadsWithGroupedKeyValueHeads) {
   EXPECT_EQ(ir::shapeString(l.values[t.qh].shape), "[B,2,3,2]");
   EXPECT_EQ(ir::shapeString(l.values[t.kr].shape), "[B,2,3,2]");
   // Target shapes naming a cut size are rewritten to local constants.
-  auto targetOf = [&](ValueId out) {
-    const ir::Node &n = l.nodes[l.values[out].producer];
-    const ir::Tensor &c = l.constant_data.at(n.inputs[1]);
-    std::vector<int64_t> v(c.numel());
-    std::memcpy(v.data(), c.data.data(), c.data.size());
-    return v;
-  };
-  EXPECT_EQ(targetOf(t.merged), (std::vector<int64_t>{-1, 3, 4}));
-  EXPECT_EQ(targetOf(t.ke), (std::vector<int64_t>{1, 1, 2, 1, 1}));
-  EXPECT_EQ(targetOf(t.kr), (std::vector<int64_t>{-1, 2, 3, 2}));
+  EXPECT_EQ(constantTarget(l, t.merged), (std::vector<int64_t>{-1, 3, 4}));
+  EXPECT_EQ(constantTarget(l, t.ke), (std::vector<int64_t>{1, 1, 2, 1, 1}));
+  EXPECT_EQ(constantTarget(l, t.kr), (std::vector<int64_t>{-1, 2, 3, 2}));
   EXPECT_EQ(l.verify(), "");
 }
 
@@ -695,16 +697,9 @@ TEST(Sharding, DynamoAttentionIsCutByHeadsThroughTheBatchFold) {
   EXPECT_EQ(ir::shapeString(l.values[t.wk].shape), "[8,2]");
   EXPECT_EQ(ir::shapeString(l.values[t.table].shape), "[8,8]");
   // Targets computed from the cut key's shape become local constants.
-  auto targetOf = [&](ValueId v) {
-    const ir::Node &n = l.nodes[l.values[v].producer];
-    const ir::Tensor &c = l.constant_data.at(n.inputs[1]);
-    std::vector<int64_t> out(c.numel());
-    std::memcpy(out.data(), c.data.data(), c.data.size());
-    return out;
-  };
-  EXPECT_EQ(targetOf(t.kfold), (std::vector<int64_t>{-1, 3, 2}));
-  EXPECT_EQ(targetOf(t.kt), (std::vector<int64_t>{-1, 2, 2, 3}));
-  EXPECT_EQ(targetOf(t.kr), (std::vector<int64_t>{-1, 2, 3, 2}));
+  EXPECT_EQ(constantTarget(l, t.kfold), (std::vector<int64_t>{-1, 3, 2}));
+  EXPECT_EQ(constantTarget(l, t.kt), (std::vector<int64_t>{-1, 2, 2, 3}));
+  EXPECT_EQ(constantTarget(l, t.kr), (std::vector<int64_t>{-1, 2, 3, 2}));
 }
 
 /// With a dynamic sequence the shapes were found at a stand-in size, so a
