@@ -21,6 +21,7 @@ largest relative loss difference to PyTorch, and why it failed if it did
 (exact means <= 1e-4). docs/front-ends.md keeps the latest table.
 
   .venv/bin/python tools/hf_survey.py [--build build] [--only gpt2,llama,bert] [--named] [--json out.json]
+  .venv/bin/python tools/hf_survey.py --rows docs/surveys/hf_families.jsonl   # resumes the whole survey
 """
 
 import argparse
@@ -54,6 +55,19 @@ SMALL = {
     ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"): 4,
     ("num_experts_per_tok", "moe_topk", "top_k"): 2,
     ("encoder_layers", "decoder_layers"): 2,
+    # Multi-head latent attention (DeepSeek and its kin): the rotary and plain parts of a head, its compressions.
+    ("qk_rope_head_dim", "qk_nope_head_dim", "rotary_dim"): 8,
+    ("qk_head_dim",): 16,
+    ("v_head_dim", "index_head_dim"): 16,
+    ("kv_lora_rank",): 16,
+    ("q_lora_rank",): 32,
+    ("index_n_heads",): 2,
+    ("index_topk",): 8,
+    ("n_group", "topk_group"): 1,  # routed experts in groups: one group of the 4
+    # State-space layers (Mamba 2 and the hybrids): heads, state, chunks and ranks.
+    ("mamba_d_state", "state_size"): 16,
+    ("mamba_chunk_size", "chunk_size"): 8,
+    ("mamba_dt_rank", "time_step_rank", "adapter_rank"): 8,
 }
 
 
@@ -81,7 +95,10 @@ def small_config(family):
         for keys, v in SMALL.items():
             for k in keys:
                 if isinstance(getattr(c, k, None), int) and not isinstance(getattr(c, k), bool):
-                    setattr(c, k, v)
+                    try:
+                        setattr(c, k, v)
+                    except AttributeError:  # a size the config derives (a property without a setter)
+                        pass
         for k in list(vars(c)):
             if ("dropout" in k or "pdrop" in k) and isinstance(getattr(c, k), float):
                 setattr(c, k, 0.0)
@@ -93,9 +110,43 @@ def small_config(family):
                 setattr(c, k, min(v, 3))
         if hasattr(c, "use_cache"):
             c.use_cache = False
+        consistent(c)
     if family == "t5" and getattr(cfg, "decoder_start_token_id", None) is None:
         cfg.decoder_start_token_id = cfg.pad_token_id  # T5 starts decoding at its pad token (its own checkpoints do)
     return cfg
+
+
+def consistent(c):
+    """Sizes the shrunk config's dependent sizes from the ones SMALL set, as
+    the families' defaults relate them (each head's size times the heads is
+    the inner width)."""
+    hidden = getattr(c, "hidden_size", None)
+    if not isinstance(hidden, int):
+        return
+    heads = getattr(c, "num_attention_heads", None)
+    if isinstance(heads, int):  # sizes some default configs leave unset (None) though their code reads them
+        if hasattr(c, "head_dim") and getattr(c, "head_dim", 0) is None:
+            c.head_dim = hidden // heads
+        if hasattr(c, "num_key_value_heads") and getattr(c, "num_key_value_heads", 0) is None:
+            c.num_key_value_heads = heads
+    inner = getattr(c, "mamba_expand", getattr(c, "expand", 2)) * hidden
+    for heads, size in (("mamba_n_heads", "mamba_d_head"), ("n_mamba_heads", "mamba_headdim")):
+        if isinstance(getattr(c, size, None), int):
+            setattr(c, heads, 8)
+            setattr(c, size, inner // 8)
+    if isinstance(getattr(c, "state_size", None), int) and isinstance(getattr(c, "num_heads", None), int) \
+            and isinstance(getattr(c, "head_dim", None), int):  # Mamba 2: heads x head size = the inner width
+        c.num_heads = inner // c.head_dim
+    if isinstance(getattr(c, "qk_rope_head_dim", None), int) and isinstance(getattr(c, "head_dim", None), int):
+        c.head_dim = c.qk_rope_head_dim  # latent attention: the rotary embedding's size is the rotary part's
+        if isinstance(getattr(c, "num_key_value_heads", None), int):
+            c.num_key_value_heads = c.num_attention_heads  # and every head has its own keys and values
+    if isinstance(getattr(c, "n_routed_experts", None), int) and getattr(c, "num_experts_per_tok", 0) is None:
+        c.num_experts_per_tok = 2  # DeepSeek-V2's default config leaves the experts per token unset
+    if isinstance(getattr(c, "attention_hidden_size", None), int):  # Zamba: attention over [hidden, hidden]
+        c.attention_hidden_size = 2 * hidden
+        if isinstance(getattr(c, "attention_head_dim", None), int):
+            c.attention_head_dim = c.attention_hidden_size // c.num_attention_heads
 
 
 def make_data(family, rng):
@@ -157,6 +208,9 @@ def main():
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--rows", help="resume: a JSON-lines file of rows; families with rows in it are skipped, new "
+                    "rows are appended as they come, and the table covers the whole file")
+    ap.add_argument("--table", action="store_true", help="with --rows: print the file's table, run nothing")
     ap.add_argument("--expect-exact", default="", help="comma-separated formats (onnx, pt2): exit 1 unless every "
                     "family trains exactly from them (the smoke test's assertion)")
     ap.add_argument("--child", nargs=2, metavar=("FAMILY", "FOLDER"), help=argparse.SUPPRESS)
@@ -165,14 +219,20 @@ def main():
     if a.child:
         return child(*a.child)
     names = a.only.split(",") if a.only else list(NAMED) if a.named else families()
+    kept = sc.RowsFile(a.rows, "family") if a.rows else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for fam in names:
+        for i, fam in enumerate(names):
+            if kept and (fam in kept.done or a.table):
+                continue
+            print(f"hf_survey: {fam} ({i + 1} of {len(names)})", file=sys.stderr, flush=True)
             folder = os.path.join(tmp, fam)
             os.makedirs(folder)
             rows += sc.case_rows("family", fam, folder,
                                  [sys.executable, __file__, "--steps", str(a.steps), "--child", fam, folder],
-                                 a.build, a.mpirun, a.timeout)
+                                 a.build, a.mpirun, a.timeout, rows_file=kept)
+    if kept:
+        rows = kept.ordered(names)
     sc.print_table(rows, "family", len(names), "families", a.steps)
     if a.json:
         with open(a.json, "w") as f:

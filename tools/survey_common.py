@@ -140,10 +140,11 @@ def rannc_train(build, folder, fmt, stages=2, microbatches=2, plan_args=(), mpir
     return row
 
 
-def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600, **layout):
+def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600, rows_file=None, **layout):
     """Runs `child_cmd` (the reference run and the exports into `folder`), then
     plans and trains each exported format (rannc_train, `layout` its keyword
-    arguments): one row per format, printed to stderr as it comes."""
+    arguments): one row per format, printed to stderr as it comes and, with
+    `rows_file`, appended to it (RowsFile)."""
     p = _run(child_cmd, timeout)
     failed = None if p is not None and p.returncode == 0 else \
         "reference run or export timed out" if p is None else "PyTorch run: " + first_line(p.stderr)
@@ -157,18 +158,62 @@ def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600,
             row.update(rannc_train(build, folder, fmt, mpirun=mpirun, timeout=timeout, **layout))
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
+        if rows_file:
+            rows_file.append(row)
     return rows
 
 
+class RowsFile:
+    """A survey's rows kept in a JSON-lines file, so that a run of hours can be
+    stopped and resumed (`--rows FILE`): each row is appended as it comes,
+    stamped with the rannc commit and the date it was measured with, and a
+    model with rows in the file is not run again. Delete its lines to re-run
+    it."""
+
+    def __init__(self, path, key):
+        self.path, self.key = path, key
+        self.rows = []
+        if path and os.path.exists(path):
+            self.rows = [json.loads(l) for l in open(path) if l.strip()]
+        self.done = {r[key] for r in self.rows}
+        self.stamp = {"rannc": _commit(), "date": _today()}
+
+    def append(self, row):
+        row = dict(row, **self.stamp)
+        self.rows.append(row)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def ordered(self, names):
+        """The file's rows in the order of `names` (rows of other models last)."""
+        rank = {n: i for i, n in enumerate(names)}
+        return sorted(self.rows, key=lambda r: rank.get(r[self.key], len(rank)))
+
+
+def _commit():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], text=True, capture_output=True)
+    return p.stdout.strip() or "unknown"
+
+
+def _today():
+    import datetime
+    return datetime.date.today().isoformat()
+
+
 def print_table(rows, key, count, noun, steps, layout="2 stages, 2 micro-batches"):
-    """The Markdown table and the coverage line over `count` `noun`."""
+    """The Markdown table and the coverage line: the rows cover some of `count` `noun`."""
     print(f"| {key} | format | plan ok | max loss diff | reason for a failure |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r[key]} | {r['format']} | {'yes' if r['plan_ok'] else 'no'} | {cell(r)} | {r['reason']} |")
     exact = {f: sum(r["format"] == f and not r["reason"] for r in rows) for f in FORMATS}
-    print(f"\n{count} {noun}: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
-          f"({layout}, {steps} steps, rel 1e-4)")
+    covered = len({r[key] for r in rows})
+    of = f"{covered} of {count} {noun}" if covered != count else f"{count} {noun}"
+    commits = sorted({r["rannc"] for r in rows if "rannc" in r})
+    measured = f"; rannc {', '.join(commits)}" if commits else ""
+    print(f"\n{of}: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
+          f"({layout}, {steps} steps, rel 1e-4{measured})")
 
 
 def cell(row):

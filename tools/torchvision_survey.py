@@ -4,8 +4,9 @@
 For every model of torchvision.models.list_models(module=torchvision.models)
 (random weights, 10 classes, dropout off, cross-entropy loss inside), in a
 child process each:
-  dynamo  torch.onnx.export(dynamo=True, optimize=False), batch dynamic,
-          then `rannc-plan import`;
+  dynamo  torch.onnx.export(m, args, f, dynamic_shapes=...), every default
+          (the dynamo exporter, optimize=True), batch dynamic, then
+          `rannc-plan import`;
   trace   torch.jit.trace + the input description, then `rannc-plan import`.
 A model above --max-params parameters is listed, not exported. Prints a
 Markdown table (docs/front-ends.md keeps the latest) with the first line of
@@ -54,12 +55,12 @@ m = WithLoss(net).train()
 CHILD = r'''
 import json, sys, torch, torchvision
 import torch.nn as nn, torch.nn.functional as F
-name, size, out, route = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+name, size, out, route, tools = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+sys.path.insert(0, tools)
+import survey_common as sc
 ''' + MODEL + r'''x, y = torch.randn(2, 3, size, size), torch.randint(0, 10, (2,))
 if route == "dynamo":
-    b = torch.export.Dim("batch", min=2)
-    torch.onnx.export(m, (x, y), out, dynamo=True, optimize=False, input_names=["x", "y"],
-                      dynamic_shapes={"x": {0: b}, "y": {0: b}})
+    sc.export(m, (x, y), ["x", "y"], "onnx", out)   # the default export, as --train's
 else:
     t = torch.jit.trace(m, (x, y), check_trace=False)
     t.save(out, _extra_files={"rannc_inputs.json": json.dumps(
@@ -88,12 +89,12 @@ sc.save_case(folder, data, names, losses, LR, 8, exported)
 LAYOUT = {"stages": 2, "replicas": 2, "microbatches": None, "plan_args": ("--batchnorm", "exact")}
 
 
-def train_rows(name, size, tmp, a):
-    """--train: one row per default export of model `name`."""
+def train_rows(name, size, tmp, a, kept=None):
+    """--train: one row per default export of model `name` (appended to `kept`, a RowsFile, too)."""
     folder = os.path.join(tmp, name)
     os.makedirs(folder, exist_ok=True)
     child = [sys.executable, "-c", TRAIN_CHILD, name, str(size), folder, os.path.dirname(os.path.abspath(__file__))]
-    return sc.case_rows("model", name, folder, child, a.build, timeout=a.timeout, **LAYOUT)
+    return sc.case_rows("model", name, folder, child, a.build, timeout=a.timeout, rows_file=kept, **LAYOUT)
 
 
 def size_for(name):
@@ -126,6 +127,9 @@ def main():
     ap.add_argument("--max-params", type=float, default=100e6)
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--train", action="store_true", help="train both default exports against PyTorch (see above)")
+    ap.add_argument("--rows", help="with --train, resume: a JSON-lines file of rows; models with rows in it are "
+                    "skipped, new rows are appended as they come, and the table covers the whole file")
+    ap.add_argument("--table", action="store_true", help="with --train --rows: print the file's table, run nothing")
     a = ap.parse_args()
     import torch  # noqa: F401
     import torchvision
@@ -136,15 +140,21 @@ def main():
         # Smallest first, so that a run cut short has covered the most models.
         sizes = {n: published_params(n) for n in names}
         names = sorted(names, key=lambda n: (sizes[n] is None, sizes[n] or 0, n))
+        kept = sc.RowsFile(a.rows, "model") if a.rows else None
         with tempfile.TemporaryDirectory() as tmp:
-            for name in names:
+            for i, name in enumerate(names):
+                if kept and (name in kept.done or a.table):
+                    continue
                 if sizes[name] and sizes[name] > a.max_params:
-                    for fmt in sc.FORMATS:
+                    for fmt in sc.FORMATS:  # listed, not kept: a later run with a larger --max-params tries it
                         rows.append({"model": name, "format": fmt, "plan_ok": False,
                                      "reason": f"not tried: {sizes[name] / 1e6:.0f}M parameters (--max-params)"})
                         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                     continue
-                rows += train_rows(name, size_for(name), tmp, a)
+                print(f"torchvision_survey: {name} ({i + 1} of {len(names)})", file=sys.stderr, flush=True)
+                rows += train_rows(name, size_for(name), tmp, a, kept)
+        if kept:
+            rows = kept.ordered(names)
         sc.print_table(rows, "model", len(names), "models", 8, "2 stages x 2 replicas, --batchnorm exact")
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -159,7 +169,8 @@ def main():
             for route, ext in (("dynamo", ".onnx"), ("trace", ".pt")):
                 out = os.path.join(tmp, name + ext)
                 try:
-                    p = subprocess.run([sys.executable, "-c", CHILD, name, str(size_for(name)), out, route],
+                    p = subprocess.run([sys.executable, "-c", CHILD, name, str(size_for(name)), out, route,
+                                        os.path.dirname(os.path.abspath(__file__))],
                                        text=True, capture_output=True, timeout=a.timeout)
                 except subprocess.TimeoutExpired:
                     row[route] = "export timed out"
@@ -173,7 +184,7 @@ def main():
                     os.remove(os.path.join(tmp, f))
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    print("| model | params (M) | dynamo ONNX (optimize=False) | torch.jit.trace |")
+    print("| model | params (M) | dynamo ONNX (defaults) | torch.jit.trace |")
     print("|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['params_m']} | {r['dynamo']} | {r['trace']} |")
