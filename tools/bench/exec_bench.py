@@ -6,7 +6,12 @@
    (torchscript_step), same data, batch, optimizer and 1 thread. Goal <= 1.05x.
 2. pipeline efficiency: a 2-stage plan on 2 ranks (1 thread each, 8
    micro-batches) vs 1 rank: throughput ratio, goal >= 0.8 x 2.
-3. data parallelism: 2 replicas of one stage vs 1 rank, goal >= 0.9 x 2.
+3. data parallelism: 2 replicas of one stage vs 1 rank, goal >= 0.9 x 2; and
+   beside it the machine's own bound for 2 ranks: two independent 1-rank runs
+   of the same plan at once (no communication), whose throughput over one
+   rank's is what this machine's cores, caches and memory bandwidth (and its
+   other load) allow any 2-rank run; data parallelism's share of that bound
+   is what rannc's replicas (the gradient all-reduce, the split) cost.
 4. measured peak tensor memory per rank vs the plan's estimate.
 
   .venv/bin/python tools/bench/exec_bench.py [--build build] [--steps 12]
@@ -47,6 +52,22 @@ def exec_run(a, work, name, plan_args, ranks):
     return t, steps, shown
 
 
+def concurrent_runs(a, work, name, copies):
+    """The median steps of `copies` 1-rank runs of plan `name` started together, each its own process."""
+    procs, logs = [], []
+    for i in range(copies):
+        logs.append(os.path.join(work, f"{name}_copy{i}.jsonl"))
+        procs.append(subprocess.Popen(
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1", a.exec_tool, os.path.join(work, f"{name}.pb"),
+             "--data", os.path.join(work, "data"), "--steps", str(a.steps), "--optimizer", "sgd", "--lr", "0.01",
+             "--log", logs[-1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        out, err = p.communicate()
+        if p.returncode != 0:
+            sys.exit(f"concurrent run of {name} failed:\n{out}\n{err}")
+    return [median_step(log)[0] for log in logs]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -67,6 +88,8 @@ def main():
         a, work, "pipe", ["--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule", "1f1b"], 2)
     dp, _, _ = exec_run(a, work, "dp", ["--profile", "analytic", "--stages", "1", "--replicas", "2",
                                         "--microbatches", "1"], 2)
+    pair = concurrent_runs(a, work, "one", 2)
+    bound = sum(one / t for t in pair)  # two ranks' throughput over one rank's, with nothing shared between them
 
     print(f"model: GPT-style, {one_plan['stages'][0]['num_params']} parameters, batch {BATCH}, "
           f"{os.cpu_count()} cores, 1 thread per rank, median of steps 2..{a.steps - 1}\n")
@@ -78,6 +101,9 @@ def main():
           f"{BATCH / one8:.1f} samples/s | {one8 / pipe:.2f}x | >= 1.6x |")
     print(f"| 2-way data parallel | {BATCH / dp:.1f} samples/s | 1 rank {BATCH / one:.1f} samples/s "
           f"| {one / dp:.2f}x | >= 1.8x |")
+    print(f"| 2 independent 1-rank runs at once (the machine's bound) | {sum(BATCH / t for t in pair):.1f} samples/s "
+          f"| 1 rank {BATCH / one:.1f} samples/s | {bound:.2f}x | 2x on 2 free cores |")
+    print(f"| data parallel / the machine's bound | {one / dp:.2f}x | {bound:.2f}x | {one / dp / bound:.2f} | 1 |")
     measured = [max(s["peak_memory_bytes_per_rank"][r] for s in pipe_steps) for r in range(2)]
     for st in pipe_plan["stages"]:
         r = st["ranks"][0]
