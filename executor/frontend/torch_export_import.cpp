@@ -2,6 +2,7 @@
 
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -36,6 +37,24 @@ namespace args = ir::aten_args;
 // nn_module_stack metadata (readable plans). Shapes are found by running the graph, as for TorchScript; the input
 // description comes from the program's signature (dim 0 symbolic, the batch).
 //
+// Note [non-finite floats]: torch/_export/serde writes its JSON with
+// allow_nan=False, so a float argument that is infinite or NaN (the -inf a
+// causal mask is filled with) is the string "Infinity", "-Infinity" or "NaN".
+double exportFloat(const json &v) {
+  if (!v.is_string()) return v.get<double>();
+  const std::string s = v.get<std::string>();
+  if (s == "Infinity") return std::numeric_limits<double>::infinity();
+  if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+  if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+  return v.get<double>(); // any other string: nlohmann's own type error
+}
+
+std::vector<double> exportFloats(const json &v) {
+  std::vector<double> out;
+  for (const json &e : v) out.push_back(exportFloat(e));
+  return out;
+}
+
 // Note [symbolic sequence]
 // Hugging Face exports a token model with the batch and the sequence dynamic,
 // and so do users following its docs. rannc's shapes are affine in the batch
@@ -318,7 +337,7 @@ private:
       return attrs[ti] = (tensor_formal ? args::kConstWrappedInt : args::kConstInt), attrs[vi] = v.get<int64_t>(),
              Status::success();
     if (kind == "as_float")
-      return attrs[ti] = (tensor_formal ? args::kConstWrappedFloat : args::kConstFloat), attrs[vi] = v.get<double>(),
+      return attrs[ti] = (tensor_formal ? args::kConstWrappedFloat : args::kConstFloat), attrs[vi] = exportFloat(v),
              Status::success();
     if (kind == "as_bool")
       return attrs[ti] = args::kConstBool, attrs[vi] = int64_t(v.get<bool>()), Status::success();
@@ -327,7 +346,7 @@ private:
     if (kind == "as_ints")
       return attrs[ti] = args::kConstInts, attrs[vi] = v.get<std::vector<int64_t>>(), Status::success();
     if (kind == "as_floats")
-      return attrs[ti] = args::kConstFloats, attrs[vi] = v.get<std::vector<double>>(), Status::success();
+      return attrs[ti] = args::kConstFloats, attrs[vi] = exportFloats(v), Status::success();
     if (kind == "as_bools") {
       std::vector<int64_t> b;
       for (const json &x : v) b.push_back(x.get<bool>());
@@ -351,7 +370,7 @@ private:
     }
     if (kind == "as_sym_int" || kind == "as_sym_float" || kind == "as_sym_bool") {
       if (v.contains("as_int")) return attrs[ti] = args::kConstInt, attrs[vi] = v.at("as_int").get<int64_t>(), Status::success();
-      if (v.contains("as_float")) return attrs[ti] = args::kConstFloat, attrs[vi] = v.at("as_float").get<double>(), Status::success();
+      if (v.contains("as_float")) return attrs[ti] = args::kConstFloat, attrs[vi] = exportFloat(v.at("as_float")), Status::success();
       if (v.contains("as_bool")) return attrs[ti] = args::kConstBool, attrs[vi] = int64_t(v.at("as_bool").get<bool>()), Status::success();
       auto id = valueOf(v.at("as_name").get<std::string>());
       if (!id) return Status(id.error());

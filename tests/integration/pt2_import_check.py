@@ -10,6 +10,8 @@ exported with the defaults PyTorch's docs show:
   * a functionalized program (run_decompositions()) writes its buffer
     mutations back with aten::copy_;
   * op names carry the module path;
+  * a non-finite float argument (a mask's -inf, which the archive's JSON
+    holds as the string "-Infinity") is read as the number;
   * a planned program's plan passes `rannc-plan check` (it reads back)."""
 import argparse
 import os
@@ -51,6 +53,18 @@ class Model(nn.Module):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 return F.cross_entropy(self.head(self.block(x)).float(), y)
         return F.cross_entropy(self.head(self.block(x)), y)
+
+
+class Masked(nn.Module):
+    """Scores past the second column filled with -inf, as a causal mask fills them."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        s = self.lin(x)
+        return F.cross_entropy(s.masked_fill(torch.arange(4) > 1, float("-inf")), y)
 
 
 def export(model, path, decompose=False):
@@ -131,6 +145,16 @@ def main():
     for b in ("block.bn.running_mean", "block.bn.running_var", "block.bn.num_batches_tracked"):
         expect(re.search(rf"= aten\.aten::copy_\(%{re.escape(b)}, ", p.stdout), f"{b}'s mutation is written back")
     expect("audit: fixed: buffer mutation" in p.stdout, "the audit names the buffer mutations")
+
+    path = os.path.join(a.work, "masked.pt2")
+    export(Masked().train(), path)
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        archived = "".join(z.read(n).decode() for n in z.namelist() if n.endswith("models/model.json"))
+    expect('"-Infinity"' in archived, "the archive holds the mask's -inf as a string")
+    p = run([a.plan_tool, "import", path])
+    expect(p.returncode == 0, f"a program with a -inf argument imports ({p.stderr.strip()[-300:]})")
+    expect(re.search(r"masked_fill.*-inf", p.stdout), "masked_fill reads -inf")
 
     path = os.path.join(a.work, "autocast.pt2")
     export(Model(autocast=True).train(), path)
