@@ -569,6 +569,31 @@ private:
     return 1;
   }
 
+  // Note [folded weight transposes]: a module that multiplies by its
+  // weight's transpose itself (Falcon's FalconLinear: `x @ self.weight.T`)
+  // reaches the file as aten.matmul(x, %permute_3), and the optimizer folds
+  // the permute of the parameter into a constant named after it
+  // (`permute_3`), dropping the weight: no surviving FX node names the
+  // parameter. The MatMul's module still says whose it is: when its second
+  // input is that constant (the initializer's name is the FX argument's, a
+  // value no node computes, of a transposing op) and the module's `weight`
+  // is a parameter the file lacks, that weight is the constant's transpose.
+  /// The parameter whose transpose input `k` of MatMul `n` is, as above; empty when none.
+  std::string transposedWeightOf(int n, int k, const ExportSignature &sig) const {
+    static const std::set<std::string> kTransposing = {"permute", "t", "transpose", "numpy_T"};
+    const auto &node = g_.node(n);
+    if (node.op_type() != "MatMul" || k != 1) return "";
+    const std::string &in = node.input(k);
+    const auto args = fxArguments(fx_[size_t(n)]);
+    if (std::find(args.begin(), args.end(), in) == args.end() || !kTransposing.count(fxOp(in))) return "";
+    for (const auto &other : g_.node())
+      for (const auto &o : other.output())
+        if (o == in) return "";
+    auto meta = metadata(node, kNodeMetadataField);
+    const std::string weight = moduleOf(meta["pkg.torch.onnx.name_scopes"]) + ".weight";
+    return sig.parameters.count(weight) && !init_.count(weight) ? weight : "";
+  }
+
   /// Folded weights become an op on their parameter again: equal to a
   /// present parameter's transpose or copy, or, when the parameter itself
   /// was folded away, the parameter restored from them (the Linear's weight
@@ -603,7 +628,9 @@ private:
           else if (sameTensor(*c, *w)) tie[in] = {p, false};
           if (tie.count(in)) break;
         }
-        const int layout = weightLayout(n, k);
+        int layout = weightLayout(n, k);
+        if (!tie.count(in) && missing.empty() && layout < 0)
+          if (std::string w = transposedWeightOf(n, k, sig); !w.empty()) missing = {w}, layout = 1;
         if (tie.count(in) || missing.size() != 1 || layout < 0) continue;
         restored[missing.front()] = layout ? transposed(*c) : *c;
         tie[in] = {missing.front(), layout == 1};
