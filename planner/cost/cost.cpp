@@ -37,7 +37,9 @@ int64_t valueBytes(const ir::Graph &g, ir::ValueId v, int64_t b) {
 ///    save nothing of their float operands, Gather and Where only the indices
 ///    and the condition;
 ///  - Dropout saves a one-byte mask per element;
-///  - any other op saves all its inputs and its outputs.
+///  - any other op saves all its inputs and its outputs: a fused attention
+///    (Note [pattern fusion]) thus its query, key, value, mask and output,
+///    as the flash and memory-efficient kernels do, never the score matrix.
 /// Only values that require grad (made from a parameter) are saved at all.
 
 bool anyOf(std::initializer_list<std::string_view> names, std::string_view op) {
@@ -88,7 +90,7 @@ Saved savedForBackward(const ir::Graph &g) {
     if (anyOf({"Erf", "Gelu", "Sin", "Cos", "Log", "Abs", "Pow", "LeakyRelu", "Elu", "Selu", "Softplus",
                "HardSigmoid", "HardSwish", "Clip", "Mish", "LayerNormalization", "BatchNormalization",
                "GroupNormalization", "InstanceNormalization", "RMSNormalization", "erf", "gelu", "sin", "cos", "log",
-               "abs", "pow", "leaky_relu", "elu", "silu", "hardswish", "hardsigmoid", "clamp", "layer_norm",
+               "abs", "pow", "leaky_relu", "elu", "silu", "SiLU", "hardswish", "hardsigmoid", "clamp", "layer_norm",
                "native_layer_norm", "batch_norm", "native_batch_norm", "group_norm", "rms_norm"},
               op)) {
       for (ir::ValueId in : n.inputs) save(in); // and small statistics, which we leave out
