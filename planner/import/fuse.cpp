@@ -34,8 +34,9 @@
 // (within 1e-3 relative: exporters write sqrt(2/pi) and 1/sqrt(2) at float
 // precision), and reductions and the softmax run over the last axis. The
 // fused node takes the place of the chain's last op and writes its output
-// value, so nothing downstream changes; ops only the chain read (its Constant
-// nodes, a scale's Sqrt) go too. Softmax-cross-entropy needs no pass: both
+// value, so nothing downstream changes; ops and constant initializers only the
+// chain read (its Constant nodes, a scale's Sqrt, GELU's 0.5) go too, so no
+// value is left that no op reads. Softmax-cross-entropy needs no pass: both
 // exporters write SoftmaxCrossEntropyLoss, one kernel already; a MatMul+Add
 // linear is left as it is, because tensor parallelism (planner/sharding)
 // seeds its regions at the MatMul and sums a row-parallel product before its
@@ -261,10 +262,10 @@ public:
     for (ir::NodeId n : claimed_) dead_[n] = n != last;
     replacement_.emplace(last, std::move(fused));
     recountReaders();
-    // The chain's inputs may now be unread: their Constant nodes, a scale's Sqrt.
-    std::vector<ir::NodeId> stack;
-    for (ir::NodeId n : claimed_)
-      if (n != last) stack.push_back(n);
+    // The chain's inputs may now be unread: their Constant nodes, a scale's
+    // Sqrt. The last op's too (as exported: GELU's final Mul by 0.5), whose
+    // inputs the fused node reads are counted above and stay.
+    std::vector<ir::NodeId> stack(claimed_.begin(), claimed_.end());
     while (!stack.empty()) {
       const ir::Node &n = g_.nodes[stack.back()];
       stack.pop_back();
@@ -318,14 +319,26 @@ FusionReport Fuser::finish() {
   out.name = g_.name;
   out.opset = g_.opset;
   out.external_data = g_.external_data;
-  std::vector<bool> live_value(g_.values.size(), false);
-  for (ir::ValueId v = 0; v < ir::ValueId(g_.values.size()); ++v)
-    live_value[v] = g_.values[v].kind != ir::ValueKind::Intermediate;
+  std::vector<bool> live_value(g_.values.size(), false), read_before(g_.values.size(), false),
+      read_now(g_.values.size(), false);
+  for (const ir::Node &node : g_.nodes)
+    for (ir::ValueId in : node.inputs)
+      if (in != ir::kNoValue) read_before[in] = true;
   for (ir::NodeId n = 0; n < ir::NodeId(g_.nodes.size()); ++n) {
     if (dead_[n]) continue;
     const ir::Node &node = replacement_.count(n) ? replacement_.at(n) : g_.nodes[n];
     for (ir::ValueId o : node.outputs)
       if (o != ir::kNoValue) live_value[o] = true;
+    for (ir::ValueId in : node.inputs)
+      if (in != ir::kNoValue) read_now[in] = true;
+  }
+  // A constant initializer only the fused chains read (GELU's 0.5, a norm's
+  // 2 or epsilon) goes with them: left behind it would be an input of no op.
+  // One the exported graph already left unread is not fusion's to drop.
+  for (ir::ValueId v = 0; v < ir::ValueId(g_.values.size()); ++v) {
+    const ir::ValueKind kind = g_.values[v].kind;
+    if (kind == ir::ValueKind::Intermediate) continue;
+    live_value[v] = kind != ir::ValueKind::Constant || read_now[v] || !read_before[v] || v == g_.loss;
   }
   std::vector<ir::ValueId> remap(g_.values.size(), ir::kNoValue);
   for (ir::ValueId v = 0; v < ir::ValueId(g_.values.size()); ++v) {
@@ -344,8 +357,10 @@ FusionReport Fuser::finish() {
   }
   for (auto [list, from] : {std::pair{&out.inputs, &g_.inputs}, std::pair{&out.parameters, &g_.parameters},
                             std::pair{&out.constants, &g_.constants}, std::pair{&out.buffers, &g_.buffers}})
-    for (ir::ValueId v : *from) list->push_back(map(v));
-  for (const auto &[v, t] : g_.constant_data) out.constant_data.emplace(map(v), t);
+    for (ir::ValueId v : *from)
+      if (map(v) != ir::kNoValue) list->push_back(map(v));
+  for (const auto &[v, t] : g_.constant_data)
+    if (map(v) != ir::kNoValue) out.constant_data.emplace(map(v), t);
   out.loss = map(g_.loss);
   g_ = std::move(out);
   return report_;

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 
 #include "executor/frontend/common.h"
@@ -99,6 +100,18 @@ TEST_P(Fusion, FindsEveryPatternAndKeepsLossAndGradients) {
   // size the import cannot fold stays a Mul on q and k, and the kernel's scale 1.)
   for (const char *op : {"Softmax", "Erf", "Tanh", "Sigmoid"}) EXPECT_EQ(count(fused, op), 0) << op << ":" << nodesOf(fused, op);
   EXPECT_LE(count(fused, "ReduceMean"), 1);
+  // Fusion leaves no constant or op output that no op reads (GELU's 0.5 was
+  // left: a dead Constant node in the plan), unless the export had it so.
+  const auto readers_before = g->users(), readers_after = fused.users();
+  std::set<std::string> unread_before;
+  for (ir::ValueId v = 0; v < ir::ValueId(g->values.size()); ++v)
+    if (readers_before[v].empty()) unread_before.insert(g->values[v].name);
+  for (ir::ValueId v = 0; v < ir::ValueId(fused.values.size()); ++v) {
+    const ir::ValueKind kind = fused.values[v].kind;
+    if (v == fused.loss || (kind != ir::ValueKind::Constant && kind != ir::ValueKind::Intermediate)) continue;
+    EXPECT_TRUE(!readers_after[v].empty() || unread_before.count(fused.values[v].name))
+        << fused.values[v].name << " is read by no op";
+  }
   if (std::string(c.model) == "block") {
     EXPECT_EQ(count(fused, ir::kRMSNormalization), 1);
     EXPECT_EQ(count(fused, ir::kSiLU), 1);
