@@ -75,6 +75,19 @@ namespace rannc::partition {
 //                                          stage is a forward behind), whose
 //                                          values with the stash then make its
 //                                          peak;
+//   step        = 2 min(P, bucket) / r     a sharded stage's Adam step: its
+//                                          temporaries (sqrt(v), then that over
+//                                          sqrt(1 - beta2^t)) are two tensors of
+//                                          the block it updates at once, one
+//                                          bucket's 1/r (bucket: rannc-exec's
+//                                          25 MiB default), where an unsharded
+//                                          step updates one parameter at a time;
+//                                          it runs after the backward, so the
+//                                          peak holds the larger of it and
+//                                          activations + stash + working
+//                                          (measured: GPT 1 x 2 fused, 456,080
+//                                          bytes above the parameters, gradients
+//                                          and state, 2 x 228,040);
 //   where sum act stands for K = sum act_i - sum fr_i + X_a over the stage's blocks
 //     (Note [unsaved values]): what one micro-batch keeps besides its inputs;
 //   working = max over the stage's blocks u of w_u = fixed_u + b work_u, a
@@ -154,7 +167,8 @@ namespace rannc::partition {
 std::string describe(const StageMemory &m, std::string (*bytes)(double)) {
   return "params " + bytes(m.params) + ", grads " + bytes(m.grads) + ", optimizer " + bytes(m.optimizer) +
          ", activations " + bytes(m.activations) + (m.stash > 0 ? ", recompute stash " + bytes(m.stash) : "") +
-         ", working " + bytes(m.working) + ", buffers " + bytes(m.buffers) +
+         ", working " + bytes(m.working) + (m.step > 0 ? ", optimizer step " + bytes(m.step) : "") +
+         ", buffers " + bytes(m.buffers) +
          (m.lowp_weights > 0 ? ", low-precision weights " + bytes(m.lowp_weights) : "");
 }
 
@@ -172,6 +186,9 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   m.working = in.working;
   m.buffers = in.model_buffers;
   m.lowp_weights = in.lowp_weights;
+  // Note [partition cost model]: a sharded Adam step's two temporaries.
+  if (zero && in.optimizer_bytes >= 2 * in.param_bytes && in.replicas > 1)
+    m.step = 2 * std::min(in.param_bytes, kGradientBucketBytes) / in.replicas;
   return m;
 }
 
@@ -338,7 +355,9 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   mem.inflight = c.inflight;
   mem.replicas = stage.replicas;
   c.memory = stageMemory(mem, stage.recompute, c.zero);
-  c.zero_saves_bytes = mem.optimizer_bytes - c.memory.optimizer;
+  // What sharding takes off the peak: the state's share, less where the
+  // sharded step's temporaries become the peak (stageMemory).
+  c.zero_saves_bytes = c.zero ? stageMemory(mem, stage.recompute, false).total() - c.memory.total() : 0;
   if (stage.recompute) c.recompute_saves_bytes = stageMemory(mem, false, c.zero).total() - c.memory.total();
   return c;
 }
