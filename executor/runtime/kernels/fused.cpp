@@ -47,6 +47,13 @@ Outputs opScaledDotProductAttention(const OpCtx &c) {
     kk = widen(kk);
     vv = widen(vv);
   }
+  // CPU's flash kernel takes operands whose last axis is dense; others fall
+  // back to the math kernel, which saves the score matrix (measured: Note
+  // [what autograd saves] in planner/cost/cost.cpp). A key the exporter
+  // transposed from a dense [.., S, E] is a view that passes; a key made
+  // [.., E, S] dense is copied, a K-sized copy saved instead of the view.
+  for (torch::Tensor *t : {&qq, &kk, &vv})
+    if (t->size(-1) > 1 && t->stride(-1) != 1) *t = t->contiguous();
   return {at::scaled_dot_product_attention(qq, kk, vv, mask, 0.0, false, scale)};
 }
 
