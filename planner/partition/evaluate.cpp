@@ -66,15 +66,10 @@ namespace rannc::partition {
 //                                          inputs and its blocks' values;
 //               = b sum act                with: one micro-batch rebuilt in
 //                                          backward, plus
-//   stash       = k b cut[a] + b cut[e]    the inputs it keeps per micro-batch
-//                                          in flight (Note [recomputation]),
-//                                          and its newest sent values: they
-//                                          are dropped once sent, but the
-//                                          transfer holds them while the stage
-//                                          runs its next forward (the next
-//                                          stage is a forward behind), whose
-//                                          values with the stash then make its
-//                                          peak;
+//   stash       = k b cut[a]               the inputs it keeps per micro-batch
+//                                          in flight (Note [recomputation]);
+//                                          its sent values are in sum act
+//                                          (Note [recomputing stage's peak]);
 //   step        = 2 min(P, bucket) / r     a sharded stage's Adam step: its
 //                                          temporaries (sqrt(v), then that over
 //                                          sqrt(1 - beta2^t)) are two tensors of
@@ -115,6 +110,29 @@ namespace rannc::partition {
 //   Feasible when the total <= memory * (1 - margin) - reserve, the reserve
 //   being what a GPU's runtime holds outside tensors (Note [runtime reserve]
 //   in planner/cluster/cluster.cpp; 0 on cpu).
+
+// Note [recomputing stage's peak]
+// A recomputing stage has two kinds of peak. In backward: its stash, one
+// micro-batch rebuilt with autograd on (b K, the values it sends among them,
+// since the block that makes them keeps them) and one block's working bytes.
+// In forward: its stash, the newest sent values, which the transfer holds
+// once the runner has dropped them (Note [send buffers] in
+// executor/train/transport.cpp), and the next micro-batch's forward without
+// autograd. The model counts the backward's, which covers the forward's:
+//   - a forward without autograd holds, at any block u, no more than the
+//     rebuilt forward holds there, which K's prefix to u and w_u's forward
+//     transients bound;
+//   - the sent values in transit, b cut[e], are matched by bytes the backward
+//     term holds and that forward does not: for u < e-1 the sent values
+//     stageWorking leaves uncredited, for u = e-1 the gradients of the sent
+//     values, which w_{e-1} includes (the profiler hands them over).
+// And no transfer is in flight at a backward: the trainer waits for its sends
+// before each (Note [send buffers]). Until 2026-11-28 the stash also counted
+// b cut[e], so a stage that sends was over-stated by one micro-batch's sent
+// values, counted twice at its backward peak (in K and in the stash). Measured
+// (GPT, 2 stages, 4 micro-batches of 16, fused, per-action peaks of rank 0):
+// every forward phase peaked 0.6-0.7 MiB below every backward, and each
+// backward's peak held the 128 KiB the stash added only once.
 
 // Note [tensor parallel stages]
 // A stage of degree t and r replicas runs on r t consecutive ranks; replica g
@@ -179,7 +197,7 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   m.optimizer = zero ? in.optimizer_bytes / in.replicas : in.optimizer_bytes;
   if (recompute) {
     m.activations = b * in.act_per_sample;
-    m.stash = k * b * in.cut_in + b * in.cut_out;
+    m.stash = k * b * in.cut_in; // Note [recomputing stage's peak]
   } else {
     m.activations = k * b * (in.cut_in + in.act_per_sample);
   }
@@ -350,7 +368,6 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   mem.param_bytes = c.param_bytes;
   mem.optimizer_bytes = p.optimizer_bytes_per_param_byte * c.param_bytes;
   mem.cut_in = cut_in;
-  mem.cut_out = cut_out;
   mem.samples = b;
   mem.inflight = c.inflight;
   mem.replicas = stage.replicas;

@@ -19,7 +19,7 @@ struct StageMemory {
   double grads = 0;
   double optimizer = 0;
   double activations = 0; ///< kept for backward: the micro-batches in flight, or one rebuilt one when recomputing
-  double stash = 0;       ///< a recomputing stage's inputs per micro-batch in flight, its sent values in transit
+  double stash = 0;       ///< a recomputing stage's inputs per micro-batch in flight
   double working = 0;     ///< transient in backward, one micro-batch
   double buffers = 0;     ///< model buffers (BatchNorm statistics)
   double lowp_weights = 0; ///< bf16/fp16 weight copies under autocast (Note [autocast dtypes])
@@ -46,7 +46,7 @@ struct StageMemoryInputs {
   double lowp_weights = 0;
   double act_per_sample = 0;      ///< K of Note [unsaved values]: what a micro-batch keeps besides cut_in, per sample
   double working = 0;             ///< stageWorking at `samples`
-  double cut_in = 0, cut_out = 0; ///< per sample, received and sent
+  double cut_in = 0;              ///< per sample, received
   double samples = 0;             ///< b, per replica and micro-batch
   double inflight = 0;            ///< k
   int replicas = 1;
