@@ -67,8 +67,9 @@ public:
   /// back to its state before the first run (dropout draws the same masks),
   /// and buffers left alone (BatchNorm's running statistics move once per
   /// micro-batch). The planner counts b*act of activations and a stash of
-  /// k*b*cut_in + b*cut_out for it (evaluate.cpp) instead of k*b*(cut_in +
-  /// act): one micro-batch's full set at a time.
+  /// k*b*cut_in for it (evaluate.cpp) instead of k*b*(cut_in + act): one
+  /// micro-batch's full set at a time, its sent values included (Note
+  /// [recomputing stage's peak] in planner/partition/evaluate.cpp).
   void setRecompute(bool on) { recompute_ = on; }
   /// A recomputing stage's sent values, once sent: backward recomputes them.
   void dropSent(int mb);

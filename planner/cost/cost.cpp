@@ -2,6 +2,7 @@
 
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
+#include "planner/ir/fused_ops.h"
 #include "planner/support/words.h"
 
 #include <algorithm>
@@ -29,28 +30,71 @@ int64_t valueBytes(const ir::Graph &g, ir::ValueId v, int64_t b) {
 ///    another operand requires grad (Div also saves its divisor for itself);
 ///  - Softmax, LogSoftmax, Relu, Sigmoid, Tanh, Exp, Sqrt and Reciprocal save
 ///    their output (and SoftmaxCrossEntropyLoss a log-softmax of its input's
-///    size, counted as that input); Erf, Gelu, Pow, the other activations and
-///    the normalizations their inputs (normalizations also a mean and an
-///    inverse deviation per row, left out);
+///    size, counted as that input); Erf, Gelu, SiLU, Pow, the other
+///    activations and the normalizations their inputs;
 ///  - sums, differences, negation, reductions to a sum or mean, casts and
 ///    movement ops (views and copies: Reshape, Transpose, Slice, Concat, ...)
 ///    save nothing of their float operands, Gather and Where only the indices
 ///    and the condition;
-///  - Dropout saves a one-byte mask per element;
 ///  - any other op saves all its inputs and its outputs.
-/// Only values that require grad (made from a parameter) are saved at all.
+/// Only values that require grad (made from a parameter) are saved at all,
+/// but for attention's mask. Some kernels also save tensors of their own,
+/// which no graph value holds (savedExtraBytes):
+///  - Dropout a one-byte mask per element;
+///  - LayerNorm a float32 mean and inverse deviation per row;
+///  - RMSNorm a float32 inverse RMS per row and, on `cpu`, where ATen runs
+///    it as its composite (x * rsqrt(mean(x^2) + eps)) * w, the normalised
+///    x * rsqrt(...) too, a tensor of the input's size, which the product
+///    with w saves; CUDA's fused kernel keeps the row statistic only;
+///  - scaled_dot_product_attention (the fused attention of Note [pattern
+///    fusion], or ATen's) its query, key, value, mask and output and a
+///    float32 log-sum-exp per query row, never the score matrix (CPU's
+///    flash kernel, and CUDA's flash, memory-efficient and cuDNN ones); a
+///    masked fill becomes an additive mask of the condition's shape, which
+///    it saves as well.
+/// These were measured on CPU with torch.autograd.graph.saved_tensors_hooks
+/// (PyTorch 2.14.1), and for CUDA read from the saved fields of the autograd
+/// nodes (FusedRmsNormBackward0, ScaledDotProduct*AttentionBackward0 in
+/// torch/csrc/autograd/generated/Functions.h); docs/figures.md lists them.
 
 bool anyOf(std::initializer_list<std::string_view> names, std::string_view op) {
   return std::find(names.begin(), names.end(), op) != names.end();
 }
 
 struct Saved {
-  std::vector<bool> value; ///< by value id
-  std::vector<bool> mask;  ///< by node: a Dropout whose one-byte mask autograd keeps
+  std::vector<bool> value;    ///< by value id
+  std::vector<bool> recorded; ///< by node: autograd records it (an input requires grad)
 };
 
+bool isAttention(std::string_view op) {
+  return op == ir::kScaledDotProductAttention || op == "scaled_dot_product_attention";
+}
+
+/// The bytes node `n`, recorded by autograd, saves besides graph values, at
+/// micro-batch `b` (Note [what autograd saves]).
+int64_t savedExtraBytes(const ir::Graph &g, const ir::Node &n, int64_t b, bool gpu) {
+  if (n.outputs.empty() || n.outputs[0] == ir::kNoValue || !g.values[n.outputs[0]].shape_known) return 0;
+  const ir::Value &out = g.values[n.outputs[0]];
+  const int64_t elems = ir::numelAt(out.shape, b);
+  const int64_t last = out.shape.empty() ? 1 : std::max<int64_t>(1, out.shape.back().at(b));
+  const int64_t rows = elems / last;
+  const std::string_view op = atenBaseName(n.op_type);
+  if (anyOf({"Dropout", "dropout", "native_dropout"}, op)) return elems; // one byte per element
+  if (anyOf({"LayerNormalization", "layer_norm", "native_layer_norm"}, op)) return 2 * rows * 4;
+  if (anyOf({"RMSNormalization", "rms_norm"}, op))
+    return rows * 4 + (gpu ? 0 : elems * ir::dtypeSize(out.runtimeDType()));
+  if (isAttention(op)) {
+    int64_t bytes = rows * 4; // the log-sum-exp
+    if (ir::isFused(n) && n.attrs.count("mask_fill") && n.inputs.size() > 3 && n.inputs[3] != ir::kNoValue &&
+        g.values[n.inputs[3]].shape_known)
+      bytes += ir::numelAt(g.values[n.inputs[3]].shape, b) * ir::dtypeSize(out.runtimeDType());
+    return bytes;
+  }
+  return 0;
+}
+
 Saved savedForBackward(const ir::Graph &g) {
-  std::vector<bool> grad(g.values.size(), false), saved(g.values.size(), false), mask(g.nodes.size(), false);
+  std::vector<bool> grad(g.values.size(), false), saved(g.values.size(), false), recorded(g.nodes.size(), false);
   for (ir::ValueId p : g.parameters) grad[p] = ir::isFloating(g.values[p].dtype);
   auto requiresGrad = [&](const ir::Node &n, size_t i) {
     return i < n.inputs.size() && n.inputs[i] != ir::kNoValue && grad[n.inputs[i]];
@@ -65,8 +109,15 @@ Saved savedForBackward(const ir::Graph &g) {
     for (ir::ValueId o : n.outputs)
       if (o != ir::kNoValue) grad[o] = out_grad && ir::isFloating(g.values[o].dtype);
     if (!out_grad) continue;
+    recorded[id] = true;
     const std::string_view op = atenBaseName(n.op_type);
-    mask[id] = anyOf({"Dropout", "dropout", "native_dropout"}, op);
+    if (isAttention(op)) { // q, k, v and the mask, gradient or not, and the output
+      const bool filled = ir::isFused(n) && n.attrs.count("mask_fill"); // its mask is made inside: extra bytes
+      for (size_t i = 0; i < n.inputs.size() && i < (filled ? 3u : 4u); ++i)
+        if (n.inputs[i] != ir::kNoValue) saved[n.inputs[i]] = true;
+      for (ir::ValueId o : n.outputs) save(o);
+      continue;
+    }
     const bool product = anyOf({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Mul", "matmul", "mm", "bmm",
                                 "linear", "addmm", "conv1d", "conv2d", "conv3d", "convolution", "_convolution",
                                 "einsum", "mul"},
@@ -88,10 +139,10 @@ Saved savedForBackward(const ir::Graph &g) {
     if (anyOf({"Erf", "Gelu", "Sin", "Cos", "Log", "Abs", "Pow", "LeakyRelu", "Elu", "Selu", "Softplus",
                "HardSigmoid", "HardSwish", "Clip", "Mish", "LayerNormalization", "BatchNormalization",
                "GroupNormalization", "InstanceNormalization", "RMSNormalization", "erf", "gelu", "sin", "cos", "log",
-               "abs", "pow", "leaky_relu", "elu", "silu", "hardswish", "hardsigmoid", "clamp", "layer_norm",
+               "abs", "pow", "leaky_relu", "elu", "silu", "SiLU", "hardswish", "hardsigmoid", "clamp", "layer_norm",
                "native_layer_norm", "batch_norm", "native_batch_norm", "group_norm", "rms_norm"},
               op)) {
-      for (ir::ValueId in : n.inputs) save(in); // and small statistics, which we leave out
+      for (ir::ValueId in : n.inputs) save(in); // and statistics (savedExtraBytes)
       continue;
     }
     if (anyOf({"SoftmaxCrossEntropyLoss", "cross_entropy_loss"}, op)) {
@@ -109,7 +160,7 @@ Saved savedForBackward(const ir::Graph &g) {
     for (ir::ValueId in : n.inputs) save(in);
     for (ir::ValueId o : n.outputs) save(o);
   }
-  return {std::move(saved), std::move(mask)};
+  return {std::move(saved), std::move(recorded)};
 }
 
 } // namespace
@@ -425,8 +476,7 @@ CostTable analyticCosts(const ir::Graph &g, const std::vector<Unit> &units, cons
           if (saved.value[v] || last_reader[v] >= u.op_end) c.kept_bytes += valueBytes(g, v, b);
           if (last_reader[v] >= u.op_end && ir::isFloating(g.values[v].dtype)) handed += valueBytes(g, v, b);
         }
-        if (saved.mask[i] && !outs.empty() && outs[0] != ir::kNoValue && g.values[outs[0]].shape_known)
-          c.kept_bytes += ir::numelAt(g.values[outs[0]].shape, b); // one byte per element
+        if (saved.recorded[i]) c.kept_bytes += savedExtraBytes(g, g.nodes[i], b, device.type == "cuda");
       }
       // Backward materialises roughly one gradient per kept activation, the
       // largest of them at a time, while the gradients of the unit's outputs

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "planner/ir/fused_ops.h"
 #include "planner/ir/op_set.h"
 
 namespace rannc::cost {
@@ -61,8 +62,10 @@ const std::map<std::string, Entry, std::less<>> &onnxRules() {
     std::map<std::string, Entry, std::less<>> r{
         {"MatMul", {Rule::kMatMul}}, {"Gemm", {Rule::kGemm}}, {"Conv", {Rule::kConv}},
         {"ConvTranspose", {Rule::kConvT}}, {"Einsum", {Rule::kEinsum}}};
+    // The fused kernels (domain "rannc.fused", Note [pattern fusion]) count as the ATen ops they run.
+    r[std::string(ir::kScaledDotProductAttention)] = {Rule::kAttention};
     for (const char *op : {"BatchNormalization", "LayerNormalization", "InstanceNormalization",
-                           "MeanVarianceNormalization"})
+                           "MeanVarianceNormalization", "RMSNormalization"})
       r[op] = {Rule::kNorm};
     for (const char *op : {"Softmax", "LogSoftmax", "Hardmax", "SoftmaxCrossEntropyLoss"}) r[op] = {Rule::kSoftmax};
     for (const char *op : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum",
@@ -302,7 +305,12 @@ OpFlops opFlops(const ir::Graph &g, const ir::Node &n, int64_t b) {
       double batch_heads = 1;
       for (size_t i = 0; i + 2 < q->shape.size(); ++i) batch_heads *= double(q->shape[i].at(b));
       const double L = double(q->shape[q->shape.size() - 2].at(b)), E = double(q->shape.back().at(b));
-      const double S = double(k->shape[k->shape.size() - 2].at(b)), Ev = double(v->shape.back().at(b));
+      // A fused attention's key may arrive transposed, [..., E, S] (Note [pattern fusion]).
+      const bool key_t = ir::isFused(n) && n.attrs.count("key_transposed") &&
+                         std::get_if<int64_t>(&n.attrs.at("key_transposed")) &&
+                         std::get<int64_t>(n.attrs.at("key_transposed")) != 0;
+      const double S = double((key_t ? k->shape.back() : k->shape[k->shape.size() - 2]).at(b));
+      const double Ev = double(v->shape.back().at(b));
       f.fwd = batch_heads * L * S * (2 * E + 2 * Ev + 5);
     }
     f.bwd = 2 * f.fwd;

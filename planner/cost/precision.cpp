@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "planner/ir/fused_ops.h"
 #include "planner/ir/op_set.h"
 #include "planner/support/words.h"
 
@@ -65,9 +66,14 @@ const std::set<std::string> kPromoteAten = {"add", "add_", "sub", "sub_", "mul",
                                             "addcmul", "addcdiv", "lerp"};
 
 /// An ATen op's schema name ("aten::linear" -> "linear"; in-place "add_"
-/// stays "add_"), empty for other ops.
+/// stays "add_"), a fused node's kernel's, empty for other ops.
 std::string atenName(const ir::Node &n) {
   std::string_view op = n.op_type;
+  // A fused node runs its ATen kernel (Note [pattern fusion]), under that kernel's autocast class.
+  if (ir::isFused(n))
+    return op == ir::kScaledDotProductAttention ? "scaled_dot_product_attention"
+           : op == ir::kRMSNormalization        ? "rms_norm"
+                                                 : "silu";
   if (!ir::isAten(n) || op.rfind("aten::", 0) != 0) return {};
   op.remove_prefix(6);
   return std::string(op);

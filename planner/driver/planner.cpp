@@ -8,6 +8,7 @@
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
 #include "planner/cost/profile_file.h"
+#include "planner/import/fuse.h"
 #include "planner/import/model_format.h"
 #include "planner/ir/batch_norm.h"
 #include "planner/driver/lower.h"
@@ -241,18 +242,30 @@ struct Imported {
 /// (its unknown shapes completed where the front ends can, Note [flop counts]
 /// and the executor's batch axes need them).
 Expected<ir::Graph> importAny(const std::string &model, const std::string &data_dir, const FrontEnds &front_ends,
-                              std::ostream &log, import::ImportAudit *audit = nullptr) {
+                              std::ostream &log, import::ImportAudit *audit = nullptr,
+                              import::FusionReport *fusion = nullptr) {
   import::ImportAudit own;
   auto graph = import::importModel(model, data_dir, &front_ends.torch, audit ? *audit : own);
   if (!audit) import::logAudit(own, "rannc-plan: " + model + ": ", log);
-  if (!graph || import::modelFormat(model) != import::ModelFormat::Onnx || !front_ends.onnx_shapes) return graph;
-  auto completed = front_ends.onnx_shapes(*graph, model);
-  if (!completed)
-    log << "rannc-plan: warning: " << model << ": " << completed.error().message
-        << "; they count as empty and contiguous in the batch\n";
-  else if (*completed > 0)
-    log << "rannc-plan: " << model << ": ran the graph for the shapes of " << *completed
-        << " values ONNX's shape inference left unknown\n";
+  if (!graph || import::modelFormat(model) != import::ModelFormat::Onnx) return graph;
+  if (front_ends.onnx_shapes) {
+    auto completed = front_ends.onnx_shapes(*graph, model);
+    if (!completed)
+      log << "rannc-plan: warning: " << model << ": " << completed.error().message
+          << "; they count as empty and contiguous in the batch\n";
+    else if (*completed > 0)
+      log << "rannc-plan: " << model << ": ran the graph for the shapes of " << *completed
+          << " values ONNX's shape inference left unknown\n";
+  }
+  // After the shapes: the legacy exporter computes attention's scale from the head size.
+  if (front_ends.fuse) { // Note [pattern fusion]
+    const import::FusionReport report = import::fusePatterns(*graph);
+    if (report.total() > 0) {
+      log << "rannc-plan: " << model << ": ";
+      import::printFusion(report, log, false);
+    }
+    if (fusion) *fusion = report;
+  }
   return graph;
 }
 
@@ -398,10 +411,13 @@ Status runShow(const std::string &plan_path, bool json, std::ostream &out) {
 Status runImport(const std::string &model_path, const std::string &data_dir, const FrontEnds &front_ends,
                  std::ostream &out, std::ostream &log, int tensor_parallel) {
   import::ImportAudit audit;
-  auto graph = importAny(model_path, data_dir, front_ends, log, &audit);
+  import::FusionReport fusion;
+  auto graph = importAny(model_path, data_dir, front_ends, log, &audit, &fusion);
   if (!graph) return graph.error();
   graph->print(out);
   import::printAudit(audit, out);
+  if (import::modelFormat(model_path) == import::ModelFormat::Onnx)
+    front_ends.fuse ? import::printFusion(fusion, out) : void(out << "fusion: off (--no-fuse)\n");
   return tensor_parallel > 0 ? printTensorParallel(*graph, tensor_parallel, out) : Status::success();
 }
 

@@ -39,6 +39,8 @@ using ShapeFn = std::function<Expected<int>(ir::Graph &g, const std::string &mod
 struct FrontEnds {
   import::TorchImporters torch; ///< TorchScript (.pt) and torch.export (.pt2), Note [import layering]
   ShapeFn onnx_shapes;
+  /// Fuse an ONNX graph's decomposed kernels at import (Note [pattern fusion]); --no-fuse clears it.
+  bool fuse = true;
 };
 
 struct PlanOptions {

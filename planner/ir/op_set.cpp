@@ -78,7 +78,9 @@ const std::vector<OpInfo> &supportedOps() {
       {"IsNaN", 9, 17},
       {"LRN", 1, 17},
       {"LSTM", 7, 17},
-      {"LayerNormalization", 17, 17},
+      // 17 is the opset that defines it; the import's fusion (Note [pattern
+      // fusion] in planner/import/fuse.cpp) writes it into graphs of any opset.
+      {"LayerNormalization", 1, 17},
       {"LeakyRelu", 6, 17},
       {"Less", 7, 17},
       {"LessOrEqual", 12, 17},
@@ -103,6 +105,7 @@ const std::vector<OpInfo> &supportedOps() {
       {"PRelu", 6, 17}, // 6: per-channel [C] slope; 7: unidirectional broadcasting
       {"Pad", 2, 17},   // 2-10: pads/value attrs; 11+: inputs (18's axes: no)
       {"Pow", 6, 17},
+      {"RMSNormalization", 1, 17}, // domain "rannc.fused" (Note [pattern fusion])
       {"RNN", 7, 17},
       {"RandomNormal", 1, 17},
       {"RandomNormalLike", 1, 17},
@@ -126,12 +129,14 @@ const std::vector<OpInfo> &supportedOps() {
       {"ReverseSequence", 10, 17},
       {"Round", 11, 17},
       {"STFT", 17, 17},
+      {"ScaledDotProductAttention", 1, 17}, // domain "rannc.fused"
       {"Scatter", 9, 10}, // deprecated in 11 for ScatterElements
       {"ScatterElements", 11, 17}, // 16: reduction
       {"ScatterND", 11, 17},       // 16: reduction
       {"Selu", 6, 17},
       {"Shape", 1, 17},   // 15: start/end
       {"Shrink", 9, 17},
+      {"SiLU", 1, 17}, // domain "rannc.fused"
       {"Sigmoid", 6, 17},
       {"Sign", 9, 17},
       {"Sin", 7, 17},

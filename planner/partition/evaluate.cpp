@@ -66,15 +66,23 @@ namespace rannc::partition {
 //                                          inputs and its blocks' values;
 //               = b sum act                with: one micro-batch rebuilt in
 //                                          backward, plus
-//   stash       = k b cut[a] + b cut[e]    the inputs it keeps per micro-batch
-//                                          in flight (Note [recomputation]),
-//                                          and its newest sent values: they
-//                                          are dropped once sent, but the
-//                                          transfer holds them while the stage
-//                                          runs its next forward (the next
-//                                          stage is a forward behind), whose
-//                                          values with the stash then make its
-//                                          peak;
+//   stash       = k b cut[a]               the inputs it keeps per micro-batch
+//                                          in flight (Note [recomputation]);
+//                                          its sent values are in sum act
+//                                          (Note [recomputing stage's peak]);
+//   step        = 2 min(P, bucket) / r     a sharded stage's Adam step: its
+//                                          temporaries (sqrt(v), then that over
+//                                          sqrt(1 - beta2^t)) are two tensors of
+//                                          the block it updates at once, one
+//                                          bucket's 1/r (bucket: rannc-exec's
+//                                          25 MiB default), where an unsharded
+//                                          step updates one parameter at a time;
+//                                          it runs after the backward, so the
+//                                          peak holds the larger of it and
+//                                          activations + stash + working
+//                                          (measured: GPT 1 x 2 fused, 456,080
+//                                          bytes above the parameters, gradients
+//                                          and state, 2 x 228,040);
 //   where sum act stands for K = sum act_i - sum fr_i + X_a over the stage's blocks
 //     (Note [unsaved values]): what one micro-batch keeps besides its inputs;
 //   working = max over the stage's blocks u of w_u = fixed_u + b work_u, a
@@ -102,6 +110,29 @@ namespace rannc::partition {
 //   Feasible when the total <= memory * (1 - margin) - reserve, the reserve
 //   being what a GPU's runtime holds outside tensors (Note [runtime reserve]
 //   in planner/cluster/cluster.cpp; 0 on cpu).
+
+// Note [recomputing stage's peak]
+// A recomputing stage has two kinds of peak. In backward: its stash, one
+// micro-batch rebuilt with autograd on (b K, the values it sends among them,
+// since the block that makes them keeps them) and one block's working bytes.
+// In forward: its stash, the newest sent values, which the transfer holds
+// once the runner has dropped them (Note [send buffers] in
+// executor/train/transport.cpp), and the next micro-batch's forward without
+// autograd. The model counts the backward's, which covers the forward's:
+//   - a forward without autograd holds, at any block u, no more than the
+//     rebuilt forward holds there, which K's prefix to u and w_u's forward
+//     transients bound;
+//   - the sent values in transit, b cut[e], are matched by bytes the backward
+//     term holds and that forward does not: for u < e-1 the sent values
+//     stageWorking leaves uncredited, for u = e-1 the gradients of the sent
+//     values, which w_{e-1} includes (the profiler hands them over).
+// And no transfer is in flight at a backward: the trainer waits for its sends
+// before each (Note [send buffers]). Until 2026-11-28 the stash also counted
+// b cut[e], so a stage that sends was over-stated by one micro-batch's sent
+// values, counted twice at its backward peak (in K and in the stash). Measured
+// (GPT, 2 stages, 4 micro-batches of 16, fused, per-action peaks of rank 0):
+// every forward phase peaked 0.6-0.7 MiB below every backward, and each
+// backward's peak held the 128 KiB the stash added only once.
 
 // Note [tensor parallel stages]
 // A stage of degree t and r replicas runs on r t consecutive ranks; replica g
@@ -154,7 +185,8 @@ namespace rannc::partition {
 std::string describe(const StageMemory &m, std::string (*bytes)(double)) {
   return "params " + bytes(m.params) + ", grads " + bytes(m.grads) + ", optimizer " + bytes(m.optimizer) +
          ", activations " + bytes(m.activations) + (m.stash > 0 ? ", recompute stash " + bytes(m.stash) : "") +
-         ", working " + bytes(m.working) + ", buffers " + bytes(m.buffers) +
+         ", working " + bytes(m.working) + (m.step > 0 ? ", optimizer step " + bytes(m.step) : "") +
+         ", buffers " + bytes(m.buffers) +
          (m.lowp_weights > 0 ? ", low-precision weights " + bytes(m.lowp_weights) : "");
 }
 
@@ -165,13 +197,16 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   m.optimizer = zero ? in.optimizer_bytes / in.replicas : in.optimizer_bytes;
   if (recompute) {
     m.activations = b * in.act_per_sample;
-    m.stash = k * b * in.cut_in + b * in.cut_out;
+    m.stash = k * b * in.cut_in; // Note [recomputing stage's peak]
   } else {
     m.activations = k * b * (in.cut_in + in.act_per_sample);
   }
   m.working = in.working;
   m.buffers = in.model_buffers;
   m.lowp_weights = in.lowp_weights;
+  // Note [partition cost model]: a sharded Adam step's two temporaries.
+  if (zero && in.optimizer_bytes >= 2 * in.param_bytes && in.replicas > 1)
+    m.step = 2 * std::min(in.param_bytes, kGradientBucketBytes) / in.replicas;
   return m;
 }
 
@@ -333,12 +368,13 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   mem.param_bytes = c.param_bytes;
   mem.optimizer_bytes = p.optimizer_bytes_per_param_byte * c.param_bytes;
   mem.cut_in = cut_in;
-  mem.cut_out = cut_out;
   mem.samples = b;
   mem.inflight = c.inflight;
   mem.replicas = stage.replicas;
   c.memory = stageMemory(mem, stage.recompute, c.zero);
-  c.zero_saves_bytes = mem.optimizer_bytes - c.memory.optimizer;
+  // What sharding takes off the peak: the state's share, less where the
+  // sharded step's temporaries become the peak (stageMemory).
+  c.zero_saves_bytes = c.zero ? stageMemory(mem, stage.recompute, false).total() - c.memory.total() : 0;
   if (stage.recompute) c.recompute_saves_bytes = stageMemory(mem, false, c.zero).total() - c.memory.total();
   return c;
 }

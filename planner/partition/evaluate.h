@@ -4,6 +4,7 @@
 // The model is Note [partition cost model] in evaluate.cpp and docs/partitioner.md.
 #pragma once
 
+#include <algorithm>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -18,19 +19,24 @@ struct StageMemory {
   double grads = 0;
   double optimizer = 0;
   double activations = 0; ///< kept for backward: the micro-batches in flight, or one rebuilt one when recomputing
-  double stash = 0;       ///< a recomputing stage's inputs per micro-batch in flight, its sent values in transit
+  double stash = 0;       ///< a recomputing stage's inputs per micro-batch in flight
   double working = 0;     ///< transient in backward, one micro-batch
   double buffers = 0;     ///< model buffers (BatchNorm statistics)
   double lowp_weights = 0; ///< bf16/fp16 weight copies under autocast (Note [autocast dtypes])
+  double step = 0;         ///< a sharded optimizer step's temporaries, after backward (Note [partition cost model])
 
   double total() const {
-    return params + grads + optimizer + activations + stash + working + buffers + lowp_weights;
+    return params + grads + optimizer + std::max(activations + stash + working, step) + buffers + lowp_weights;
   }
 };
 
 /// "params X, grads Y, ...": each kind with its bytes as `bytes` writes them
 /// (the optional kinds only when present).
 std::string describe(const StageMemory &m, std::string (*bytes)(double) = formatBytes);
+
+/// rannc-exec's default gradient bucket (--bucket-mib, executor/train/trainer.h):
+/// a sharded step updates one bucket's block at a time (Note [partition cost model]).
+inline constexpr double kGradientBucketBytes = 25 << 20;
 
 /// The sums over a stage's blocks and the rest that its memory depends on.
 struct StageMemoryInputs {
@@ -40,7 +46,7 @@ struct StageMemoryInputs {
   double lowp_weights = 0;
   double act_per_sample = 0;      ///< K of Note [unsaved values]: what a micro-batch keeps besides cut_in, per sample
   double working = 0;             ///< stageWorking at `samples`
-  double cut_in = 0, cut_out = 0; ///< per sample, received and sent
+  double cut_in = 0;              ///< per sample, received
   double samples = 0;             ///< b, per replica and micro-batch
   double inflight = 0;            ///< k
   int replicas = 1;
@@ -95,7 +101,7 @@ struct StageCost {
   double param_share = 1;        ///< param_bytes over the blocks' whole parameters (1 without tensor parallelism)
   StageMemory memory;            ///< one device's peak, by kind
   double recompute_saves_bytes = 0; ///< activation bytes recomputation saves (0 when the stage keeps them)
-  double zero_saves_bytes = 0;      ///< optimizer state bytes sharding saves (0 when the stage does not shard)
+  double zero_saves_bytes = 0;      ///< peak bytes sharding saves: the state's share, less a larger step (0 when not sharded)
 
   /// Device time of one forward slot: receive inputs, then compute.
   double forwardSlot() const { return recv_activations_s + fwd_s + tp_collective_s + stat_sync_s; }

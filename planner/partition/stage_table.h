@@ -206,7 +206,6 @@ protected:
     in.act_per_sample = act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a); // K (Note [unsaved values])
     in.working = maxWork(a, e, ri, ti);
     in.cut_in = p_.cut_bytes_per_sample[a];
-    in.cut_out = p_.cut_bytes_per_sample[e];
     in.samples = samples_[ri];
     in.inflight = inflight;
     in.replicas = R_[ri];

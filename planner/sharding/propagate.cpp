@@ -1,5 +1,6 @@
 #include "planner/sharding/propagate.h"
 
+#include "planner/ir/fused_ops.h"
 #include "planner/ir/op_set.h"
 
 #include <algorithm>
@@ -185,6 +186,20 @@ OpResult layerNorm(const std::vector<OpInput> &in, const ir::Node &n) {
   const int axis = normAxis(intAttr(n, "axis", -1), rankOf(in[0]));
   if (in[0].sh.axis >= axis) return fail();
   return allOutputs(n, cutAt(in[0].sh.axis));
+}
+
+/// The import's fused kernels (Note [pattern fusion] in planner/import/fuse.cpp):
+/// attention splits along an axis before its last two (heads, batch), as its
+/// MatMuls and Softmax would; RMSNorm as LayerNorm; SiLU as any unary op.
+OpResult fused(const ir::Node &n, const std::vector<OpInput> &in) {
+  if (n.op_type == ir::kSiLU) return elementwise(n, in, {0});
+  if (n.op_type == ir::kRMSNormalization) return layerNorm(in, n);
+  if (n.op_type != ir::kScaledDotProductAttention || in.size() < 3) return fail();
+  std::vector<size_t> all(in.size());
+  for (size_t i = 0; i < in.size(); ++i) all[i] = i;
+  OpResult r = elementwise(n, in, all);
+  if (r.ok && !r.outs.empty() && r.outs[0].axis >= rankOf(in[0]) - 2) return fail();
+  return r;
 }
 
 /// Slice and Split along axes other than the cut one.
@@ -580,6 +595,7 @@ OpResult propagate(const ir::Graph &g, const ir::Node &n, const std::vector<OpIn
     return allOutputs(n, {});
   }
   if (auto r = vocabLoss(g, n, in)) return *r;
+  if (ir::isFused(n) && all_ranks) return fused(n, in);
   if (!onnx) return fail();
   if (op == "Shape" || op == "Size") return allOutputs(n, {}); // sizes: analyze() tracks the cut one
   if (!all_ranks) return fail();

@@ -41,12 +41,18 @@ rannc::planner::MeasureFn measurer(int threads, rannc::cost::Optimizer optimizer
 }
 
 /// TorchScript and torch.export import, and ONNX shapes completed by running
-/// the graph for models whose weights take at most 2 GiB (a few seconds).
-rannc::planner::FrontEnds libtorchFrontEnds() {
-  return {rannc::import::torchImporters(), [](rannc::ir::Graph &g, const std::string &model) {
+/// the graph for models whose weights take at most 2 GiB (a few seconds);
+/// `fuse`: an ONNX graph's decomposed kernels fused (Note [pattern fusion]).
+rannc::planner::FrontEnds libtorchFrontEnds(bool fuse) {
+  return {rannc::import::torchImporters(),
+          [](rannc::ir::Graph &g, const std::string &model) {
             return rannc::import::completeShapesByRunning(g, model, int64_t(2) << 30);
-          }};
+          },
+          fuse};
 }
+
+constexpr const char *kNoFuseHelp =
+    "keep an ONNX graph's decomposed attention, norms and activations as the exporter wrote them (for comparison)";
 
 int fail(const std::string &message) {
   std::cerr << "rannc-plan: error: " << rannc::withoutTrace(message) << "\n";
@@ -148,11 +154,13 @@ Verb addPlan(CLI::App &app, bool planning) {
                     ->check(CLI::PositiveNumber);
   app.add_flag_callback("--quiet", [o] { o->progress_interval_s = 0; }, "no progress lines while planning")
       ->excludes(every);
+  auto no_fuse = std::make_shared<bool>(false);
+  app.add_flag("--no-fuse", *no_fuse, kNoFuseHelp);
   return {&app, [=] {
             flags->devices_given = gpus->count() || type->count();
             if (auto st = rannc::planner::finishPlanOptions(*flags, *o); !st) return usage(st.message());
             o->measure = measurer(o->threads, o->optimizer, 3, o->precision);
-            o->front_ends = libtorchFrontEnds();
+            o->front_ends = libtorchFrontEnds(!*no_fuse);
             return finish(rannc::planner::runPlan(*o, std::cout, std::cerr));
           }};
 }
@@ -198,9 +206,11 @@ Verb addProfile(CLI::App &app) {
   cmd->add_option("--repetitions", *repetitions, "timed runs per unit and size after one warm-up; the median is kept")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
+  auto no_fuse = std::make_shared<bool>(false);
+  cmd->add_flag("--no-fuse", *no_fuse, kNoFuseHelp);
   return {cmd, [=] {
             if (auto st = rannc::planner::finishProfileOptions(*flags, *o); !st) return usage(st.message());
-            o->front_ends = libtorchFrontEnds();
+            o->front_ends = libtorchFrontEnds(!*no_fuse);
             auto measure = measurer(o->threads, o->optimizer, *repetitions, o->precision);
             return finish(rannc::planner::runProfile(*o, measure, std::cerr));
           }};
@@ -215,9 +225,11 @@ Verb addImport(CLI::App &app) {
   cmd->add_option("--tensor-parallel,--tp", *tp,
                   "also print the tensor parallelism found per op and the valid degrees up to N")
       ->check(CLI::PositiveNumber);
+  auto no_fuse = std::make_shared<bool>(false);
+  cmd->add_flag("--no-fuse", *no_fuse, kNoFuseHelp);
   return {cmd, [=] {
-            return finish(
-                rannc::planner::runImport(*model, *data_dir, libtorchFrontEnds(), std::cout, std::cerr, *tp));
+            return finish(rannc::planner::runImport(*model, *data_dir, libtorchFrontEnds(!*no_fuse), std::cout,
+                                                    std::cerr, *tp));
           }};
 }
 

@@ -2,6 +2,8 @@
 // node against the op set and the kernel's arity before running it.
 #include "executor/runtime/kernels/registry.h"
 
+#include "executor/runtime/kernels/fused.h"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -9,6 +11,7 @@
 #include "executor/runtime/batch_statistics.h"
 #include "executor/runtime/ops.h"
 #include "planner/ir/batch_norm.h"
+#include "planner/ir/fused_ops.h"
 #include "planner/ir/op_set.h"
 
 namespace rannc::runtime {
@@ -20,7 +23,7 @@ const std::vector<KernelDef> &kernelTable() {
     for (auto family : {elementwiseKernels, reduceKernels, softmaxKernels, linalgKernels, normalizationKernels,
                         tensorShapeKernels, creationKernels, indexingKernels, convPoolKernels, lossDropoutKernels,
                         randomKernels, resizeKernels, signalKernels, recurrentKernels,
-                        tensorParallelKernels}) {
+                        tensorParallelKernels, fusedKernels}) {
       std::vector<KernelDef> k = family();
       all.insert(all.end(), k.begin(), k.end());
     }
@@ -57,7 +60,8 @@ std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::
   if (ir::isAten(node)) return runAtenOp(node, inputs);
   OpCtx c(node, inputs, opset, group);
   // Domain "rannc": the tensor-parallel collectives (kernels/tensor_parallel.cpp).
-  if (!node.domain.empty() && node.domain != "ai.onnx" && !ir::isRannc(node))
+  // Domain "rannc.fused": the kernels the import's fusion writes (kernels/fused.cpp).
+  if (!node.domain.empty() && node.domain != "ai.onnx" && !ir::isRannc(node) && !ir::isFused(node))
     c.fail("unsupported domain '" + node.domain + "'");
   const KernelDef *k = kernels::findKernel(node.op_type);
   const ir::OpInfo *info = ir::findOp(node.op_type);

@@ -296,10 +296,10 @@ TEST(OpsTest, ErrorsNameNodeAndProblem) {
          {{"reduction", std::string("avg")}});
   });
   EXPECT_NE(err.find("'avg'"), std::string::npos) << err;
-  err = errorOf([] {
-    run1("LayerNormalization", {torch::zeros({2, 3}), torch::ones({3})}, {}, 16);
-  });
-  EXPECT_NE(err.find("opset 16"), std::string::npos) << err;
+  // An op below the opset that defines it (LayerNormalization no longer is:
+  // the import's fusion writes it at any opset, Note [pattern fusion]).
+  err = errorOf([] { run1("Trilu", {torch::zeros({2, 3})}, {}, 13); });
+  EXPECT_NE(err.find("opset 13"), std::string::npos) << err;
   err = errorOf([] { run1("Frobnicate", {torch::zeros({1})}); });
   EXPECT_NE(err.find("unsupported op type"), std::string::npos) << err;
   err = errorOf([] { run1("Conv", {torch::zeros({1, 1, 3}), torch::ones({1, 1, 2, 2})}); });

@@ -94,33 +94,52 @@ TEST(SolveDP, RecomputesOnlyTheStageThatDoesNotFit) {
   EXPECT_NE(none.error().message.find("needs"), std::string::npos) << none.error().message;
 }
 
+TEST(StageMemory, ShardedAdamStepCanBeThePeak) {
+  // Adam's sharded step allocates two temporaries of the block it updates
+  // (Note [partition cost model]): P = 100, r = 2, no activations: 100 + 100
+  // + 200/2 + 2 x 100/2 = 400, what the unsharded 100 + 100 + 200 needs.
+  StageMemoryInputs in;
+  in.param_bytes = 100;
+  in.optimizer_bytes = 200;
+  in.replicas = 2;
+  EXPECT_DOUBLE_EQ(stageMemory(in, false, true).step, 100);
+  EXPECT_DOUBLE_EQ(stageMemory(in, false, true).total(), 400);
+  EXPECT_DOUBLE_EQ(stageMemory(in, false, false).total(), 400);
+  // SGD with momentum (state = P) updates in place: no step term.
+  in.optimizer_bytes = 100;
+  EXPECT_DOUBLE_EQ(stageMemory(in, false, true).total(), 250);
+}
+
 TEST(SolveDP, ShardsTheOptimizerStateOnlyWhereMemoryNeedsIt) {
-  // One block of 100 parameter bytes with Adam on 2 replicas: unsharded it
-  // needs 100 + 100 + 200 = 400 B a device, sharded 100 + 100 + 200/2 = 300 B.
-  Problem p = computeOnly({block(1, 100)}, 2, 2);
+  // One block of 100 parameter bytes and 100 activation bytes a sample with
+  // Adam on 2 replicas, 1 sample each: unsharded it needs 100 + 100 + 200 +
+  // 100 = 500 B a device, sharded 100 + 100 + 200/2 + max(100, the step's
+  // 2 x 100/2) = 400 B.
+  Problem p = computeOnly({block(1, 100, 100)}, 2, 2);
   p.optimizer_bytes_per_param_byte = 2;
   p.constraints.replicas = {2};
-  p.devices.memory_bytes = 350;
+  p.devices.memory_bytes = 450;
   auto r = solveDP(p);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(str(r->solution), "1f1b M=1 [0,1)x2z");
   const Evaluation ev = evaluate(p, r->solution);
   ASSERT_EQ(ev.stages.size(), 1u);
   EXPECT_DOUBLE_EQ(ev.stages[0].memory.optimizer, 100);
+  EXPECT_DOUBLE_EQ(ev.stages[0].memory.step, 100);
   EXPECT_DOUBLE_EQ(ev.stages[0].zero_saves_bytes, 100);
-  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 300);
+  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 400);
   // Sharding costs no time: the step is that of the unsharded plan.
   EXPECT_DOUBLE_EQ(r->step_time_s, 3);
   auto ex = solveExhaustive(p);
   ASSERT_TRUE(ex.ok());
   EXPECT_DOUBLE_EQ(ex->step_time_s, r->step_time_s);
 
-  p.devices.memory_bytes = 450; // fits whole: no sharding unless forced
+  p.devices.memory_bytes = 550; // fits whole: no sharding unless forced
   EXPECT_EQ(str(solveDP(p)->solution), "1f1b M=1 [0,1)x2");
   p.force_zero = true;
   EXPECT_EQ(str(solveDP(p)->solution), "1f1b M=1 [0,1)x2z");
 
-  p.devices.memory_bytes = 350; // --zero 0: nothing fits
+  p.devices.memory_bytes = 450; // --zero 0: nothing fits
   p.force_zero = p.allow_zero = false;
   auto none = solveDP(p);
   ASSERT_FALSE(none.ok());
