@@ -2,6 +2,9 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+
 #include <cstring>
 #include <stdexcept>
 #include <unordered_set>
@@ -9,6 +12,7 @@
 #include "executor/runtime/interpreter.h"
 #include "executor/runtime/ops.h"
 #include "planner/ir/op_set.h"
+#include "planner/ir/weight_gradients.h"
 
 namespace rannc::runtime {
 namespace {
@@ -108,7 +112,9 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
           it->second = it->second.clone();
         }
     env = std::move(feeds);
+    recording_ = split_ ? &root_edges_[mb] : nullptr;
     run(env, true);
+    recording_ = nullptr;
     return;
   }
   // Note [recomputation]: keep the inputs, the sent values and the loss.
@@ -165,6 +171,13 @@ void StageRunner::run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool 
     }
   };
   hooks.ran = [&](ir::NodeId n, const std::vector<torch::Tensor> &, std::vector<torch::Tensor> &outs) {
+    // Note [split backward]: where W will start from, recorded while autograd records.
+    if (recording_ && root_params_.count(n) && at::GradMode::is_enabled()) {
+      std::vector<torch::autograd::Edge> edges;
+      for (const torch::Tensor &o : outs)
+        if (o.defined() && o.requires_grad()) edges.push_back(torch::autograd::impl::gradient_edge(o));
+      if (!edges.empty()) recording_->push_back({n, std::move(edges)});
+    }
     // Kernels that make a tensor from attributes (Constant) make it on the
     // CPU; on a GPU it joins the others there. A 0-dim one stays: LibTorch
     // mixes CPU scalars with device tensors, and reading it needs no copy.
@@ -254,15 +267,112 @@ void StageRunner::backward(int mb, std::vector<torch::Tensor> send_grads, double
     const torch::Tensor &l = loss(mb);
     if (l.requires_grad()) add(HandOver::apply(l, torch::full_like(l, loss_weight)));
   }
-  if (root.defined()) root.backward();
+  if (!root.defined()) return;
+  if (!split_) {
+    root.backward();
+    return;
+  }
+  // Note [split backward]: B, the received values' gradients and those of
+  // the roots' outputs, the graph kept for W.
+  torch::autograd::edge_list targets;
+  std::vector<ir::ValueId> leaves;
+  for (const auto &r : program_.recvs) {
+    const torch::Tensor &t = receivedLeaf(mb, r.value);
+    if (!t.requires_grad()) continue;
+    targets.push_back(torch::autograd::impl::gradient_edge(t));
+    leaves.push_back(r.value);
+  }
+  auto found = root_edges_.find(mb);
+  std::vector<std::pair<ir::NodeId, std::vector<torch::autograd::Edge>>> roots;
+  if (found != root_edges_.end()) roots = std::move(found->second), root_edges_.erase(found);
+  for (const auto &[n, edges] : roots) targets.insert(targets.end(), edges.begin(), edges.end());
+  if (targets.empty()) return;
+  torch::autograd::variable_list got = torch::autograd::Engine::get_default_engine().execute(
+      {torch::autograd::impl::gradient_edge(root)}, {torch::ones_like(root)}, /*keep_graph=*/true,
+      /*create_graph=*/false, /*accumulate_grad=*/false, targets);
+  root = torch::Tensor();
+  size_t i = 0;
+  for (ir::ValueId v : leaves) input_grads_[mb][v] = std::move(got[i++]);
+  auto &queue = wqueue_[mb];
+  for (auto &[n, edges] : roots) {
+    torch::autograd::edge_list reached;
+    std::vector<torch::Tensor> grads;
+    for (auto &e : edges) {
+      torch::Tensor &grad = got[i++];
+      if (!grad.defined()) continue; // this output does not lead to the loss
+      reached.push_back(std::move(e));
+      grads.push_back(std::move(grad));
+    }
+    if (!reached.empty()) queue.emplace_back(n, std::move(reached), std::move(grads));
+  }
+}
+
+void StageRunner::backwardWeights(int mb) {
+  auto found = wqueue_.find(mb);
+  if (found == wqueue_.end()) return; // nothing of this micro-batch reached a weight
+  auto queue = std::move(found->second);
+  wqueue_.erase(found);
+  for (auto &[n, edges, grads] : queue) {
+    // Only this root's own parameters: a path through the data side reaches
+    // none of them (setSplitBackward refused stages where it could).
+    torch::autograd::edge_list params;
+    for (ir::ValueId p : root_params_.at(n)) params.push_back(torch::autograd::impl::gradient_edge(params_.at(p)));
+    if (params.empty()) continue;
+    torch::autograd::Engine::get_default_engine().execute(edges, grads, /*keep_graph=*/false, /*create_graph=*/false,
+                                                          /*accumulate_grad=*/true, params);
+  }
+}
+
+const torch::Tensor &StageRunner::receivedLeaf(int mb, ir::ValueId v) const {
+  auto s = stash_.find(mb); // a received value kept apart from an in-place op (forward)
+  const bool kept = !recompute_ && s != stash_.end() && s->second.inputs.count(v);
+  return kept ? s->second.inputs.at(v) : value(mb, v);
+}
+
+// Note [split backward]
+// A schedule that splits the backward (ZB-H1, Note [zero bubble H1] in
+// planner/pipeline/schedule.h) runs B, the gradients of the stage's received
+// values, apart from W, its weight gradients. The weight-gradient roots
+// (ir::weightGradientRoots: the ops that combine a weight with data, a
+// MatMul with its weight, a bias Add, an embedding's Gather) split them: B
+// asks autograd's engine for the gradients of the received values and of the
+// roots' outputs, with the graph kept; W then runs, root by root, from those
+// output gradients to the root's own parameters only. Autograd computes in
+// each pass only the edges it needs, so a MatMul's backward computes dX in B
+// and dW in W, once each. A parameter reached by two roots of one stage
+// (a layer applied twice) could be reached again through the data side, so
+// such a stage is refused. Memory: autograd keeps the micro-batch's graph
+// from B until its W (counted as a micro-batch in flight until W) and the
+// roots' output gradients (the W queue, Block::wgrad_bytes_per_sample);
+// received gradients are handed over as in a whole backward.
+void StageRunner::setSplitBackward(bool on) {
+  split_ = on;
+  root_params_.clear();
+  if (!on) return;
+  if (recompute_) throw std::runtime_error("a split backward (zb-h1) cannot recompute its stage's activations");
+  if (group_) throw std::runtime_error("a split backward (zb-h1) does not run tensor-parallel stages");
+  const ir::StageWeightRoots found = ir::stageWeightRoots(g_, program_.nodes);
+  if (!found.conflict.empty()) // `check` refuses such plans (Note [split backward])
+    throw std::runtime_error("a split backward (zb-h1) needs each parameter read by one op of its stage, but " +
+                             found.conflict);
+  std::unordered_set<ir::ValueId> received;
+  for (const auto &r : program_.recvs) received.insert(r.value);
+  for (const auto &[n, params] : found.roots) {
+    std::vector<ir::ValueId> &mine = root_params_[n];
+    for (ir::ValueId v : params)
+      if (params_.count(v)) mine.push_back(v);
+  }
 }
 
 torch::Tensor StageRunner::inputGrad(int mb, ir::ValueId v) const {
-  auto s = stash_.find(mb); // a received value kept apart from an in-place op (forward)
-  const bool kept = !recompute_ && s != stash_.end() && s->second.inputs.count(v);
-  const torch::Tensor &t = kept ? s->second.inputs.at(v) : value(mb, v);
+  const torch::Tensor &t = receivedLeaf(mb, v);
   if (!t.is_floating_point()) return {};
-  torch::Tensor g = t.grad();
+  torch::Tensor g;
+  if (!split_) {
+    g = t.grad();
+  } else if (auto m = input_grads_.find(mb); m != input_grads_.end()) {
+    if (auto it = m->second.find(v); it != m->second.end()) g = it->second;
+  }
   return g.defined() ? g : torch::zeros_like(t);
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -53,11 +54,26 @@ public:
   /// The gradient of received value `v` after backward (zeros when the value
   /// does not influence the loss; undefined for non-floating values).
   torch::Tensor inputGrad(int mb, ir::ValueId v) const;
-  /// Drops the micro-batch's saved values.
+  /// Drops the micro-batch's saved values (under a split backward, what its
+  /// W needs stays, in the W queue, until backwardWeights).
   void release(int mb) {
     envs_.erase(mb);
     stash_.erase(mb);
+    input_grads_.erase(mb);
+    root_edges_.erase(mb);
   }
+
+  /// Split backward (ZB-H1; Note [split backward] in stage.cpp): backward()
+  /// computes only the received values' gradients and keeps what the weight
+  /// gradients need for backwardWeights(). Refused (std::runtime_error) with
+  /// recomputation or tensor parallelism, and where one parameter reaches
+  /// several weight-gradient roots of the stage.
+  void setSplitBackward(bool on);
+  bool splitsBackward() const { return split_; }
+  /// W of micro-batch `mb`, whose backward() ran: accumulates its weight
+  /// gradients into the parameters' .grad (their hooks fire as in backward())
+  /// and lets go of what B kept for it.
+  void backwardWeights(int mb);
 
   /// Note [recomputation]
   /// A recomputing stage runs forward without recording autograd and keeps,
@@ -120,6 +136,8 @@ private:
   /// Runs the program's ops on `env` (inputs in, every value out) with
   /// runNodes (Note [one interpreter] in interpreter.h).
   void run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers);
+  /// Received value `v` of `mb` as the leaf whose gradient goes back.
+  const torch::Tensor &receivedLeaf(int mb, ir::ValueId v) const;
   /// The recomputing forward of `mb` from its stash.
   void recomputeForward(int mb);
 
@@ -147,6 +165,14 @@ private:
   torch::Device device_ = torch::kCPU;
   comm::Communicator *group_ = nullptr; ///< the tensor-parallel group
   std::map<int, Stash> stash_; ///< recomputing stages: what forward keeps (Note [recomputation])
+  // Note [split backward]
+  bool split_ = false;
+  std::unordered_map<ir::NodeId, std::vector<ir::ValueId>> root_params_; ///< per root node, its parameters
+  std::map<int, std::vector<std::pair<ir::NodeId, std::vector<torch::autograd::Edge>>>> root_edges_; ///< forward -> B
+  std::vector<std::pair<ir::NodeId, std::vector<torch::autograd::Edge>>> *recording_ = nullptr;
+  std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> input_grads_; ///< B's results
+  /// The W queue: per micro-batch whose B ran, each root's output edges and their gradients.
+  std::map<int, std::vector<std::tuple<ir::NodeId, torch::autograd::edge_list, std::vector<torch::Tensor>>>> wqueue_;
 };
 
 /// Random data of `v`'s shape at `samples` samples: normal floats, zero

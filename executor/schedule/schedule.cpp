@@ -16,6 +16,7 @@ std::string toString(const Action &a) {
   case ActionKind::RecvGradients: name = "recv-grad"; break;
   case ActionKind::Backward: name = "backward"; break;
   case ActionKind::SendGradients: name = "send-grad"; break;
+  case ActionKind::BackwardWeight: name = "backward-weight"; break;
   case ActionKind::AllReduce: name = "all-reduce"; break;
   case ActionKind::OptimizerStep: name = "optimizer-step"; break;
   }
@@ -51,8 +52,12 @@ void finish(std::vector<Action> &a) {
 std::vector<Action> build(pipeline::Schedule schedule, int stage, int num_stages, int microbatches) {
   std::vector<Action> a;
   const bool first = stage == 0, last = stage == num_stages - 1;
-  for (const pipeline::Pass &p : pipeline::stageOrder(schedule, stage, num_stages, microbatches))
-    (p.forward ? forward : backward)(a, p.microbatch, first, last);
+  for (const pipeline::Pass &p : pipeline::stageOrder(schedule, stage, num_stages, microbatches)) {
+    if (p.weight)
+      a.push_back({ActionKind::BackwardWeight, p.microbatch});
+    else
+      (p.forward ? forward : backward)(a, p.microbatch, first, last);
+  }
   finish(a);
   return a;
 }
@@ -70,10 +75,13 @@ std::vector<Action> accumulate(const std::vector<Action> &one_batch, int batches
 }
 
 int peakMicrobatchesInFlight(const std::vector<Action> &actions) {
+  const bool split = std::any_of(actions.begin(), actions.end(),
+                                 [](const Action &a) { return a.kind == ActionKind::BackwardWeight; });
+  const ActionKind frees = split ? ActionKind::BackwardWeight : ActionKind::Backward;
   int alive = 0, peak = 0;
   for (const auto &a : actions) {
     if (a.kind == ActionKind::Forward) peak = std::max(peak, ++alive);
-    if (a.kind == ActionKind::Backward) --alive;
+    if (a.kind == frees) --alive;
   }
   return peak;
 }

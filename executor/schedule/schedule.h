@@ -18,8 +18,9 @@ enum class ActionKind {
   Forward,
   SendActivations, ///< send this micro-batch's outputs to later stages
   RecvGradients,   ///< receive the gradients of the sent outputs
-  Backward,
+  Backward,        ///< the whole backward, or under a split one (ZB-H1) its B: the inputs' gradients
   SendGradients,   ///< send the gradients of the received inputs back
+  BackwardWeight,  ///< a split backward's W: the weight gradients (Note [zero bubble H1])
   AllReduce,       ///< sum the gradients over the stage's replicas
   OptimizerStep,
 };
@@ -50,7 +51,8 @@ std::vector<Action> build(pipeline::Schedule schedule, int stage, int num_stages
 std::vector<Action> accumulate(const std::vector<Action> &one_batch, int batches, int microbatches);
 
 /// The largest number of micro-batches whose forward ran and whose backward
-/// has not, over the action list (what the stage's activation memory scales with).
+/// has not (under a split backward: whose W has not), over the action list
+/// (what the stage's activation memory scales with).
 int peakMicrobatchesInFlight(const std::vector<Action> &actions);
 
 /// Which values cross stage boundaries, and what each stage runs.

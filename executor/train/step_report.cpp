@@ -29,7 +29,8 @@ int64_t peakRssBytes() {
 Phase phaseOf(schedule::ActionKind k) {
   switch (k) {
   case schedule::ActionKind::Forward: return kForward;
-  case schedule::ActionKind::Backward: return kBackward;
+  case schedule::ActionKind::Backward:
+  case schedule::ActionKind::BackwardWeight: return kBackward;
   case schedule::ActionKind::OptimizerStep: return kUpdate;
   default: return kComm;
   }

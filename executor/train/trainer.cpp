@@ -120,10 +120,15 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   const int64_t K = opts.accumulation_steps;
   const int64_t steps = opts.epochs > 0 ? stepsForEpochs(opts.epochs, s.samples, K * B) : opts.steps;
   auto actions = schedule::accumulate(schedule::build(kind, s.stage, num_stages, M), int(K), M);
-  // The replica all-reduce overlaps the step's last backward (Note [gradient buckets]).
+  // Note [split backward]: B and W apart; prepare() refused what cannot split.
+  runner.setSplitBackward(pipeline::splitsBackward(kind));
+  // The replica all-reduce overlaps the step's last pass that makes weight
+  // gradients: the last backward, or a split one's last W (Note [gradient buckets]).
+  const auto weights_kind =
+      runner.splitsBackward() ? schedule::ActionKind::BackwardWeight : schedule::ActionKind::Backward;
   size_t last_backward = 0;
   for (size_t i = 0; i < actions.size(); ++i)
-    if (actions[i].kind == schedule::ActionKind::Backward) last_backward = i;
+    if (actions[i].kind == weights_kind) last_backward = i;
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
   std::map<std::string, int> axes; // Note [tensor parallel ranks]: checkpoints hold whole tensors
   for (const auto &[v, axis] : s.param_axes) axes[s.graph.values[v].name] = axis;
@@ -232,6 +237,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       case schedule::ActionKind::SendGradients:
         transfers.sendGradients(runner, mb);
         runner.release(mb);
+        break;
+      case schedule::ActionKind::BackwardWeight:
+        runner.backwardWeights(mb);
         break;
       case schedule::ActionKind::AllReduce:
         update.reduce();

@@ -6,6 +6,7 @@
 #include "planner/cost/flops.h"
 #include "planner/cost/precision.h"
 #include "planner/ir/batch_norm.h"
+#include "planner/ir/weight_gradients.h"
 #include "planner/sharding/propagate.h"
 
 namespace rannc::planner {
@@ -241,6 +242,44 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   const std::vector<int> unit_of = cost::unitOfNode(g, units);
   const std::vector<int> last_reader = cost::lastReaderUnit(g, units);
   p.cut_bytes_per_sample.assign(n + 1, 0.0);
+  // Note [zero bubble H1]: a split backward's W in each unit, the weight
+  // share of its weight-gradient roots' analytic backward applied to the
+  // unit's own, and the gradients of the roots' outputs B keeps for W. An
+  // Add passes its gradient on unchanged: where a root's output is read only
+  // by root Adds of its own shape (a MatMul's by its bias Add), its gradient
+  // is the Add's own tensor, counted once, there.
+  {
+    const std::vector<double> roots = ir::weightGradientRoots(g);
+    std::vector<std::vector<ir::NodeId>> readers(g.values.size());
+    for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v)
+      for (ir::ValueId in : g.nodes[v].inputs)
+        if (in != ir::kNoValue) readers[in].push_back(v);
+    auto passedOn = [&](ir::ValueId o) {
+      for (ir::NodeId r : readers[o]) {
+        const ir::Node &add = g.nodes[r];
+        if (add.op_type != "Add" || roots[r] <= 0 || add.outputs.empty() || add.outputs[0] == ir::kNoValue ||
+            !(g.values[add.outputs[0]].shape == g.values[o].shape))
+          return false;
+      }
+      return !readers[o].empty();
+    };
+    const std::vector<cost::OpCost> ops = cost::estimateOpCosts(g, cluster.device, largest);
+    std::vector<double> wgrad(n, 0.0), bwd(n, 0.0);
+    for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v) {
+      const int u = unit_of[v];
+      if (u < 0) continue;
+      bwd[u] += ops[v].bwd_time_s;
+      if (roots[v] <= 0) continue;
+      wgrad[u] += roots[v] * ops[v].bwd_time_s;
+      for (ir::ValueId o : g.nodes[v].outputs)
+        if (o != ir::kNoValue && ir::isFloating(g.values[o].dtype) && !passedOn(o))
+          p.blocks[u].wgrad_bytes_per_sample += perSample(g.values[o]);
+    }
+    for (int u = 0; u < n; ++u) {
+      const double share = bwd[u] > 0 ? std::min(1.0, wgrad[u] / bwd[u]) : 0.0;
+      p.blocks[u].wgrad = {p.blocks[u].bwd.fixed_s * share, p.blocks[u].bwd.per_sample_s * share};
+    }
+  }
   std::vector<double> own_out(n, 0.0); // of cut[u+1], what unit u made itself
   auto crosses = [&](ir::ValueId v) {
     const ir::Value &val = g.values[v];

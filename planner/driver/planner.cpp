@@ -96,7 +96,7 @@ std::vector<int64_t> costBatchSizes(const PlanOptions &opts) {
   return {sizes.begin(), sizes.end()};
 }
 
-void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params,
+void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params, bool split_backward,
                         proto::StageEstimates *e) {
   e->set_num_params(num_params);
   e->set_fwd_time_s(c.forwardSlot());
@@ -114,6 +114,12 @@ void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, in
   e->set_zero_saved_bytes(int64_t(c.zero_saves_bytes));
   e->set_lowp_weight_bytes(int64_t(c.memory.lowp_weights));
   e->set_recompute_stash_bytes(int64_t(c.memory.stash));
+  // Only a split backward's plan says them (Note [zero bubble H1]): other
+  // plans stay byte for byte what they were (tests/integration/golden_plans.py).
+  if (split_backward) {
+    e->set_weight_queue_bytes(int64_t(c.memory.weight_queue));
+    e->set_weight_time_s(c.weightSlot());
+  }
 }
 
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
@@ -202,7 +208,8 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     st->set_recompute(stage.recompute);
     st->set_zero(c.zero ? 1 : 0);
     const int64_t num_params = rangeParameterCount(g, st->op_begin(), st->op_end());
-    fillStageEstimates(c, ev.capacity_bytes, num_params, st->mutable_estimates());
+    fillStageEstimates(c, ev.capacity_bytes, num_params, pipeline::splitsBackward(plan_units.schedule),
+                       st->mutable_estimates());
     // A sharded stage updates only its replica's share of the parameters, a
     // tensor-parallel one its device's shards.
     optimizer = std::max(optimizer, double(num_params) * c.param_share / (c.zero ? c.replicas : 1) *

@@ -119,7 +119,8 @@ void fillModelFlops(const ir::Graph &g, proto::Estimates *e);
 
 /// Fills a stage's estimates from the partitioner's evaluation of it (planGraph
 /// and `check --update` both use it, so plans always carry the same fields).
-void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params,
+/// `split_backward`: the plan's schedule splits the backward (its W's time and queue are written).
+void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params, bool split_backward,
                         proto::StageEstimates *e);
 
 /// The micro-batch sizes a plan needs costs at.

@@ -209,7 +209,8 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
 void refreshEstimates(proto::Plan &plan, const PlanModel &m) {
   for (int s = 0; s < plan.stages_size() && s < int(m.evaluation.stages.size()); ++s) {
     const partition::StageCost &c = m.evaluation.stages[s];
-    fillStageEstimates(c, m.evaluation.capacity_bytes, m.stage_params[s], plan.mutable_stages(s)->mutable_estimates());
+    fillStageEstimates(c, m.evaluation.capacity_bytes, m.stage_params[s], pipeline::splitsBackward(m.solution.schedule),
+                       plan.mutable_stages(s)->mutable_estimates());
   }
   plan.mutable_estimates()->set_step_time_s(m.step_time_s);
   plan.mutable_estimates()->set_optimizer(m.costs.optimizer);
@@ -406,6 +407,7 @@ Expected<PredictedStep> predictStep(const proto::Plan &plan, const std::string &
     case partition::EventKind::RecvGradients: kind = plan::TraceKind::RecvGradients; break;
     case partition::EventKind::Recompute: kind = plan::TraceKind::Recompute; break;
     case partition::EventKind::Backward: kind = plan::TraceKind::Backward; break;
+    case partition::EventKind::BackwardWeight: kind = plan::TraceKind::BackwardWeight; break;
     case partition::EventKind::AllReduce: kind = plan::TraceKind::AllReduce; break;
     }
     by_kind[e.rank][plan::traceCategory(kind)] += e.end_s - e.start_s;

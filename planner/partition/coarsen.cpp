@@ -143,6 +143,9 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       blk.fwd.per_sample_s += u.fwd.per_sample_s;
       blk.bwd.fixed_s += u.bwd.fixed_s;
       blk.bwd.per_sample_s += u.bwd.per_sample_s;
+      blk.wgrad.fixed_s += u.wgrad.fixed_s;
+      blk.wgrad.per_sample_s += u.wgrad.per_sample_s;
+      blk.wgrad_bytes_per_sample += u.wgrad_bytes_per_sample;
       blk.param_bytes += u.param_bytes;
       blk.buffer_bytes += u.buffer_bytes;
       blk.lowp_weight_bytes += u.lowp_weight_bytes;

@@ -587,6 +587,52 @@ private:
 Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   const auto start = std::chrono::steady_clock::now();
   if (Status st = validate(p); !st) return Error{st.message()};
+  if (p.constraints.schedule && pipeline::splitsBackward(*p.constraints.schedule)) {
+    // Note [zero bubble H1]: its memory depends on the stage count, which the
+    // DP's states do not hold; the best 1F1B plan without recomputation or
+    // tensor parallelism is run under it instead and evaluated as such. Where
+    // that plan does not fit under ZB-H1, the 1F1B search is repeated on less
+    // memory (a few tries, bisecting): a plan that fits, not the best one
+    // (docs/partitioner.md).
+    const char *name = pipeline::scheduleName(*p.constraints.schedule);
+    if (p.force_recompute) return Error{std::string(name) + " does not recompute activations (--recompute on)"};
+    for (int t : p.constraints.tensor_parallel)
+      if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
+    Problem q = p;
+    q.constraints.schedule = Schedule::OneFOneB;
+    q.allow_recompute = false;
+    q.tp_degrees = {1};
+    q.constraints.tensor_parallel.clear();
+    // The memory taken off: `low` too little (its plan does not fit under
+    // ZB-H1), `high` too much (no 1F1B plan fits); bisected between them.
+    constexpr int kTries = 8;
+    const double full = p.devices.memory_bytes;
+    double low = 0, high = -1, cut = 0;
+    std::string why;
+    for (int attempt = 1; attempt <= kTries; ++attempt) {
+      q.devices.memory_bytes = full - cut;
+      auto solved = solveDP(q, opts);
+      if (!solved) {
+        if (attempt == 1) return solved;
+        high = cut;
+      } else {
+        solved->solution.schedule = *p.constraints.schedule;
+        const Evaluation ev = evaluate(p, solved->solution);
+        if (ev.feasible()) {
+          solved->step_time_s = ev.step_time_s;
+          return solved;
+        }
+        why = ev.violations.front();
+        low = cut;
+        if (high < 0) { // the first stage over its capacity by this much: take it off
+          cut += std::max(ev.peak_memory_bytes - ev.capacity_bytes, 1.0) / (1 - q.devices.memory_margin);
+          continue;
+        }
+      }
+      cut = (low + high) / 2;
+    }
+    return Error{"no 1F1B layout found fits under " + std::string(name) + (why.empty() ? "" : ": " + why)};
+  }
   const std::vector<int> stage_counts = detail::stageCountsToSearch(p);
   // With the schedule searched only 1F1B can win (Note [exact stage DP]).
   const Schedule schedule = p.constraints.schedule.value_or(Schedule::OneFOneB);

@@ -187,7 +187,8 @@ std::string describe(const StageMemory &m, std::string (*bytes)(double)) {
          ", activations " + bytes(m.activations) + (m.stash > 0 ? ", recompute stash " + bytes(m.stash) : "") +
          ", working " + bytes(m.working) + (m.step > 0 ? ", optimizer step " + bytes(m.step) : "") +
          ", buffers " + bytes(m.buffers) +
-         (m.lowp_weights > 0 ? ", low-precision weights " + bytes(m.lowp_weights) : "");
+         (m.lowp_weights > 0 ? ", low-precision weights " + bytes(m.lowp_weights) : "") +
+         (m.weight_queue > 0 ? ", weight-gradient queue " + bytes(m.weight_queue) : "");
 }
 
 StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) {
@@ -207,6 +208,10 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   // Note [partition cost model]: a sharded Adam step's two temporaries.
   if (zero && in.optimizer_bytes >= 2 * in.param_bytes && in.replicas > 1)
     m.step = 2 * std::min(in.param_bytes, kGradientBucketBytes) / in.replicas;
+  // Note [zero bubble H1]: the queue beside a B's working bytes, or one
+  // micro-batch more right after it, when no backward works.
+  m.weight_queue = std::max(in.weight_queue * b * in.wgrad_per_sample,
+                            std::min(in.weight_queue + 1, k) * b * in.wgrad_per_sample - in.working);
   return m;
 }
 
@@ -325,6 +330,8 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b) - keep * blk.tp.fwd.at(b);
     c.bwd_s += blk.bwd.at(b) - keep * blk.tp.bwd.at(b);
+    c.wgrad_s += blk.wgrad.at(b);
+    if (pipeline::splitsBackward(schedule)) mem.wgrad_per_sample += blk.wgrad_bytes_per_sample;
     c.param_bytes += blk.param_bytes - keep * blk.tp.param_bytes;
     whole_params += blk.param_bytes;
     mem.model_buffers += blk.buffer_bytes;
@@ -339,6 +346,11 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   whole_params -= p.tiedExcess(stage.block_begin, stage.block_end, 1);
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
   mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
+  if (pipeline::splitsBackward(schedule)) { // B retains autograd's graph: nothing is freed before W (Note [zero bubble H1])
+    mem.working = 0;
+    for (int i = stage.block_begin; i < stage.block_end; ++i)
+      mem.working = std::max(mem.working, p.blocks[i].workingAt(b, t));
+  }
   if (t > 1) c.tp_collective_s = ringAllReduce(collective_bytes * b, t, p.devices.intra_node, collectives);
   if (t > 1 && whole_params > 0) c.param_share = c.param_bytes / whole_params;
 
@@ -370,6 +382,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   mem.cut_in = cut_in;
   mem.samples = b;
   mem.inflight = c.inflight;
+  mem.weight_queue = pipeline::weightQueuePeak(schedule, index, num_stages, microbatches);
   mem.replicas = stage.replicas;
   c.memory = stageMemory(mem, stage.recompute, c.zero);
   // What sharding takes off the peak: the state's share, less where the
@@ -433,6 +446,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                                                          "stage must"));
     if (std::string why = tensorParallelProblem(p, st, c.first_rank); !why.empty())
       ev.violations.push_back(stageName(s) + " " + why);
+    if (pipeline::splitsBackward(sol.schedule) && (st.recompute || st.tensor_parallel > 1))
+      ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes" : " is tensor-parallel") + " under " +
+                              pipeline::scheduleName(sol.schedule) + ", which splits the backward and does not");
     if (!p.recomputeAllowed(st.recompute))
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes but recomputation is not allowed"
                                                             : " does not recompute but every stage must"));
@@ -441,7 +457,7 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
       ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (" + describe(c.memory) +
                               ") but a device holds " + formatBytes(ev.capacity_bytes));
     ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
-    slots.push_back({c.forwardSlot(), c.backwardSlot()});
+    slots.push_back({c.forwardSlot(), c.backwardSlot(), c.weightSlot()});
     ev.allreduce_s = std::max(ev.allreduce_s, c.allreduce_s);
     ev.stages.push_back(c);
   }

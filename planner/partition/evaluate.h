@@ -24,9 +24,11 @@ struct StageMemory {
   double buffers = 0;     ///< model buffers (BatchNorm statistics)
   double lowp_weights = 0; ///< bf16/fp16 weight copies under autocast (Note [autocast dtypes])
   double step = 0;         ///< a sharded optimizer step's temporaries, after backward (Note [partition cost model])
+  double weight_queue = 0; ///< a split backward's gradients B hands W (Note [zero bubble H1]); empty by the step
 
   double total() const {
-    return params + grads + optimizer + std::max(activations + stash + working, step) + buffers + lowp_weights;
+    return params + grads + optimizer + std::max(activations + stash + working + weight_queue, step) + buffers +
+           lowp_weights;
   }
 };
 
@@ -49,6 +51,8 @@ struct StageMemoryInputs {
   double cut_in = 0;              ///< per sample, received
   double samples = 0;             ///< b, per replica and micro-batch
   double inflight = 0;            ///< k
+  double weight_queue = 0;        ///< micro-batches whose B ran and W has not while a B runs (Note [zero bubble H1])
+  double wgrad_per_sample = 0;    ///< what each of them holds for its W, per sample
   int replicas = 1;
 };
 
@@ -88,6 +92,7 @@ struct StageCost {
   int inflight = 0;             ///< micro-batches whose activations are alive at once
   double fwd_s = 0;             ///< forward compute (one device's share under tensor parallelism)
   double bwd_s = 0;             ///< backward compute, without the recomputation
+  double wgrad_s = 0;           ///< of bwd_s, the weight gradients (a W pass under a split backward)
   double tp_collective_s = 0;   ///< the tensor-parallel all-reduces of one forward (and of one backward); 0 for t = 1
   double stat_sync_s = 0;       ///< BatchNorm statistics' all-reduces of one forward (and one backward); 0 for r = 1
   double recompute_s = 0;       ///< the extra forward (with its collectives) when recomputing, else 0
@@ -107,6 +112,8 @@ struct StageCost {
   double forwardSlot() const { return recv_activations_s + fwd_s + tp_collective_s + stat_sync_s; }
   /// Device time of one backward slot: receive output gradients, recompute, compute.
   double backwardSlot() const { return recv_gradients_s + recompute_s + bwd_s + tp_collective_s + stat_sync_s; }
+  /// Device time of a split backward's W pass: its weight gradients.
+  double weightSlot() const { return wgrad_s; }
   /// Devices of the stage.
   int devices() const { return replicas * tensor_parallel; }
 };

@@ -40,6 +40,11 @@ struct Block {
   double unsaved_freed_bytes_per_sample = 0;
   double working_bytes_per_sample = 0;     ///< transient peak while the block's largest op runs, per sample,
   double working_fixed_bytes = 0;          ///< plus this at any batch size (parameter gradients being made)
+  /// Of bwd, the weight gradients: a split backward's W (Note [zero bubble H1]).
+  Affine wgrad;
+  /// The gradients a split backward's B keeps for W, per sample: those of the
+  /// outputs of the block's ops that read weights (ir::weightGradientRoots).
+  double wgrad_bytes_per_sample = 0;
   /// Synchronised BatchNorm statistics (Note [batch statistics] in
   /// planner/plan/batch_statistics.cpp): the bytes a stage's replicas
   /// all-reduce in one forward (the backward the same) and in how many

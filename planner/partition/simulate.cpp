@@ -16,6 +16,7 @@ const char *eventKindName(EventKind k) {
   case EventKind::RecvGradients: return "recv_grad";
   case EventKind::Recompute: return "recompute";
   case EventKind::Backward: return "bwd";
+  case EventKind::BackwardWeight: return "bwd_w";
   case EventKind::AllReduce: return "allreduce";
   }
   return "?";
@@ -44,6 +45,7 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
   std::vector<bool> busy(S, false);
   std::vector<std::vector<double>> fwd_done(S, std::vector<double>(M, -1)), bwd_done = fwd_done;
   for (int s = 0; s < S; ++s) actions[s] = pipeline::stageOrder(sol.schedule, s, S, M);
+  const bool split = pipeline::splitsBackward(sol.schedule);
 
   Simulation sim;
   auto record = [&](int s, EventKind kind, int mb, double start, double end) {
@@ -60,9 +62,14 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
   // Starts the next action of stage s at `now` if its input is there.
   auto tryStart = [&](int s, double now) {
     if (busy[s] || cursor[s] == actions[s].size()) return;
-    const auto [forward, mb] = actions[s][cursor[s]];
+    const auto [forward, mb, weight] = actions[s][cursor[s]];
     const StageCost &c = ev.stages[s];
-    if (forward) {
+    if (weight) { // W: its B ran on this stage before it, nothing to wait for
+      const double t1 = now + c.weightSlot();
+      record(s, EventKind::BackwardWeight, mb, now, t1);
+      busy[s] = true;
+      queue.emplace(t1, seq++, s);
+    } else if (forward) {
       if (s > 0 && fwd_done[s - 1][mb] < 0) return;
       // A tensor-parallel stage's collectives are part of its passes (Note [tensor parallel stages]).
       const double t1 = now + c.recv_activations_s, t2 = t1 + c.fwd_s + c.tp_collective_s + c.stat_sync_s;
@@ -73,8 +80,9 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
     } else {
       const double ready = s < S - 1 ? bwd_done[s + 1][mb] : fwd_done[s][mb];
       if (ready < 0) return;
+      // Under a split backward this is B: the backward less its W.
       const double t1 = now + c.recv_gradients_s, t2 = t1 + c.recompute_s,
-                   t3 = t2 + c.bwd_s + c.tp_collective_s + c.stat_sync_s;
+                   t3 = t2 + c.bwd_s + c.tp_collective_s + c.stat_sync_s - (split ? c.weightSlot() : 0);
       record(s, EventKind::RecvGradients, mb, now, t1);
       record(s, EventKind::Recompute, mb, t1, t2);
       record(s, EventKind::Backward, mb, t2, t3);
@@ -89,8 +97,8 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
   while (!queue.empty()) {
     const auto [t, unused_seq, s] = queue.top();
     queue.pop();
-    const auto [forward, mb] = actions[s][cursor[s]];
-    (forward ? fwd_done : bwd_done)[s][mb] = t;
+    const auto [forward, mb, weight] = actions[s][cursor[s]];
+    if (!weight) (forward ? fwd_done : bwd_done)[s][mb] = t;
     busy[s] = false;
     ++cursor[s];
     stage_end[s] = t;
@@ -99,7 +107,7 @@ Expected<Simulation> simulate(const Problem &p, const Solution &sol, const Simul
     // that consumes the result (next stage's forward, previous one's backward).
     tryStart(s, t);
     if (forward && s + 1 < S) tryStart(s + 1, t);
-    if (!forward && s > 0) tryStart(s - 1, t);
+    if (!forward && !weight && s > 0) tryStart(s - 1, t);
   }
   for (int s = 0; s < S; ++s)
     if (cursor[s] != actions[s].size()) return Error{"simulation deadlocked at stage " + std::to_string(s)};

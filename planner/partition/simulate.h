@@ -15,9 +15,9 @@
 namespace rannc::partition {
 
 /// What a device is doing during one timeline interval.
-enum class EventKind { RecvActivations, Forward, RecvGradients, Recompute, Backward, AllReduce };
+enum class EventKind { RecvActivations, Forward, RecvGradients, Recompute, Backward, BackwardWeight, AllReduce };
 
-/// "recv_act", "fwd", "recv_grad", "recompute", "bwd", "allreduce".
+/// "recv_act", "fwd", "recv_grad", "recompute", "bwd", "bwd_w" (a split backward's W), "allreduce".
 const char *eventKindName(EventKind k);
 
 /// One interval of one rank's timeline.

@@ -11,7 +11,11 @@ namespace rannc::partition::detail {
 
 std::vector<Schedule> schedulesToSearch(const Problem &p) {
   if (p.constraints.schedule) return {*p.constraints.schedule};
-  return {pipeline::kSchedules.begin(), pipeline::kSchedules.end()};
+  // A split backward is run only when pinned (Note [zero bubble H1]): the DP does not search it.
+  std::vector<Schedule> out;
+  for (Schedule s : pipeline::kSchedules)
+    if (!pipeline::splitsBackward(s)) out.push_back(s);
+  return out;
 }
 
 std::vector<int> stageCountsToSearch(const Problem &p) {

@@ -8,9 +8,12 @@ const char *scheduleName(Schedule s) {
   switch (s) {
   case Schedule::GPipe: return "gpipe";
   case Schedule::OneFOneB: return "1f1b";
+  case Schedule::ZBH1: return "zb-h1";
   }
   return "?";
 }
+
+bool splitsBackward(Schedule s) { return s == Schedule::ZBH1; }
 
 std::string scheduleChoices(const char *(*name)(Schedule)) {
   std::string out;
@@ -46,6 +49,24 @@ std::vector<Pass> stageOrder(Schedule s, int stage, int num_stages, int microbat
     while (next_b < microbatches) order.push_back({false, next_b++});
     break;
   }
+  case Schedule::ZBH1: {
+    // Note [zero bubble H1]: 1F1B's warm-up and alternation, each B followed
+    // by the W `stage` B's behind it, the W's left over at the end.
+    const int warmup = std::min(num_stages - stage - 1, microbatches);
+    int next_f = 0, next_b = 0, next_w = 0;
+    auto input = [&] {
+      order.push_back({false, next_b++});
+      if (next_b - next_w > stage) order.push_back({false, next_w++, true});
+    };
+    for (; next_f < warmup; ++next_f) order.push_back({true, next_f});
+    while (next_f < microbatches) {
+      order.push_back({true, next_f++});
+      input();
+    }
+    while (next_b < microbatches) input();
+    while (next_w < microbatches) order.push_back({false, next_w++, true});
+    break;
+  }
   }
   return order;
 }
@@ -54,17 +75,24 @@ int microbatchesInFlight(Schedule s, int stage, int num_stages, int microbatches
   switch (s) {
   case Schedule::GPipe: return microbatches;
   case Schedule::OneFOneB: return std::min(microbatches, num_stages - stage); // the warm-up, plus one
+  case Schedule::ZBH1: return std::min(microbatches, num_stages); // the warm-up, plus the `stage` W's held back, plus one
   }
   return microbatches;
 }
 
+int weightQueuePeak(Schedule s, int stage, int /*num_stages*/, int microbatches) {
+  // The `stage` W's held back, while B j runs min(j, stage) of them.
+  return splitsBackward(s) ? std::max(0, std::min(microbatches - 1, stage)) : 0;
+}
+
 PipelineTime pipelineTime(Schedule s, const std::vector<StageSlots> &stages, int microbatches) {
-  double sum_f = 0, sum_g = 0, max_f = 0, max_g = 0, max_fg = -1;
+  double sum_f = 0, sum_g = 0, sum_w = 0, max_f = 0, max_g = 0, max_fg = -1;
   PipelineTime t;
   for (size_t i = 0; i < stages.size(); ++i) {
     const double f = stages[i].forward_s, g = stages[i].backward_s;
     sum_f += f;
     sum_g += g;
+    sum_w += stages[i].weight_s;
     max_f = std::max(max_f, f);
     max_g = std::max(max_g, g);
     if (f + g > max_fg) {
@@ -83,6 +111,18 @@ PipelineTime pipelineTime(Schedule s, const std::vector<StageSlots> &stages, int
   case Schedule::OneFOneB:
     // The classic form; exact for equal stages or M = 1 (Note [partition cost model]).
     t.steady_s = rest * std::max(max_fg, 0.0);
+    break;
+  case Schedule::ZBH1:
+    // Note [zero bubble H1]: 1F1B's form, less the W's that fill the drain:
+    // every stage's W but the last stage's moves out of the fill and drain
+    // into the bubbles, and every stage but the last is spared another W of
+    // waiting, as B reaches it without W behind it; with equal stages
+    // M (F+B+W) + (S-1)(F+B-W). Exact for equal stages and M >= S (the
+    // simulator's replay); otherwise an estimate, and with M < S the stages
+    // never reach the steady state, so 1F1B's form is kept.
+    t.steady_s = rest * std::max(max_fg, 0.0);
+    if (microbatches >= static_cast<int>(stages.size()) && !stages.empty())
+      t.fill_drain_s -= 2 * (sum_w - stages.back().weight_s);
     break;
   }
   return t;

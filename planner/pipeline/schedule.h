@@ -36,28 +36,54 @@
 
 namespace rannc::pipeline {
 
-/// A pipeline schedule: GPipe fill-drain or PipeDream-flush 1F1B (Note [adding a schedule]).
-enum class Schedule { GPipe, OneFOneB };
+/// A pipeline schedule: GPipe fill-drain, PipeDream-flush 1F1B, or ZB-H1
+/// (Note [zero bubble H1]) (Note [adding a schedule]).
+enum class Schedule { GPipe, OneFOneB, ZBH1 };
 
 /// Every schedule, in the order searches try them.
-inline constexpr std::array<Schedule, 2> kSchedules = {Schedule::GPipe, Schedule::OneFOneB};
+inline constexpr std::array<Schedule, 3> kSchedules = {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZBH1};
 
-/// "gpipe" / "1f1b": the name flags, plan text, logs and messages use.
+/// "gpipe" / "1f1b" / "zb-h1": the name flags, plan text, logs and messages use.
 const char *scheduleName(Schedule s);
 
-/// The schedules' names as `name` gives them, joined for a message: "gpipe or 1f1b".
+/// The schedules' names as `name` gives them, joined for a message: "gpipe, 1f1b or zb-h1".
 std::string scheduleChoices(const char *(*name)(Schedule) = scheduleName);
 
 /// The schedule called `name` (scheduleName's inverse). The error names the
-/// choices but not the flag: "must be gpipe or 1f1b (got 'x')"; prefix it.
+/// choices but not the flag: "must be gpipe, 1f1b or zb-h1 (got 'x')"; prefix it.
 Expected<Schedule> parseSchedule(std::string_view name);
 
-/// One pass a stage runs: the forward or the backward of one micro-batch.
+/// One pass a stage runs: the forward or the backward of one micro-batch, or,
+/// under a schedule that splits the backward (splitsBackward), its input part
+/// B (`forward` false) or its weight part W (`weight` true).
 struct Pass {
   bool forward = true;
   int microbatch = 0;
-  bool operator==(const Pass &o) const { return forward == o.forward && microbatch == o.microbatch; }
+  bool weight = false; ///< W: the weight gradients of a micro-batch whose B has run
+  bool operator==(const Pass &o) const {
+    return forward == o.forward && microbatch == o.microbatch && weight == o.weight;
+  }
 };
+
+/// Note [zero bubble H1]
+/// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24) splits a
+/// backward into B, the gradients of the stage's inputs, sent upstream at
+/// once, and W, the gradients of its weights, run later. Stage s of S runs
+/// 1F1B's warm-up (S-s-1 forwards), then F and B alternately, each B followed
+/// by the W of the micro-batch s B's back, and the W's left at the end: W
+/// lags B by s passes on stage s. The upstream stage's B then waits for B
+/// alone, not B+W, and the late W's fill the drain. With F, B, W the same on
+/// every stage and M >= S, the step is M (F+B+W) + (S-1)(F+B-W) (1F1B's:
+/// M (F+B+W) + (S-1)(F+B+W)); the paper writes the same bubble, (p-1)(F+B-W).
+/// A micro-batch holds its activations until its W (B retains autograd's
+/// graph for it): min(M, S) micro-batches on every stage, where 1F1B holds
+/// min(M, S-s), plus the W queue: the micro-batches whose B has run keep the
+/// gradients W starts from (Note [split backward] in
+/// executor/runtime/stage.cpp), min(M-1, s) of them while a B runs, one more
+/// right after it, before its W (evaluate.cpp counts the larger).
+
+/// Whether `s` runs a backward as B and W passes (Note [zero bubble H1]).
+bool splitsBackward(Schedule s);
 
 /// The passes stage `stage` of `num_stages` runs in one step of
 /// `microbatches` micro-batches, in order: the one order generator.
@@ -68,16 +94,24 @@ std::vector<Pass> stageOrder(Schedule s, int stage, int num_stages, int microbat
 /// memory model's in-flight count).
 int microbatchesInFlight(Schedule s, int stage, int num_stages, int microbatches);
 
+/// The most micro-batches whose B has run and whose W has not while a B runs
+/// (0 unless splitsBackward): what the W queue holds beside a backward's
+/// working memory. Right after a B one more is queued, but no backward runs.
+int weightQueuePeak(Schedule s, int stage, int num_stages, int microbatches);
+
 /// One stage's device time per micro-batch, in pipeline order.
 struct StageSlots {
   double forward_s = 0;  ///< receive the inputs, then compute the forward
   double backward_s = 0; ///< receive the output gradients, recompute, compute the backward
+  /// Of backward_s, the weight gradients: a W pass under a schedule that
+  /// splits the backward (the rest, backward_s - weight_s, is its B pass).
+  double weight_s = 0;
 };
 
 /// The pipeline phase of a step (before the all-reduce) in closed form.
 struct PipelineTime {
   double fill_drain_s = 0;   ///< the sum of every slot: one micro-batch's way through
-  double steady_s = 0;       ///< (M-1) x the bottleneck period
+  double steady_s = 0;       ///< (M-1) x the bottleneck period (ZB-H1: less the W that fills the drain)
   int bottleneck_stage = -1; ///< the first stage with the largest forward + backward slot
   /// fill_drain + steady.
   double total() const { return fill_drain_s + steady_s; }

@@ -22,6 +22,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "planner/ir/weight_gradients.h"
 #include "planner/plan/plan.h"
 
 namespace rannc::plan {
@@ -188,6 +189,25 @@ void rankProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
                        " ranks, which must be 0.." + std::to_string(world - 1) + " once each)");
 }
 
+/// A split backward's W runs root by root (Note [split backward] in
+/// executor/runtime/stage.cpp): a stage whose parameter two of its
+/// weight-gradient roots reach (tied weights in one stage) cannot split.
+void weightRootProblems(const proto::Plan &plan, pipeline::Schedule schedule, std::vector<std::string> &problems) {
+  auto g = graphFromProto(plan.graph());
+  if (!g) return; // reported elsewhere
+  for (int i = 0; i < plan.stages_size(); ++i) {
+    const auto &s = plan.stages(i);
+    if (!validRange(s, int(g->nodes.size()))) continue;
+    std::vector<ir::NodeId> nodes;
+    for (int n = s.op_begin(); n < s.op_end(); ++n) nodes.push_back(n);
+    const ir::StageWeightRoots found = ir::stageWeightRoots(*g, nodes);
+    if (!found.conflict.empty())
+      problems.push_back("stages[" + std::to_string(i) + "]: " + pipeline::scheduleName(schedule) +
+                         " needs each parameter read by one op of a stage (its weight gradients run op by op), but " +
+                         found.conflict + "; use 1f1b, or put them in different stages");
+  }
+}
+
 void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
   if (plan.global_batch_size() < 1) problems.push_back("global_batch_size: must be at least 1");
   if (plan.microbatches() < 1)
@@ -195,7 +215,19 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
   else if (plan.global_batch_size() % plan.microbatches() != 0)
     problems.push_back("microbatches: " + std::to_string(plan.microbatches()) + " does not divide global_batch_size " +
                        std::to_string(plan.global_batch_size()));
-  if (auto schedule = scheduleFromProto(plan.schedule()); !schedule) problems.push_back(schedule.error().message);
+  if (auto schedule = scheduleFromProto(plan.schedule()); !schedule) {
+    problems.push_back(schedule.error().message);
+  } else if (pipeline::splitsBackward(*schedule)) { // Note [split backward] in executor/runtime/stage.cpp
+    for (int i = 0; i < plan.stages_size(); ++i) {
+      if (plan.stages(i).recompute())
+        problems.push_back("stages[" + std::to_string(i) + "].recompute: " + pipeline::scheduleName(*schedule) +
+                           " splits the backward and does not recompute activations (plan with --recompute off)");
+      if (tensorParallel(plan.stages(i)) > 1)
+        problems.push_back("stages[" + std::to_string(i) + "]: " + pipeline::scheduleName(*schedule) +
+                           " splits the backward and does not run tensor-parallel stages yet");
+    }
+    weightRootProblems(plan, *schedule, problems);
+  }
   if (plan.microbatches() >= 1 && plan.global_batch_size() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)
     for (int i = 0; i < plan.stages_size(); ++i)
       if (stageReplicas(plan.stages(i)) > plan.global_batch_size() / plan.microbatches())

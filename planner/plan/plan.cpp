@@ -301,6 +301,7 @@ proto::Schedule scheduleToProto(pipeline::Schedule s) {
   switch (s) {
   case pipeline::Schedule::GPipe: return proto::GPIPE;
   case pipeline::Schedule::OneFOneB: return proto::ONE_F_ONE_B;
+  case pipeline::Schedule::ZBH1: return proto::ZB_H1;
   }
   return proto::SCHEDULE_UNSPECIFIED;
 }

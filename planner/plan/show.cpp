@@ -99,7 +99,8 @@ double stageBusyTime(const proto::Plan &plan, int s) {
 // The pipeline phase of a step (before the all-reduce and optimizer) lasts, in
 // the partitioner's closed form (pipeline::pipelineTime, docs/partitioner.md)
 // with forward slots F_s, backward slots G_s and M micro-batches,
-//   GPipe: ΣF + (M-1)·max F + ΣG + (M-1)·max G,   1F1B: Σ(F+G) + (M-1)·max(F+G).
+//   GPipe: ΣF + (M-1)·max F + ΣG + (M-1)·max G,   1F1B: Σ(F+G) + (M-1)·max(F+G),
+//   ZB-H1 (W_s of G_s its weight gradients, M >= S): 1F1B's less 2·Σ_{s<S-1} W_s.
 // Stage s computes for M·(F_s+G_s) of it; the rest is bubble. The fraction
 // shown is the idle share averaged over the stages, which for S equal stages
 // is the textbook (S-1)/(M+S-1). A plan whose schedule field names none
@@ -112,7 +113,7 @@ double pipelineBubbleFraction(const proto::Plan &plan) {
   double busy = 0;
   for (const auto &st : plan.stages()) {
     const double f = st.estimates().fwd_time_s(), g = st.estimates().bwd_time_s();
-    slots.push_back({f, g});
+    slots.push_back({f, g, st.estimates().weight_time_s()});
     busy += double(M) * (f + g);
   }
   auto schedule = scheduleFromProto(plan.schedule());
@@ -268,6 +269,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
   j["samples_per_s"] = samplesPerSecond(plan);
   j["microbatch_size"] = microbatchSize(plan);
   j["bubble_fraction"] = pipelineBubbleFraction(plan);
+  j["predicted_bubble_fraction"] = pipelineBubbleFraction(plan); // issue 28's name for it, every schedule
   j["format_version"] = plan.format_version();
   j["model"] = plan.model().path();
   j["model_sha256"] = plan.model().sha256();
@@ -305,6 +307,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["working_bytes"] = e.working_bytes();
     st["buffer_bytes"] = e.buffer_bytes();
     st["recompute_stash_bytes"] = e.recompute_stash_bytes();
+    st["weight_queue_bytes"] = e.weight_queue_bytes(); // Note [zero bubble H1]
     st["peak_memory_bytes"] = e.peak_memory_bytes();
     st["memory_capacity_bytes"] = e.memory_capacity_bytes();
     st["fwd_time_s"] = e.fwd_time_s();

@@ -17,6 +17,7 @@ struct KindRow {
 const KindRow kTraceKinds[] = {
     {TraceKind::Forward, "forward", nullptr},
     {TraceKind::Backward, "backward", nullptr},
+    {TraceKind::BackwardWeight, "backward", "weights"},
     {TraceKind::Recompute, "recompute", nullptr},
     {TraceKind::RecvActivations, "recv", "activations"},
     {TraceKind::RecvGradients, "recv", "gradients"},

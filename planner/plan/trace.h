@@ -39,6 +39,7 @@ struct TraceEvent {
 enum class TraceKind {
   Forward,
   Backward,
+  BackwardWeight, ///< W: the weight gradients of a split backward (Note [zero bubble H1])
   Recompute,
   RecvActivations,
   RecvGradients,

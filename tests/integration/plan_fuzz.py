@@ -5,8 +5,8 @@ trained with mpirun rannc-exec and compared with PyTorch's own training.
 Every generated plan is a hand edit of a one-stage plan: random stage
 boundaries at any op, a random replica count per stage (the ranks in order),
 a random micro-batch count that divides the batch and gives every replica a
-sample, a random schedule, and activation recomputation on a random third of
-the stages. Models with BatchNorm get one replica per stage
+sample, a random schedule (GPipe, 1F1B or ZB-H1), and activation recomputation on a
+random third of the stages (not under ZB-H1, which check refuses). Models with BatchNorm get one replica per stage
 and one micro-batch (SPEC: the only layouts where batch statistics are one
 device's). Each plan must pass `rannc-plan check` and train to PyTorch's losses
 and trained parameters (relative 1e-4; reference_sgd*.json and .npz written by
@@ -63,15 +63,18 @@ def random_plan(rng, base, model, batch, max_ranks):
     widest = max(replicas)
     counts = [m for m in (1, 2, 4) if batch % m == 0 and batch // m >= widest] if not batchnorm else [1]
     microbatches = rng.choice(counts)
+    schedule = rng.choice(["GPIPE", "ONE_F_ONE_B", "ZB_H1"])
     rank = 0
     plan["stages"] = []
     for s in range(stages):
+        # ZB-H1 splits the backward and does not recompute (check refuses it).
+        recompute = rng.random() < 0.3 and schedule != "ZB_H1"
         plan["stages"].append({"id": s, "ranks": list(range(rank, rank + replicas[s])),
-                               "op_begin": bounds[s], "op_end": bounds[s + 1], "recompute": rng.random() < 0.3})
+                               "op_begin": bounds[s], "op_end": bounds[s + 1], "recompute": recompute})
         rank += replicas[s]
     plan["cluster"]["devices_per_node"] = rank  # one CPU device per rank, as --gpus N makes
     plan["microbatches"] = microbatches
-    plan["schedule"] = rng.choice(["GPIPE", "ONE_F_ONE_B"])
+    plan["schedule"] = schedule
     plan.pop("estimates", None)
     recomputing = [s["id"] for s in plan["stages"] if s["recompute"]]
     if recomputing:  # a field of format version 2 (Note [plan format versions])

@@ -16,6 +16,9 @@
    other load) allow any 2-rank run; data parallelism's share of that bound
    is what rannc's replicas (the gradient all-reduce, the split) cost.
 4. measured peak tensor memory per rank vs the plan's estimate.
+5. ZB-H1 vs 1F1B (issue 28): the 2-stage, 8-micro-batch plan of 2. run under
+   each schedule (the same stages: only the plan's schedule field differs),
+   alternately, --rounds times each; throughput ratio of the medians, goal > 1.
 
   .venv/bin/python tools/bench/exec_bench.py [--build build] [--steps 12]
 """
@@ -48,6 +51,10 @@ def exec_run(a, work, name, plan_args, ranks, model="model.onnx"):
     data = ["--data", os.path.join(work, "data")] if model.endswith(".pt") else []
     run([a.plan_tool, os.path.join(work, model), "--gpus", str(ranks), "--batch-size", str(BATCH),
          "--optimizer", "sgd", "-o", plan] + data + plan_args)
+    return exec_plan(a, work, name, plan, ranks)
+
+
+def exec_plan(a, work, name, plan, ranks):
     log = os.path.join(work, f"{name}.jsonl")
     run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), a.exec_tool, plan, "--data",
          os.path.join(work, "data"), "--steps", str(a.steps), "--optimizer", "sgd", "--lr", "0.01", "--log", log])
@@ -76,6 +83,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each schedule in the ZB-H1 vs 1F1B comparison")
     a = ap.parse_args()
     a.plan_tool = os.path.join(a.build, "tools", "rannc-plan")
     a.exec_tool = os.path.join(a.build, "tools", "rannc-exec")
@@ -98,6 +106,19 @@ def main():
                                         "--microbatches", "1"], 2)
     pair = concurrent_runs(a, work, "one", 2)
     bound = sum(one / t for t in pair)  # two ranks' throughput over one rank's, with nothing shared between them
+    # ZB-H1 vs 1F1B on the same stages: the pipe plan with its schedule field changed.
+    zb_json = os.path.join(work, "zb.json")
+    run([a.plan_tool, "convert", os.path.join(work, "pipe.pb"), "-o", zb_json])
+    edited = json.load(open(zb_json))
+    edited["schedule"] = "ZB_H1"
+    json.dump(edited, open(zb_json, "w"))
+    zb_plan = os.path.join(work, "zb.pb")
+    run([a.plan_tool, "convert", zb_json, "-o", zb_plan])
+    zb_times, ob_times = [], []
+    for k in range(a.rounds):
+        ob_times.append(exec_plan(a, work, f"ob{k}", os.path.join(work, "pipe.pb"), 2)[0])
+        zb_times.append(exec_plan(a, work, f"zb{k}", zb_plan, 2)[0])
+    zb, ob = sorted(zb_times)[a.rounds // 2], sorted(ob_times)[a.rounds // 2]
 
     print(f"model: GPT-style, {one_plan['stages'][0]['num_params']} parameters, batch {BATCH}, "
           f"{os.cpu_count()} cores, 1 thread per rank, median of steps 2..{a.steps - 1}\n")
@@ -120,6 +141,9 @@ def main():
     print(f"| 2 independent 1-rank runs at once (the machine's bound) | {sum(BATCH / t for t in pair):.1f} samples/s "
           f"| 1 rank {BATCH / one:.1f} samples/s | {bound:.2f}x | 2x on 2 free cores |")
     print(f"| data parallel / the machine's bound | {one / dp:.2f}x | {bound:.2f}x | {one / dp / bound:.2f} | 1 |")
+    print(f"| 2-stage pipeline, 8 micro-batches, ZB-H1 vs 1F1B (medians of {a.rounds} alternating runs: "
+          f"ZB-H1 {', '.join(f'{t * 1e3:.1f}' for t in zb_times)} ms, 1F1B {', '.join(f'{t * 1e3:.1f}' for t in ob_times)}"
+          f" ms) | {BATCH / zb:.1f} samples/s | 1F1B {BATCH / ob:.1f} samples/s | {ob / zb:.3f}x | > 1x |")
     measured = [max(s["peak_memory_bytes_per_rank"][r] for s in pipe_steps) for r in range(2)]
     for st in pipe_plan["stages"]:
         r = st["ranks"][0]

@@ -71,6 +71,19 @@ TEST(OneFOneB, KeepsAtMostTheRemainingDepthInFlight) {
       }
 }
 
+TEST(ZeroBubbleH1, WeightPassesAfterTheirInputPassAndWhatTheyHoldInFlight) {
+  // The last of 2 stages: W lags B by one pass; the gradients go back at once.
+  EXPECT_EQ(str(build(Schedule::ZBH1, 1, 2, 3)),
+            "recv-act(0) forward(0) backward(0) send-grad(0) recv-act(1) forward(1) backward(1) send-grad(1) "
+            "backward-weight(0) recv-act(2) forward(2) backward(2) send-grad(2) backward-weight(1) "
+            "backward-weight(2) all-reduce optimizer-step\n");
+  // A micro-batch is held until its W: min(M, S) on every stage (Note [zero bubble H1]).
+  for (int stages = 1; stages <= 6; ++stages)
+    for (int mb = 1; mb <= 9; ++mb)
+      for (int s = 0; s < stages; ++s)
+        EXPECT_EQ(peakMicrobatchesInFlight(build(Schedule::ZBH1, s, stages, mb)), std::min(mb, stages));
+}
+
 /// Plays every stage's action list against the others with blocking receives
 /// (sends never block) and checks that all of them run to the end: no
 /// deadlock, and every micro-batch's forward precedes its backward.
@@ -80,6 +93,7 @@ bool runsToCompletion(Schedule kind, int stages, int mb, int batches = 1) {
   std::vector<size_t> pc(stages, 0);
   std::set<std::pair<int, int>> acts, grads; // (stage that may receive, micro-batch)
   std::set<std::pair<int, int>> forwarded;   // (stage, micro-batch) whose forward ran
+  std::set<std::pair<int, int>> inputs_done; // (stage, micro-batch) whose backward (B) ran
   bool progress = true;
   while (progress) {
     progress = false;
@@ -90,6 +104,8 @@ bool runsToCompletion(Schedule kind, int stages, int mb, int batches = 1) {
         if (a.kind == ActionKind::RecvGradients && !grads.count({s, a.microbatch})) break;
         if (a.kind == ActionKind::Forward) forwarded.insert({s, a.microbatch});
         if (a.kind == ActionKind::Backward && !forwarded.count({s, a.microbatch})) return false;
+        if (a.kind == ActionKind::Backward) inputs_done.insert({s, a.microbatch});
+        if (a.kind == ActionKind::BackwardWeight && !inputs_done.count({s, a.microbatch})) return false;
         if (a.kind == ActionKind::SendActivations) acts.insert({s + 1, a.microbatch});
         if (a.kind == ActionKind::SendGradients) grads.insert({s - 1, a.microbatch});
         ++pc[s];

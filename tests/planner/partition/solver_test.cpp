@@ -247,6 +247,58 @@ TEST(SolveDP, QuantizesStageWidthsBeyondItsStateBudget) {
       << refused.error().message;
 }
 
+TEST(SolveDP, ZeroBubbleH1PinnedRunsAOneFOneBLayoutThatFitsUnderIt) {
+  // Note [zero bubble H1]: the DP does not search ZB-H1; pinned, it runs a
+  // 1F1B layout evaluated under ZB-H1. Blocks 1, 1, 2 with W half of each
+  // backward; 2 stages x 1, M = 4 (b = 1): the 1F1B optimum [0,2)|[2,3) has
+  // slots F+G = 6 and 6, W = 2 and 2: 12 - 2 x 2 + 3 x 6 = 26 (1F1B: 30).
+  std::vector<Block> blocks{block(1, 0), block(1, 0), block(2, 0)};
+  for (Block &b : blocks) b.wgrad = {0, b.bwd.per_sample_s / 2};
+  Problem p = computeOnly(blocks, 2, 4);
+  p.constraints.stages = 2;
+  p.constraints.replicas = {1};
+  p.constraints.microbatches = 4;
+  p.constraints.schedule = Schedule::ZBH1;
+  auto r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(str(r->solution), "zb-h1 M=4 [0,2)x1 [2,3)x1");
+  EXPECT_DOUBLE_EQ(r->step_time_s, 26);
+  EXPECT_DOUBLE_EQ(evaluate(p, r->solution).step_time_s, 26);
+  // Exhaustive search over ZB-H1 plans finds none better than what the DP runs.
+  auto ex = solveExhaustive(p);
+  ASSERT_TRUE(ex.ok()) << ex.error().message;
+  EXPECT_LE(ex->step_time_s, r->step_time_s * (1 + 1e-12));
+
+  // Memory (b = 1, nothing else held): activations 10, 10, 1 bytes a
+  // sample, block 1's W queue 10. On 45 bytes 1F1B's best, [0,2)|[2,3),
+  // holds 2 x 20 = 40 and 1: it fits, but under ZB-H1 stage 0 holds 2 x 20
+  // plus one micro-batch's queue, 10: 50. The search is repeated on 45 - 5 =
+  // 40 bytes (the same plan), then on 35, where 1F1B takes [0,1)|[1,3)
+  // (20 and 11), which ZB-H1 holds in 2 x 10 + 0 = 20 and 2 x 11 + 2 x 10 =
+  // 42: it fits. Its time: slots 3 and 9 (W 1 and 3): 12 - 2 x 1 + 3 x 9 = 37.
+  const double act[] = {10, 10, 1}, queue[] = {0, 10, 0};
+  for (size_t i = 0; i < blocks.size(); ++i)
+    blocks[i].activation_bytes_per_sample = act[i], blocks[i].wgrad_bytes_per_sample = queue[i];
+  Problem tight = computeOnly(blocks, 2, 4);
+  tight.constraints = p.constraints;
+  tight.devices.memory_bytes = 45;
+  auto t = solveDP(tight);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(str(t->solution), "zb-h1 M=4 [0,1)x1 [1,3)x1");
+  EXPECT_DOUBLE_EQ(t->step_time_s, 37);
+  EXPECT_TRUE(evaluate(tight, t->solution).feasible());
+  // On 25 bytes no 1F1B layout fits under ZB-H1 (the retries end below any plan): an error.
+  tight.devices.memory_bytes = 25;
+  auto none = solveDP(tight);
+  ASSERT_FALSE(none.ok());
+  // Recomputation and tensor parallelism are refused under a split backward.
+  Problem rec = p;
+  rec.force_recompute = true;
+  auto refused = solveDP(rec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("does not recompute"), std::string::npos) << refused.error().message;
+}
+
 TEST(SolveDP, HonoursEveryConstraint) {
   Problem p = computeOnly({block(1, 5), block(2, 5), block(1, 5), block(3, 5)}, 8, 16);
   p.devices.per_node = 4;

@@ -4,7 +4,8 @@
 //   and backwards in the order the simulator's timeline shows them;
 // - the simulated step time equals evaluate()'s closed form wherever the
 //   closed form claims to be exact (Note [partition cost model]): GPipe with
-//   any per-stage costs, 1F1B with equal stages or one micro-batch;
+//   any per-stage costs, 1F1B with equal stages or one micro-batch, ZB-H1
+//   with equal stages and M >= S (Note [zero bubble H1]);
 // - the micro-batches a stage holds at once in the action list and in the
 //   timeline are the count evaluate()'s memory model charges;
 // - `rannc-plan show`'s bubble fraction comes from the same pipeline time.
@@ -38,6 +39,8 @@ std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedul
     partition::Block b;
     b.fwd = equal ? partition::Affine{0.5, 0.01} : partition::Affine{0.1 * (s % 3 + 1), 0.01 * (s + 1)};
     b.bwd = equal ? partition::Affine{1.0, 0.02} : partition::Affine{0.3 * ((s + 2) % 4 + 1), 0.015 * (S - s)};
+    // The weight gradients' part of it (a split backward's W).
+    b.wgrad = equal ? partition::Affine{0.4, 0.008} : partition::Affine{0.1 * ((s + 1) % 3 + 1), 0.005 * (S - s)};
     b.param_bytes = 1000;
     b.activation_bytes_per_sample = 10;
     p.blocks.push_back(b);
@@ -56,12 +59,16 @@ std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedul
   return {p, sol};
 }
 
-/// "F0 F1 B1 B0 ": the forwards and backwards of one rank's timeline.
+/// "F0 F1 B1 B0 ": the forwards, backwards (B) and weight passes (W) of one rank's timeline.
 std::string timelinePasses(const partition::Simulation &sim, int rank) {
   std::string out;
   for (const partition::TimelineEvent &e : sim.timeline)
-    if (e.rank == rank && (e.kind == partition::EventKind::Forward || e.kind == partition::EventKind::Backward))
-      out += (e.kind == partition::EventKind::Forward ? "F" : "B") + std::to_string(e.microbatch) + " ";
+    if (e.rank == rank && (e.kind == partition::EventKind::Forward || e.kind == partition::EventKind::Backward ||
+                           e.kind == partition::EventKind::BackwardWeight))
+      out += (e.kind == partition::EventKind::Forward    ? "F"
+              : e.kind == partition::EventKind::Backward ? "B"
+                                                         : "W") +
+             std::to_string(e.microbatch) + " ";
   return out;
 }
 
@@ -69,18 +76,23 @@ std::string timelinePasses(const partition::Simulation &sim, int rank) {
 std::string actionPasses(const std::vector<schedule::Action> &actions) {
   std::string out;
   for (const schedule::Action &a : actions)
-    if (a.kind == schedule::ActionKind::Forward || a.kind == schedule::ActionKind::Backward)
-      out += (a.kind == schedule::ActionKind::Forward ? "F" : "B") + std::to_string(a.microbatch) + " ";
+    if (a.kind == schedule::ActionKind::Forward || a.kind == schedule::ActionKind::Backward ||
+        a.kind == schedule::ActionKind::BackwardWeight)
+      out += (a.kind == schedule::ActionKind::Forward    ? "F"
+              : a.kind == schedule::ActionKind::Backward ? "B"
+                                                         : "W") +
+             std::to_string(a.microbatch) + " ";
   return out;
 }
 
-/// The most micro-batches between their forward and backward at once on one rank's timeline.
-int timelineInFlight(const partition::Simulation &sim, int rank) {
+/// The most micro-batches between their forward and backward (a split one's W) at once on one rank's timeline.
+int timelineInFlight(const partition::Simulation &sim, int rank, bool split) {
+  const partition::EventKind ends = split ? partition::EventKind::BackwardWeight : partition::EventKind::Backward;
   int alive = 0, peak = 0;
   for (const partition::TimelineEvent &e : sim.timeline) {
     if (e.rank != rank) continue;
     if (e.kind == partition::EventKind::Forward) peak = std::max(peak, ++alive);
-    if (e.kind == partition::EventKind::Backward) --alive;
+    if (e.kind == ends) --alive;
   }
   return peak;
 }
@@ -94,6 +106,7 @@ proto::Plan planOf(const partition::Solution &sol, const partition::Evaluation &
     auto *e = plan.add_stages()->mutable_estimates();
     e->set_fwd_time_s(c.forwardSlot());
     e->set_bwd_time_s(c.backwardSlot());
+    e->set_weight_time_s(c.weightSlot());
   }
   return plan;
 }
@@ -117,10 +130,12 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
             const std::vector<schedule::Action> actions = schedule::build(schedule, s, S, M);
             EXPECT_EQ(actionPasses(actions), timelinePasses(*sim, rank)) << where << ", stage " << s;
             EXPECT_EQ(schedule::peakMicrobatchesInFlight(actions), ev.stages[s].inflight) << where << ", stage " << s;
-            EXPECT_EQ(timelineInFlight(*sim, rank), ev.stages[s].inflight) << where << ", stage " << s;
+            EXPECT_EQ(timelineInFlight(*sim, rank, pipeline::splitsBackward(schedule)), ev.stages[s].inflight)
+                << where << ", stage " << s;
           }
 
-          if (schedule == Schedule::GPipe || equal || M == 1) {
+          const bool exact = schedule == Schedule::ZBH1 ? equal && M >= S : schedule == Schedule::GPipe || equal || M == 1;
+          if (exact) {
             EXPECT_NEAR(sim->step_time_s, ev.step_time_s, 1e-9 * ev.step_time_s) << where;
             ++exact_cases;
           }
@@ -131,8 +146,9 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
           const double pipe = ev.fill_drain_s + ev.steady_s;
           EXPECT_NEAR(plan::pipelineBubbleFraction(planOf(sol, ev)), 1 - busy / (S * pipe), 1e-12) << where;
         }
-  // Both schedules x 6 x 8 equal cases, GPipe's 48 varied ones, 1F1B's 6 varied ones with M = 1.
-  EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6);
+  // GPipe and 1F1B x 6 x 8 equal cases, GPipe's 48 varied ones, 1F1B's 6
+  // varied ones with M = 1, ZB-H1's equal ones with M >= S: 8+7+6+5+4+3 = 33.
+  EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6 + 33);
 }
 
 } // namespace

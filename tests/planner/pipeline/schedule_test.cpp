@@ -12,7 +12,7 @@ namespace {
 
 std::string str(const std::vector<Pass> &order) {
   std::string s;
-  for (const Pass &p : order) s += (p.forward ? "F" : "B") + std::to_string(p.microbatch) + " ";
+  for (const Pass &p : order) s += (p.forward ? "F" : p.weight ? "W" : "B") + std::to_string(p.microbatch) + " ";
   return s;
 }
 
@@ -24,15 +24,16 @@ TEST(Schedule, NamesParseBack) {
   }
   EXPECT_STREQ(scheduleName(Schedule::GPipe), "gpipe");
   EXPECT_STREQ(scheduleName(Schedule::OneFOneB), "1f1b");
+  EXPECT_STREQ(scheduleName(Schedule::ZBH1), "zb-h1");
   auto bad = parseSchedule("1F1B");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().message, "must be gpipe or 1f1b (got '1F1B')");
+  EXPECT_EQ(bad.error().message, "must be gpipe, 1f1b or zb-h1 (got '1F1B')");
   EXPECT_FALSE(parseSchedule("").ok());
 }
 
 TEST(Schedule, ChoicesJoinEveryName) {
-  EXPECT_EQ(scheduleChoices(), "gpipe or 1f1b");
-  EXPECT_EQ(scheduleChoices([](Schedule s) { return s == Schedule::GPipe ? "G" : "O"; }), "G or O");
+  EXPECT_EQ(scheduleChoices(), "gpipe, 1f1b or zb-h1");
+  EXPECT_EQ(scheduleChoices([](Schedule s) { return s == Schedule::GPipe ? "G" : "O"; }), "G, O or O");
 }
 
 TEST(StageOrder, GPipeAndOneFOneB) {
@@ -43,27 +44,53 @@ TEST(StageOrder, GPipeAndOneFOneB) {
   EXPECT_EQ(str(stageOrder(Schedule::OneFOneB, 0, 4, 2)), "F0 F1 B0 B1 ");
 }
 
+TEST(StageOrder, ZeroBubbleH1DelaysEachStagesWeightsByItsIndex) {
+  // Note [zero bubble H1]: 1F1B's F/B order; stage s's W lags its B by s.
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH1, 0, 2, 4)), "F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3 ");
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH1, 1, 2, 4)), "F0 B0 F1 B1 W0 F2 B2 W1 F3 B3 W2 W3 ");
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH1, 3, 4, 5)), "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 W2 W3 W4 ");
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH1, 1, 4, 2)), "F0 F1 B0 B1 W0 W1 ");
+  EXPECT_TRUE(splitsBackward(Schedule::ZBH1));
+  EXPECT_FALSE(splitsBackward(Schedule::OneFOneB));
+  EXPECT_FALSE(splitsBackward(Schedule::GPipe));
+}
+
 TEST(StageOrder, EveryMicrobatchOnceEachWayForwardFirstAndInFlightIsItsPeak) {
   for (Schedule s : kSchedules)
     for (int stages = 1; stages <= 6; ++stages)
       for (int mb = 1; mb <= 8; ++mb)
         for (int stage = 0; stage < stages; ++stage) {
-          std::vector<int> fwd(mb, 0), bwd(mb, 0);
-          int alive = 0, peak = 0;
+          std::vector<int> fwd(mb, 0), bwd(mb, 0), wgt(mb, 0);
+          // In flight until the pass that ends a micro-batch: its backward, or a split one's W.
+          int alive = 0, peak = 0, queued = 0, queue_peak = 0;
           for (const Pass &p : stageOrder(s, stage, stages, mb)) {
             ASSERT_TRUE(p.microbatch >= 0 && p.microbatch < mb);
             if (p.forward) {
               ++fwd[p.microbatch];
               peak = std::max(peak, ++alive);
+            } else if (p.weight) {
+              ASSERT_TRUE(splitsBackward(s));
+              EXPECT_EQ(bwd[p.microbatch], 1) << "W before B";
+              ++wgt[p.microbatch];
+              --alive;
+              --queued;
             } else {
               EXPECT_EQ(fwd[p.microbatch], 1) << "backward before forward";
               ++bwd[p.microbatch];
-              --alive;
+              if (splitsBackward(s)) {
+                queue_peak = std::max(queue_peak, queued); // queued while this B runs
+                ++queued;
+              } else {
+                --alive;
+              }
             }
           }
           EXPECT_EQ(fwd, std::vector<int>(mb, 1));
           EXPECT_EQ(bwd, std::vector<int>(mb, 1));
+          EXPECT_EQ(wgt, std::vector<int>(mb, splitsBackward(s) ? 1 : 0));
           EXPECT_EQ(microbatchesInFlight(s, stage, stages, mb), peak)
+              << scheduleName(s) << " stage " << stage << " of " << stages << ", M=" << mb;
+          EXPECT_EQ(weightQueuePeak(s, stage, stages, mb), queue_peak)
               << scheduleName(s) << " stage " << stage << " of " << stages << ", M=" << mb;
         }
 }
@@ -84,6 +111,19 @@ TEST(PipelineTime, HandComputed) {
   // One micro-batch: the fill and drain alone, for either schedule.
   EXPECT_DOUBLE_EQ(pipelineTime(Schedule::GPipe, slots, 1).total(), 14);
   EXPECT_DOUBLE_EQ(pipelineTime(Schedule::OneFOneB, slots, 1).total(), 14);
+  // ZB-H1 with W = (1, 1, 2) of G: 1F1B's 14 less 2 x (1 + 1), the W's of
+  // every stage but the last, = 10, plus the same 18: 28.
+  const std::vector<StageSlots> split{{1, 2, 1}, {3, 2, 1}, {2, 4, 2}};
+  PipelineTime z = pipelineTime(Schedule::ZBH1, split, 4);
+  EXPECT_DOUBLE_EQ(z.fill_drain_s, 10);
+  EXPECT_DOUBLE_EQ(z.steady_s, 18);
+  // Fewer micro-batches than stages: no steady state, 1F1B's form.
+  EXPECT_DOUBLE_EQ(pipelineTime(Schedule::ZBH1, split, 2).total(), 14 + 6);
+  // Equal stages F = B = W = 1, S = 4, M = 8: M (F+B+W) + (S-1)(F+B-W) = 24 + 3 = 27,
+  // where 1F1B takes 24 + 3 x 3 = 33.
+  const std::vector<StageSlots> equal(4, StageSlots{1, 2, 1});
+  EXPECT_DOUBLE_EQ(pipelineTime(Schedule::ZBH1, equal, 8).total(), 27);
+  EXPECT_DOUBLE_EQ(pipelineTime(Schedule::OneFOneB, equal, 8).total(), 33);
   // Ties go to the first stage.
   EXPECT_EQ(pipelineTime(Schedule::OneFOneB, {{1, 1}, {0.5, 1.5}}, 2).bottleneck_stage, 0);
 }

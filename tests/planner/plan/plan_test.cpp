@@ -110,7 +110,7 @@ TEST(Plan, ScheduleFieldConvertsBothWays) {
   EXPECT_EQ(scheduleToProto(pipeline::Schedule::OneFOneB), proto::ONE_F_ONE_B);
   auto none = scheduleFromProto(proto::SCHEDULE_UNSPECIFIED);
   ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.error().message, "schedule: must be GPIPE or ONE_F_ONE_B");
+  EXPECT_EQ(none.error().message, "schedule: must be GPIPE, ONE_F_ONE_B or ZB_H1");
   EXPECT_STREQ(scheduleName(proto::SCHEDULE_UNSPECIFIED), "unspecified");
   proto::Plan p = gptPlan(2);
   p.set_schedule(proto::SCHEDULE_UNSPECIFIED);

@@ -1,0 +1,91 @@
+#include "planner/ir/weight_gradients.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace rannc::ir {
+namespace {
+
+/// Per value: made from parameters alone (weight), and depends on the data.
+struct Sides {
+  std::vector<char> weight, data;
+};
+
+Sides sides(const Graph &g) {
+  Sides s{std::vector<char>(g.values.size(), 0), std::vector<char>(g.values.size(), 0)};
+  for (ValueId v = 0; v < ValueId(g.values.size()); ++v) {
+    s.weight[v] = g.values[v].kind == ValueKind::Parameter;
+    s.data[v] = g.values[v].kind == ValueKind::Input;
+  }
+  for (const Node &node : g.nodes) { // topological order
+    bool any_weight = false, any_data = false;
+    for (ValueId in : node.inputs)
+      if (in != kNoValue) any_weight |= bool(s.weight[in]), any_data |= bool(s.data[in]);
+    for (ValueId out : node.outputs)
+      if (out != kNoValue) s.weight[out] = any_weight && !any_data, s.data[out] = any_data;
+  }
+  return s;
+}
+
+bool gradientCarrying(const Graph &g, const Sides &s, ValueId v) {
+  return v != kNoValue && isFloating(g.values[v].dtype) && (s.weight[v] || s.data[v]);
+}
+
+} // namespace
+
+std::vector<double> weightGradientRoots(const Graph &g) {
+  const Sides s = sides(g);
+  std::vector<double> roots(g.nodes.size(), 0.0);
+  for (NodeId n = 0; n < NodeId(g.nodes.size()); ++n) {
+    double weight = 0, all = 0;
+    bool data = false;
+    for (ValueId in : g.nodes[n].inputs) {
+      if (in == kNoValue) continue;
+      data |= bool(s.data[in]); // integer data too: an embedding's Gather of token ids is a root
+      if (gradientCarrying(g, s, in)) all += 1, weight += s.weight[in] ? 1 : 0;
+    }
+    if (weight > 0 && data) roots[n] = weight / all;
+  }
+  return roots;
+}
+
+StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nodes) {
+  const Sides s = sides(g);
+  const std::vector<double> share = weightGradientRoots(g);
+  StageWeightRoots out;
+  std::map<ValueId, NodeId> reader; // parameter -> the first root that reaches it
+  const std::set<NodeId> in_stage(nodes.begin(), nodes.end());
+  for (NodeId n : nodes) {
+    if (share[n] <= 0) continue;
+    std::vector<ValueId> params;
+    std::set<ValueId> seen;
+    std::vector<ValueId> todo(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end());
+    while (!todo.empty()) { // up the weight-only chain above the root's inputs
+      const ValueId v = todo.back();
+      todo.pop_back();
+      if (v == kNoValue || !s.weight[v] || !seen.insert(v).second) continue;
+      const Value &val = g.values[v];
+      if (val.kind == ValueKind::Parameter) {
+        params.push_back(v);
+        auto [it, fresh] = reader.emplace(v, n);
+        if (!fresh && it->second != n && out.conflict.empty())
+          out.conflict = "'" + val.name + "' is read by nodes '" + g.nodes[it->second].name + "' and '" +
+                         g.nodes[n].name + "'";
+      } else if (val.kind == ValueKind::Intermediate) {
+        if (!in_stage.count(val.producer)) { // its gradient would go back to a stage with no root for it
+          if (out.conflict.empty())
+            out.conflict = "weight-only value '" + val.name + "' that node '" + g.nodes[n].name +
+                           "' reads comes from another stage";
+          continue;
+        }
+        for (ValueId in : g.nodes[val.producer].inputs) todo.push_back(in);
+      }
+    }
+    std::sort(params.begin(), params.end());
+    out.roots.push_back({n, std::move(params)});
+  }
+  return out;
+}
+
+} // namespace rannc::ir

@@ -1,0 +1,34 @@
+// Where a split backward's W starts (Note [split backward] in
+// executor/runtime/stage.cpp): the ops that combine a weight with data.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "planner/ir/ir.h"
+
+namespace rannc::ir {
+
+/// Per node: > 0 when it is a weight-gradient root, an op that reads a
+/// floating value made from parameters alone (a parameter, or a weight-only
+/// op's output such as its Transpose) together with a value that depends on
+/// the data (of any type: an embedding's token ids); then the share of its gradient-carrying float inputs made from
+/// parameters alone, the part of its backward that W runs (1/2 for x W).
+/// A split backward's B stops at these ops' outputs, and W goes from their
+/// gradients to the parameters, through nothing that depends on the data.
+std::vector<double> weightGradientRoots(const Graph &g);
+
+/// The weight-gradient roots among `nodes` (a stage's), each with the
+/// parameters it reaches through its weight-side inputs (a parameter itself,
+/// or up a chain of weight-only ops), and `conflict`, why W cannot run root
+/// by root there: a parameter that two of them reach ("'E' is read by nodes
+/// 'a' and 'b'"), which a path through the data side could reach twice, or a
+/// weight-only value another stage makes (its gradient would find no root there).
+struct StageWeightRoots {
+  std::vector<std::pair<NodeId, std::vector<ValueId>>> roots;
+  std::string conflict; ///< empty: none
+};
+StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nodes);
+
+} // namespace rannc::ir
