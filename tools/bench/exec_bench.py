@@ -69,7 +69,9 @@ def concurrent_runs(a, work, name, copies):
     for i in range(copies):
         logs.append(os.path.join(work, f"{name}_copy{i}.jsonl"))
         procs.append(subprocess.Popen(
-            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1", a.exec_tool, os.path.join(work, f"{name}.pb"),
+            # --bind-to none: each mpirun alone would bind its one rank to the first core, both to the same one.
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "1", a.exec_tool,
+             os.path.join(work, f"{name}.pb"),
              "--data", os.path.join(work, "data"), "--steps", str(a.steps), "--optimizer", "sgd", "--lr", "0.01",
              "--log", logs[-1]], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
