@@ -185,9 +185,9 @@ class RowsFile:
             f.write(json.dumps(row) + "\n")
 
     def ordered(self, names):
-        """The file's rows in the order of `names` (rows of other models last)."""
+        """The file's rows of `names`, in their order."""
         rank = {n: i for i, n in enumerate(names)}
-        return sorted(self.rows, key=lambda r: rank.get(r[self.key], len(rank)))
+        return sorted((r for r in self.rows if r[self.key] in rank), key=lambda r: rank[r[self.key]])
 
 
 def _commit():
