@@ -62,8 +62,9 @@ def stage_field(text, stage, field):
 # ----------------------------------------------------------------- the workflow
 
 def choose_boundary(plan_json, current):
-    """A new boundary a few ops before `current`: at a MatMul/Gemm whose
-    predecessor is not a weight-only op (the planner never cuts there either)."""
+    """A new boundary a few ops before `current`: at a MatMul/Gemm, before the
+    weight-only ops that feed it (a weight's Transpose: the planner never cuts
+    between them either; import fusion places them right before their reader)."""
     graph = plan_json["graph"]
     weights = {v["name"] for v in graph["values"] if v.get("kind") in ("param", "const")}
     ops = graph["ops"]
@@ -74,8 +75,15 @@ def choose_boundary(plan_json, current):
         weight_only.append(only)
         if only:
             weights.update(o["name"] for o in op.get("outputs", []) if o.get("name"))
-    candidates = [i for i in range(1, len(ops)) if ops[i]["type"] in ("MatMul", "Gemm")
-                  and not weight_only[i - 1] and i != current]
+    candidates = set()
+    for i in range(1, len(ops)):
+        if ops[i]["type"] not in ("MatMul", "Gemm"):
+            continue
+        k = i
+        while k > 0 and weight_only[k - 1]:
+            k -= 1
+        if k >= 1 and k != current:
+            candidates.add(k)
     if not candidates:
         fail("no other boundary to move to")
     earlier = [i for i in candidates if i < current]
