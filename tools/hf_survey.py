@@ -130,10 +130,10 @@ def consistent(c):
         if hasattr(c, "num_key_value_heads") and getattr(c, "num_key_value_heads", 0) is None:
             c.num_key_value_heads = heads
     inner = getattr(c, "mamba_expand", getattr(c, "expand", 2)) * hidden
-    for heads, size in (("mamba_n_heads", "mamba_d_head"), ("n_mamba_heads", "mamba_headdim")):
-        if isinstance(getattr(c, size, None), int):
-            setattr(c, heads, 8)
-            setattr(c, size, inner // 8)
+    for count_key, size_key in (("mamba_n_heads", "mamba_d_head"), ("n_mamba_heads", "mamba_headdim")):
+        if isinstance(getattr(c, size_key, None), int):  # 8 state-space heads splitting the inner width
+            setattr(c, count_key, 8)
+            setattr(c, size_key, inner // 8)
     if isinstance(getattr(c, "state_size", None), int) and isinstance(getattr(c, "num_heads", None), int) \
             and isinstance(getattr(c, "head_dim", None), int):  # Mamba 2: heads x head size = the inner width
         c.num_heads = inner // c.head_dim

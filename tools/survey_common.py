@@ -166,9 +166,9 @@ def case_rows(key, name, folder, child_cmd, build, mpirun="mpirun", timeout=600,
 class RowsFile:
     """A survey's rows kept in a JSON-lines file, so that a run of hours can be
     stopped and resumed (`--rows FILE`): each row is appended as it comes,
-    stamped with the rannc commit and the date it was measured with, and a
-    model with rows in the file is not run again. Delete its lines to re-run
-    it."""
+    stamped with the checkout's commit (build it before running) and the
+    date, and a model with rows in the file is not run again. Delete its
+    lines to re-run it."""
 
     def __init__(self, path, key):
         self.path, self.key = path, key
