@@ -585,10 +585,8 @@ private:
     if (node.op_type() != "MatMul" || k != 1) return "";
     const std::string &in = node.input(k);
     const auto args = fxArguments(fx_[size_t(n)]);
+    // `in` is an initializer (retie's loop), so no node computes it.
     if (std::find(args.begin(), args.end(), in) == args.end() || !kTransposing.count(fxOp(in))) return "";
-    for (const auto &other : g_.node())
-      for (const auto &o : other.output())
-        if (o == in) return "";
     auto meta = metadata(node, kNodeMetadataField);
     const std::string weight = moduleOf(meta["pkg.torch.onnx.name_scopes"]) + ".weight";
     return sig.parameters.count(weight) && !init_.count(weight) ? weight : "";
