@@ -66,6 +66,27 @@ namespace {
 //   counts are visited in order of their lower bound and skipped whole when
 //   that bound cannot beat the best T.
 
+// Note [split backward DP]
+// Under a schedule that splits the backward (ZB-H1, Note [zero bubble H1] in
+// planner/pipeline/schedule.h) a stage's memory depends on its index s and
+// the stage count S, not on the stages after it alone: min(M, S) micro-batches
+// in flight on every stage, and the W queue min(M-1, s). So solveDP runs the
+// search once per stage count with S pinned, where k (stages still to place)
+// is exact and s = S - k; the best plan over the counts wins. The closed form
+// (pipeline::pipelineTime) stays additive: with M >= S every stage but the
+// last (k = 1) takes 2 W off the sum A, and the bottleneck term C is 1F1B's.
+// Two of the exact reductions change with it:
+//   - a stage that does not fit at k may fit at a larger k (its W queue is
+//     shorter), so the lower-bound pass does not stop at the first misfit;
+//   - a stage's floor (Note [stage floor]) is (M-1) times its slot plus the
+//     least the fill and drain can sum to (fill_floor_: F + G - 2W, block by
+//     block at the replica count that makes it least, when negative), since a
+//     stage whose W outweighs its F + B takes more off the sum than it adds.
+// Recomputation and tensor-parallel stages are left out of the search: the
+// executor's split backward runs neither (Note [split backward] in
+// executor/runtime/stage.cpp). The DP against exhaustive search under ZB-H1:
+// tests/planner/partition/solver_test.cpp.
+//
 // Note [device quantum]
 // The states grow with the devices: (kmax+1)(n+1)(D+1), e.g. 129 x 257 x 1025
 // = 34 M for 256 blocks on 1024 devices at M = 128, about 2 GB and minutes
@@ -246,15 +267,18 @@ public:
         };
         Cached cache[4][kAnyPlacement + 1][4];
         int cached[4][kAnyPlacement + 1] = {};
-        int last_inflight = -1, choice = -1;
+        int last_inflight = -1, last_queue = -1, choice = -1;
         for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
           if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
           if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
           // k only enters through the micro-batches in flight, which never
-          // fall as k grows: a stage that does not fit fits at no larger k.
-          if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
-          if (choice < 0 && grows) break;
+          // fall as k grows: a stage that does not fit fits at no larger k
+          // (under a split backward the W queue falls as k grows: no such rule).
+          if (inflightFor(k) != last_inflight || queueFor(k) != last_queue)
+            choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k), last_queue = queueFor(k));
+          if (choice < 0 && grows && !split_) break;
           if (choice < 0) continue;
+          const double credit = splitCredit(k, a, e, ri); // Note [split backward DP]
           int next[2];
           const int num_next = nextClasses(k, e, next);
           for (int j = 0; j < num_next; ++j) {
@@ -274,14 +298,14 @@ public:
               if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, seat[d].bw);
               const StageVals &v = hit ? hit->v : uncached;
               if (!(v.ar < ar_limit_)) continue;
-              lb_a_[s] = std::min(lb_a_[s], v.a + lb_a_[t]);
+              lb_a_[s] = std::min(lb_a_[s], v.a - credit + lb_a_[t]);
               lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
               double x = v.ar;
               for (int i = 0; i < nc_; ++i) {
                 lb_c_[i][s] = std::min(lb_c_[i][s], std::max(v.c[i], lb_c_[i][t]));
                 x += w_[i] * v.c[i];
               }
-              lb_w_[s] = std::min(lb_w_[s], v.a + x * share + lb_w_[t]);
+              lb_w_[s] = std::min(lb_w_[s], v.a - credit + x * share + lb_w_[t]);
             }
           }
         }
@@ -317,14 +341,15 @@ public:
         if (devices > D_ || !widthAllowed(devices) || hopeless(a, e, ri, ti)) continue;
         double cost[4][kNumPrices];
         bool have[4] = {};
-        int last_inflight = -1, choice = -1;
+        int last_inflight = -1, last_queue = -1, choice = -1;
         for (int k = 1; k <= std::min(kmax_, n_ - a) && e <= n_ - (k - 1); ++k) {
           if (per_stage_ && (*per_stage_)[per_stage_->size() - k] != r) continue;
           if (per_stage_tp_ && (*per_stage_tp_)[per_stage_tp_->size() - k] != tp) continue;
-          if (inflightFor(k) != last_inflight) choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k));
+          if (inflightFor(k) != last_inflight || queueFor(k) != last_queue)
+            choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k), last_queue = queueFor(k));
           if (choice < 0) continue;
-          if (!have[choice]) {
-            const double least = leastWork(a, e, ri, ti, choice, mask);
+          if (!have[choice] || split_) { // a split backward's credit depends on k (Note [split backward DP])
+            const double least = leastWork(a, e, ri, ti, choice, mask) - splitCredit(k, a, e, ri);
             for (int j = 0; j < kNumPrices; ++j) cost[choice][j] = least + mu[j] * devices;
             have[choice] = true;
           }
@@ -504,11 +529,15 @@ private:
     return &floors_[(e - a - 1) * per_range];
   }
 
-  int inflightFor(int k) const { return sched_ == Schedule::GPipe ? M_ : std::min(M_, k); }
+  int inflightFor(int k) const {
+    return pipeline::microbatchesInFlight(sched_, S_ > 0 ? S_ - k : 0, S_ > 0 ? S_ : k, M_);
+  }
+  /// The W queue beside a backward of a stage with k stages still to place (Note [split backward DP]).
+  int queueFor(int k) const { return split_ ? pipeline::weightQueuePeak(sched_, S_ - k, S_, M_) : 0; }
 
   /// Calls fn(target state, stage numbers) for every stage that can follow state (k, a, d).
   template <typename Fn> void forEachStage(int k, int a, int d, Fn &&fn) const {
-    const int inflight = inflightFor(k);
+    const int inflight = inflightFor(k), queue = queueFor(k);
     const int num_pinned = per_stage_ ? static_cast<int>(per_stage_->size())
                            : per_stage_tp_ ? static_cast<int>(per_stage_tp_->size())
                                            : 0;
@@ -532,9 +561,10 @@ private:
           if (!(floor[ti * R_.size() + ri] < prune_)) continue;
           const Seat &seat = seats_[ti][ri][d];
           if (!(seat.bits & kGroupsFit)) continue;
-          const int choice = memoryChoice(a, e, ri, ti, inflight);
+          const int choice = memoryChoice(a, e, ri, ti, inflight, queue);
           if (choice < 0) continue;
-          const StageVals v = placedValues(a, e, ri, ti, choice, relaxed_ ? kAnyPlacement : seat.bits & mask, seat.bw);
+          StageVals v = placedValues(a, e, ri, ti, choice, relaxed_ ? kAnyPlacement : seat.bits & mask, seat.bw);
+          v.a -= splitCredit(k, a, e, ri); // Note [split backward DP]
           if (!(v.ar < ar_limit_)) continue;
           int next[2];
           const int num_next = nextClasses(k, e, next);
@@ -584,55 +614,71 @@ private:
 
 } // namespace
 
+/// The search of Note [exact stage DP] for one schedule (or 1F1B and GPipe
+/// searched); under a split backward, with the stage count pinned. Only
+/// plans faster than `bound` are looked for: none found, the best baseline
+/// (which may be slower) or an error comes back.
+static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound = kInf);
+
 Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   const auto start = std::chrono::steady_clock::now();
   if (Status st = validate(p); !st) return Error{st.message()};
-  if (p.constraints.schedule && pipeline::splitsBackward(*p.constraints.schedule)) {
-    // Note [zero bubble H1]: its memory depends on the stage count, which the
-    // DP's states do not hold; the best 1F1B plan without recomputation or
-    // tensor parallelism is run under it instead and evaluated as such. Where
-    // that plan does not fit under ZB-H1, the 1F1B search is repeated on less
-    // memory (a few tries, bisecting): a plan that fits, not the best one
-    // (docs/partitioner.md).
-    const char *name = pipeline::scheduleName(*p.constraints.schedule);
-    if (p.force_recompute) return Error{std::string(name) + " does not recompute activations (--recompute on)"};
-    for (int t : p.constraints.tensor_parallel)
-      if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
-    Problem q = p;
-    q.constraints.schedule = Schedule::OneFOneB;
-    q.allow_recompute = false;
-    q.tp_degrees = {1};
-    q.constraints.tensor_parallel.clear();
-    // The memory taken off: `low` too little (its plan does not fit under
-    // ZB-H1), `high` too much (no 1F1B plan fits); bisected between them.
-    constexpr int kTries = 8;
-    const double full = p.devices.memory_bytes;
-    double low = 0, high = -1, cut = 0;
-    std::string why;
-    for (int attempt = 1; attempt <= kTries; ++attempt) {
-      q.devices.memory_bytes = full - cut;
-      auto solved = solveDP(q, opts);
-      if (!solved) {
-        if (attempt == 1) return solved;
-        high = cut;
-      } else {
-        solved->solution.schedule = *p.constraints.schedule;
-        const Evaluation ev = evaluate(p, solved->solution);
-        if (ev.feasible()) {
-          solved->step_time_s = ev.step_time_s;
-          return solved;
-        }
-        why = ev.violations.front();
-        low = cut;
-        if (high < 0) { // the first stage over its capacity by this much: take it off
-          cut += std::max(ev.peak_memory_bytes - ev.capacity_bytes, 1.0) / (1 - q.devices.memory_margin);
-          continue;
-        }
+  if (!p.constraints.schedule || !pipeline::splitsBackward(*p.constraints.schedule)) return searchStages(p, opts);
+  // Note [split backward DP]: the stage count is pinned for each search.
+  const char *name = pipeline::scheduleName(*p.constraints.schedule);
+  if (p.force_recompute) return Error{std::string(name) + " does not recompute activations (--recompute on)"};
+  for (int t : p.constraints.tensor_parallel)
+    if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
+  Problem q = p;
+  q.allow_recompute = false;
+  q.tp_degrees = {1};
+  q.constraints.tensor_parallel.clear();
+  std::optional<SolveResult> best;
+  std::optional<Error> refused; // a search that could not run (too many states), not one without a plan
+  SolveStats total;
+  double lower = kInf;
+  {
+    // The seed: the best 1F1B layout in the same space, where it fits under
+    // this schedule, prunes every count's search (BERT 4.9B on 32 devices:
+    // s of planning before, s after).
+    Problem one = q;
+    one.constraints.schedule = Schedule::OneFOneB;
+    if (auto solved = searchStages(one, opts); solved.ok()) {
+      solved->solution.schedule = *p.constraints.schedule;
+      if (const Evaluation ev = evaluate(q, solved->solution); ev.feasible()) {
+        solved->step_time_s = ev.step_time_s;
+        best = std::move(*solved);
       }
-      cut = (low + high) / 2;
     }
-    return Error{"no 1F1B layout found fits under " + std::string(name) + (why.empty() ? "" : ": " + why)};
   }
+  for (int stages : detail::stageCountsToSearch(q)) {
+    q.constraints.stages = stages;
+    if (opts.doing) opts.doing("stage DP: " + std::string(name) + " on " + std::to_string(stages) + " stage(s)");
+    auto solved = searchStages(q, opts, best ? best->step_time_s : kInf); // pruned by the best count so far
+    if (!solved) {
+      if (!refused && solved.error().message.find("states for") != std::string::npos) refused = solved.error();
+      continue;
+    }
+    total.states += solved->stats.states;
+    total.transitions += solved->stats.transitions;
+    total.points += solved->stats.points;
+    lower = std::min(lower, solved->stats.lower_bound_s);
+    if (!best || solved->step_time_s < best->step_time_s) best = std::move(*solved);
+  }
+  if (!best) {
+    if (refused) return *refused;
+    return detail::noFeasiblePlan(p);
+  }
+  best->stats.states = total.states;
+  best->stats.transitions = total.transitions;
+  best->stats.points = total.points;
+  best->stats.lower_bound_s = lower; // over every stage count searched
+  best->stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::move(*best);
+}
+
+static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound) {
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<int> stage_counts = detail::stageCountsToSearch(p);
   // With the schedule searched only 1F1B can win (Note [exact stage DP]).
   const Schedule schedule = p.constraints.schedule.value_or(Schedule::OneFOneB);
@@ -651,6 +697,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
     if (auto base = solveBaseline(p, s); base.ok() && base->solution.schedule == schedule)
       if (!seed || base->step_time_s < seed->step_time_s) seed = *base;
   if (seed) incumbent = seed->step_time_s * (1 + 1e-9);
+  incumbent = std::min(incumbent, bound);
   const double seeded = incumbent;
 
   struct Candidate {
@@ -738,7 +785,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   for (size_t i = 0; i < order.size(); ++i) {
     MicrobatchDP dp(p, order[i].microbatches, schedule, stage_counts, bound_on[i].first, bound_on[i].second);
     dp.setIncumbent(incumbent);
-    order[i].bound = std::max(order[i].bound, timed(dp));
+    if (order[i].bound < incumbent) order[i].bound = std::max(order[i].bound, timed(dp)); // else pruned already
     order[i].warmed = static_cast<int>(i) == early;
   }
   std::stable_sort(order.begin(), order.end(),

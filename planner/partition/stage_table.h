@@ -33,7 +33,7 @@ protected:
       : p_(p), n_(p.numBlocks()), D_(p.devices.count), M_(microbatches), sched_(schedule),
         R_(replicaCandidates(p, microbatches)),
         T_(tpCandidates(p)), cap_(p.devices.capacity()), q_(std::max(1, quantum)), Dq_(D_ / q_),
-        relaxed_(relaxed && q_ > 1) {
+        relaxed_(relaxed && q_ > 1), split_(pipeline::splitsBackward(schedule)), S_(p.constraints.stages) {
     nc_ = sched_ == Schedule::GPipe ? 2 : 1;
     per_microbatch_ = (p.batch_size + M_ - 1) / M_;
     for (int r : R_) samples_.push_back(static_cast<double>(replicaSamples(p.batch_size, M_, r)));
@@ -43,8 +43,12 @@ protected:
     // 1/t) split.
     f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = f0_;
     tf0_ = tf1_ = tg0_ = tg1_ = tparams_ = tlowp_ = coll_ = ncoll_ = sync_ = nsync_ = f0_;
+    w0_ = w1_ = wbytes_ = f0_;
     for (int i = 0; i < n_; ++i) {
       const Block &b = p.blocks[i];
+      w0_[i + 1] = w0_[i] + b.wgrad.fixed_s;
+      w1_[i + 1] = w1_[i] + b.wgrad.per_sample_s;
+      wbytes_[i + 1] = wbytes_[i] + b.wgrad_bytes_per_sample;
       f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
       f1_[i + 1] = f1_[i] + b.fwd.per_sample_s;
       g0_[i + 1] = g0_[i] + b.bwd.fixed_s;
@@ -61,6 +65,17 @@ protected:
       ncoll_[i + 1] = ncoll_[i] + b.tp.collectives;
       sync_[i + 1] = sync_[i] + b.stat_sync_bytes;
       nsync_[i + 1] = nsync_[i] + b.stat_sync_collectives;
+    }
+    // Note [split backward DP]: the least the stages' fill and drain can sum
+    // to, F + G - 2W at the replica count that makes it least, block by block.
+    if (split_) {
+      double least = 0;
+      for (const Block &blk : p.blocks) {
+        double block_least = std::numeric_limits<double>::infinity();
+        for (double b : samples_) block_least = std::min(block_least, blk.fwd.at(b) + blk.bwd.at(b) - 2 * blk.wgrad.at(b));
+        least += block_least;
+      }
+      fill_floor_ = std::min(0.0, least);
     }
     // stageWorking from range maxima, one pair of sparse tables per
     // micro-batch size and degree: of w_u, and of w_u + b kept_[u+1], where
@@ -198,7 +213,7 @@ protected:
   /// model]), so it is taken only where memory needs it; recomputation costs
   /// a forward, so it comes last. evaluateStage's formula (stageMemory) on
   /// the same sums, from prefix sums.
-  int memoryChoice(int a, int e, size_t ri, size_t ti, int inflight) const {
+  int memoryChoice(int a, int e, size_t ri, size_t ti, int inflight, int weight_queue = 0) const {
     StageMemoryInputs in;
     in.param_bytes = stageParams(a, e, ti);
     in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
@@ -209,6 +224,11 @@ protected:
     in.samples = samples_[ri];
     in.inflight = inflight;
     in.replicas = R_[ri];
+    if (split_) { // B keeps autograd's graph for W: nothing is freed early (Note [zero bubble H1])
+      in.working = rangeMax(work_[ti][ri], a, e);
+      in.weight_queue = weight_queue;
+      in.wgrad_per_sample = wbytes_[e] - wbytes_[a];
+    }
     for (bool rec : {false, true}) {
       if (!p_.recomputeAllowed(rec)) continue;
       for (bool zero : {false, true}) {
@@ -265,7 +285,22 @@ protected:
                          std::min(p_.devices.intra_node.latency_s, p_.devices.inter_node.latency_s)};
       ar = ringAllReduce(stageParams(a, e, ti), r, fastest, 2.0 * (r - 1));
     }
+    // Note [split backward DP]: under a split backward the stages' fill and
+    // drain may sum to less than this stage's slot, but to no less than fill_floor_.
+    if (split_ && M_ >= S_) return (M_ - 1) * slot + fill_floor_ + ar;
     return M_ * slot + ar;
+  }
+
+  /// The W of blocks [a, e) on R_[ri] replicas: a split backward's weight pass.
+  double weightTime(int a, int e, size_t ri) const {
+    return (w0_[e] - w0_[a]) + (w1_[e] - w1_[a]) * samples_[ri];
+  }
+
+  /// What a stage with k stages still to place, itself included, takes off
+  /// the step under a split backward (pipeline::pipelineTime): 2 W unless it
+  /// is the last stage, where the closed form applies (M >= S).
+  double splitCredit(int k, int a, int e, size_t ri) const {
+    return split_ && k > 1 && M_ >= S_ ? 2 * weightTime(a, e, ri) : 0.0;
   }
 
   /// The least stageFloor of [a, e) over the degrees and replica counts a
@@ -328,6 +363,9 @@ protected:
   const double cap_;
   const int q_, Dq_;    // device quantum and the quanta on the devices (Note [device quantum])
   const bool relaxed_;  // the relaxation: widths rounded down to quanta, any placement
+  const bool split_;    // a schedule that splits the backward (Note [split backward DP])
+  const int S_;         // its stage count, pinned by solveDP (0 otherwise)
+  double fill_floor_ = 0; // the least the fill and drain sum to under it (stageFloor)
   const int later_ = relaxed_ ? 0 : 1; // quanta each later stage needs at least
   int nc_ = 1; // the maxima in a plan's value: 2 for GPipe (F, G), else 1
   int64_t per_microbatch_ = 0;
@@ -335,6 +373,7 @@ protected:
   std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_;
   std::vector<double> tf0_, tf1_, tg0_, tg1_, tparams_, tlowp_, coll_, ncoll_; // tensor-parallel parts
   std::vector<double> sync_, nsync_; // synchronised batch statistics: bytes and all-reduces a pass
+  std::vector<double> w0_, w1_, wbytes_; // a split backward's W: time (fixed, per sample) and queued bytes a sample
   std::vector<std::vector<double>> act_;  ///< per degree: of act_i - fr_i at that degree
   std::vector<std::vector<double>> kept_; ///< per degree: act_[k] - X_k (Note [unsaved values])
   std::vector<std::vector<std::vector<std::vector<double>>>> work_; // work_[ti][ri][j][i] = max over blocks [i, i + 2^j)
