@@ -50,6 +50,19 @@ def base_plan(args, model, batch, work):
     return json.load(open(path))
 
 
+def boundaries_and_replicas(rng, num_ops, stages, groups, max_ranks, batchnorm):
+    """`stages` stages at random op boundaries, and a replica count for each of
+    `groups` rank groups (one per stage, or per interleaved pipeline rank),
+    one each for BatchNorm models; the draws as they always were."""
+    cuts = sorted(rng.sample(range(1, num_ops), stages - 1))
+    replicas = [1] * groups
+    if not batchnorm:
+        for i in rng.sample(range(groups), groups):
+            if sum(replicas) < max_ranks and rng.random() < 0.5:
+                replicas[i] += 1
+    return [0] + cuts + [num_ops], replicas
+
+
 def random_plan(rng, base, model, batch, max_ranks, schedules=("GPIPE", "ONE_F_ONE_B", "ZB_H1")):
     if schedules == ["INTERLEAVED_1F1B"]:
         return random_interleaved_plan(rng, base, model, batch, max_ranks)
@@ -57,13 +70,7 @@ def random_plan(rng, base, model, batch, max_ranks, schedules=("GPIPE", "ONE_F_O
     num_ops = len(plan["graph"]["ops"])
     batchnorm = model in BATCHNORM_MODELS
     stages = rng.randint(1, min(max_ranks, 4, num_ops))
-    cuts = sorted(rng.sample(range(1, num_ops), stages - 1))
-    bounds = [0] + cuts + [num_ops]
-    replicas = [1] * stages
-    if not batchnorm:
-        for i in rng.sample(range(stages), stages):
-            if sum(replicas) < max_ranks and rng.random() < 0.5:
-                replicas[i] += 1
+    bounds, replicas = boundaries_and_replicas(rng, num_ops, stages, stages, max_ranks, batchnorm)
     widest = max(replicas)
     counts = [m for m in (1, 2, 4) if batch % m == 0 and batch // m >= widest] if not batchnorm else [1]
     microbatches = rng.choice(counts)
@@ -95,13 +102,7 @@ def random_interleaved_plan(rng, base, model, batch, max_ranks, chunks=2):
     num_ops = len(plan["graph"]["ops"])
     batchnorm = model in BATCHNORM_MODELS
     p = 1 if batchnorm else rng.randint(1, min(max_ranks, 2, num_ops // chunks))
-    cuts = sorted(rng.sample(range(1, num_ops), p * chunks - 1))
-    bounds = [0] + cuts + [num_ops]
-    replicas = [1] * p
-    if not batchnorm:
-        for i in rng.sample(range(p), p):
-            if sum(replicas) < max_ranks and rng.random() < 0.5:
-                replicas[i] += 1
+    bounds, replicas = boundaries_and_replicas(rng, num_ops, p * chunks, p, max_ranks, batchnorm)
     counts = [m for m in (1, 2, 4) if m % p == 0 and batch % m == 0 and batch // m >= max(replicas)]
     microbatches = 1 if batchnorm else rng.choice(counts)
     first = [sum(replicas[:r]) for r in range(p)]
