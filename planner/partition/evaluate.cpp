@@ -433,7 +433,7 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
     if (sol.stages[s].devices() != sol.stages[s % ranks].devices())
       malformed(stageName(s) + " has " + std::to_string(sol.stages[s].devices()) + " devices, but it runs on those of " +
                 stageName(s % ranks) + ", " + std::to_string(sol.stages[s % ranks].devices()));
-  if (ev.well_formed && sol.devicesUsed() > p.devices.count)
+  if (sol.devicesUsed() > p.devices.count)
     malformed("plan uses " + std::to_string(sol.devicesUsed()) + " devices, the cluster has " +
               std::to_string(p.devices.count));
   if (!ev.well_formed) {
