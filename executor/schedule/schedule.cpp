@@ -20,7 +20,8 @@ std::string toString(const Action &a) {
   case ActionKind::AllReduce: name = "all-reduce"; break;
   case ActionKind::OptimizerStep: name = "optimizer-step"; break;
   }
-  return a.microbatch < 0 ? name : std::string(name) + "(" + std::to_string(a.microbatch) + ")";
+  const std::string at = a.stage < 0 ? "" : "@" + std::to_string(a.stage);
+  return a.microbatch < 0 ? name + at : std::string(name) + "(" + std::to_string(a.microbatch) + ")" + at;
 }
 
 void print(const std::vector<Action> &actions, std::ostream &os) {
@@ -30,16 +31,16 @@ void print(const std::vector<Action> &actions, std::ostream &os) {
 
 namespace {
 
-void forward(std::vector<Action> &a, int m, bool first, bool last) {
-  if (!first) a.push_back({ActionKind::RecvActivations, m});
-  a.push_back({ActionKind::Forward, m});
-  if (!last) a.push_back({ActionKind::SendActivations, m});
+void forward(std::vector<Action> &a, int m, bool first, bool last, int stage) {
+  if (!first) a.push_back({ActionKind::RecvActivations, m, stage});
+  a.push_back({ActionKind::Forward, m, stage});
+  if (!last) a.push_back({ActionKind::SendActivations, m, stage});
 }
 
-void backward(std::vector<Action> &a, int m, bool first, bool last) {
-  if (!last) a.push_back({ActionKind::RecvGradients, m});
-  a.push_back({ActionKind::Backward, m});
-  if (!first) a.push_back({ActionKind::SendGradients, m});
+void backward(std::vector<Action> &a, int m, bool first, bool last, int stage) {
+  if (!last) a.push_back({ActionKind::RecvGradients, m, stage});
+  a.push_back({ActionKind::Backward, m, stage});
+  if (!first) a.push_back({ActionKind::SendGradients, m, stage});
 }
 
 void finish(std::vector<Action> &a) {
@@ -56,7 +57,19 @@ std::vector<Action> build(pipeline::Schedule schedule, int stage, int num_stages
     if (p.weight)
       a.push_back({ActionKind::BackwardWeight, p.microbatch});
     else
-      (p.forward ? forward : backward)(a, p.microbatch, first, last);
+      (p.forward ? forward : backward)(a, p.microbatch, first, last, -1);
+  }
+  finish(a);
+  return a;
+}
+
+std::vector<Action> buildRank(pipeline::Schedule schedule, int rank, int ranks, int virtual_stages, int microbatches) {
+  if (virtual_stages <= 1) return build(schedule, rank, ranks, microbatches);
+  std::vector<Action> a;
+  const int num_stages = ranks * virtual_stages;
+  for (const pipeline::Pass &p : pipeline::rankOrder(schedule, rank, ranks, virtual_stages, microbatches)) {
+    const int stage = p.chunk * ranks + rank; // Note [interleaved 1F1B]
+    (p.forward ? forward : backward)(a, p.microbatch, stage == 0, stage == num_stages - 1, stage);
   }
   finish(a);
   return a;

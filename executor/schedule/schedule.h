@@ -28,7 +28,13 @@ enum class ActionKind {
 struct Action {
   ActionKind kind;
   int microbatch = -1; ///< -1 for AllReduce and OptimizerStep
-  bool operator==(const Action &o) const { return kind == o.kind && microbatch == o.microbatch; }
+  /// Which of the rank's stages it is for: that stage's index in the pipeline
+  /// under an interleaved schedule (Note [interleaved 1F1B]); -1: the rank's
+  /// only stage (every other schedule, and AllReduce and OptimizerStep).
+  int stage = -1;
+  bool operator==(const Action &o) const {
+    return kind == o.kind && microbatch == o.microbatch && stage == o.stage;
+  }
 };
 
 std::string toString(const Action &a);
@@ -41,6 +47,13 @@ void print(const std::vector<Action> &actions, std::ostream &os);
 /// nothing and the last sends nothing forward), then the all-reduce and the
 /// optimizer step. A schedule is never written here (Note [adding a schedule]).
 std::vector<Action> build(pipeline::Schedule schedule, int stage, int num_stages, int microbatches);
+
+/// The actions of pipeline rank `rank` of `ranks`, each running
+/// `virtual_stages` stages (pipeline::rankOrder): as build(), each pass
+/// wrapped in the transfers of its stage (chunk c is stage c * ranks + rank,
+/// named in Action::stage), then one all-reduce and optimizer step. With one
+/// chunk per rank it is build(schedule, rank, ranks, microbatches).
+std::vector<Action> buildRank(pipeline::Schedule schedule, int rank, int ranks, int virtual_stages, int microbatches);
 
 /// Gradient accumulation: `one_batch` (a schedule of `microbatches`
 /// micro-batches) run `batches` times back to back with a single all-reduce

@@ -24,6 +24,7 @@
 #include "executor/train/setup.h"
 #include "executor/train/zero.h"
 #include "planner/import/model_format.h"
+#include "planner/plan/plan.h"
 #include "planner/support/files.h"
 #include "planner/support/sha256.h"
 
@@ -123,17 +124,22 @@ Status writeStateDict(const std::string &model, std::map<std::string, ir::Tensor
   return Status::success();
 }
 
-Checkpointer::Checkpointer(CheckpointContext ctx) : ctx_(std::move(ctx)) {
+void Checkpointer::addStage(const runtime::StageRunner &runner, const ir::Graph &graph) {
   // runner.parameters() is in value-id order; so are the sorted ids.
-  std::vector<ir::ValueId> ids = ctx_.runner.program().parameters;
+  std::vector<ir::ValueId> ids = runner.program().parameters;
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  std::vector<torch::Tensor> tensors = ctx_.runner.parameters();
+  const std::vector<torch::Tensor> tensors = runner.parameters();
   if (ids.size() != tensors.size()) throw std::logic_error("checkpoint: the stage's parameters do not match its program");
-  for (size_t i = 0; i < ids.size(); ++i) params_.emplace_back(ctx_.graph.values[ids[i]].name, tensors[i]);
-  for (const auto &[id, t] : ctx_.runner.buffers()) buffers_.emplace_back(ctx_.graph.values[id].name, t);
+  for (size_t i = 0; i < ids.size(); ++i) params_.emplace_back(graph.values[ids[i]].name, tensors[i]);
+  for (const auto &[id, t] : runner.buffers()) buffers_.emplace_back(graph.values[id].name, t);
+}
+
+Checkpointer::Checkpointer(CheckpointContext ctx) : ctx_(std::move(ctx)) {
+  addStage(ctx_.runner, ctx_.graph);
   model_path_ = trainModelPath(ctx_.opts, ctx_.plan).value(); // setup resolved it before
 }
+
 
 int Checkpointer::axisOf(const std::string &name) const {
   auto it = ctx_.axes.find(name);
@@ -536,8 +542,11 @@ Status Checkpointer::exportTrained(std::ostream &log) {
   Status st;
   if (comm.rank() == 0) {
     std::vector<std::string> parts;
-    for (const auto &stage : ctx_.plan.stages())
-      parts.push_back(stage.ranks(0) == 0 ? mine : comm.recv(stage.ranks(0), kExportTag));
+    // One part per pipeline rank: an interleaved rank sends all its chunks' (addStage).
+    for (int s = 0; s < plan::pipelineRanks(ctx_.plan); ++s) {
+      const int from = ctx_.plan.stages(s).ranks(0);
+      parts.push_back(from == 0 ? mine : comm.recv(from, kExportTag));
+    }
     std::map<std::string, ir::Tensor> weights;
     for (size_t s = 0; s < parts.size() && st.ok(); ++s) {
       auto decoded = checkpoint::decodeTensors(parts[s], "the weights of stage " + std::to_string(s));

@@ -78,6 +78,10 @@ public:
   /// Collective: rank 0 writes --export-onnx (the ONNX model with the trained
   /// weights of every stage) and --export-state (a state dict torch.load reads).
   Status exportTrained(std::ostream &log);
+  /// Exports the weights of another stage this rank runs (an interleaved
+  /// plan's chunk, Note [interleaved 1F1B]) with its own; checkpoints of such
+  /// a rank are refused (executor/train/setup.cpp).
+  void addStage(const runtime::StageRunner &runner, const ir::Graph &graph);
 
 private:
   Status load(std::ostream &log);

@@ -108,6 +108,42 @@ Status canWriteLater(const std::string &path) {
   return Status::success();
 }
 
+/// Loads stage s.stage's parameters, buffers and constants into `s`: whole
+/// (by name, from the model's graph `whole`; a weightless model's made up
+/// with --init-weights), then this rank's slices, on its device.
+Status loadWeights(Setup &s, const ir::Graph &whole, const std::string &model, const TrainOptions &opts) {
+  auto program = schedule::buildStageProgram(s.graph, s.ranges, s.stage);
+  auto weights = runtime::loadStageWeights(whole, program, model, opts.init_weights);
+  if (!weights) return weights.error();
+  s.params = std::move(weights->params);
+  shardParameters(s.params, s.param_axes, s.tp);
+  s.buffers = std::move(weights->buffers);
+  for (ir::ValueId c : program.constants) s.constants[c] = runtime::toTorch(s.graph.constant_data.at(c));
+  if (s.device.is_cuda()) {
+    for (auto &[id, p] : s.params) p = p.detach().to(s.device).set_requires_grad(true);
+    for (auto *m : {&s.buffers, &s.constants})
+      for (auto &[id, t] : *m) t = t.to(s.device);
+  }
+  return Status::success();
+}
+
+/// Note [interleaved 1F1B]: what a rank running several stages does not do
+/// yet is refused here, never run differently: each chunk keeps its own
+/// replica all-reduce and optimizer step, so nothing that needs one view of
+/// the rank's whole gradient (clipping, a skipped step, fp16's loss scale),
+/// its state on disk (checkpoints) or one batch-statistics group.
+Status interleavedRefusals(const TrainOptions &opts, const proto::Plan &plan) {
+  if (plan::virtualStages(plan) <= 1) return Status::success();
+  const std::string what = "virtual_stages " + std::to_string(plan::virtualStages(plan)) + " (interleaved-1f1b)";
+  auto refuse = [&](const std::string &why) { return Error{what + " does not yet train with " + why}; };
+  if (!opts.checkpoint_dir.empty() || opts.resume) return refuse("checkpoints (--checkpoint-dir, --resume)");
+  if (opts.clip_grad_norm > 0) return refuse("--clip-grad-norm");
+  if (opts.on_nonfinite != "stop") return refuse("--on-nonfinite " + opts.on_nonfinite);
+  if (plan.precision() == "fp16") return refuse("fp16 (its loss scale is one per rank); plan bf16 or fp32");
+  if (plan.batchnorm() == "exact") return refuse("--batchnorm exact");
+  return Status::success();
+}
+
 } // namespace
 
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm) {
@@ -126,6 +162,7 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     for (const auto &p : problems) msg += "\n  " + p;
     return Error{msg};
   }
+  if (Status st = interleavedRefusals(opts, s.plan); !st) return Error{opts.plan + ": " + st.message()};
   const bool cuda = opts.device ? *opts.device == cluster::DeviceKind::Cuda : s.plan.cluster().device().type() == "cuda";
   if (cuda) {
     const std::string what = opts.device ? "--device cuda"
@@ -168,12 +205,19 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
                    " rank(s), not a multiple of its tensor-parallel degree " + std::to_string(degree)};
     s.tensor_parallel.push_back(degree);
     s.stage_ranks.push_back(groupLeaders(ranks, degree)); // Note [tensor parallel ranks]
-    if (std::find(ranks.begin(), ranks.end(), comm.rank()) != ranks.end()) {
+    // Interleaved: a rank's first chunk (Note [interleaved 1F1B]; chunkSetup makes the others).
+    if (s.stage < 0 && std::find(ranks.begin(), ranks.end(), comm.rank()) != ranks.end()) {
       s.stage = st.id();
       s.tp = placeOf(ranks, degree, comm.rank());
       s.replica = s.tp.replica;
     }
   }
+  // Note [interleaved 1F1B]: each chunk has its own parameter update, so no parameter shared between stages.
+  for (int t = 0; plan::virtualStages(s.plan) > 1 && t < int(s.ranges.size()); ++t)
+    if (const auto shared = schedule::buildStageProgram(s.graph, s.ranges, t).shared_parameters; !shared.empty())
+      return Error{opts.plan + ": stage " + std::to_string(t) + " shares parameter '" +
+                   s.graph.values[size_t(shared.front().first)].name +
+                   "' with other stages (tied weights), which interleaved-1f1b does not train yet; re-plan with 1f1b"};
   // The model's graph, for the weights; a tensor-parallel stage runs its local graph.
   const ir::Graph whole = s.graph;
   if (s.tp.degree > 1)
@@ -202,20 +246,26 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
                    " accumulated); pass --wrap-data to reuse samples within a step"};
   }
 
-  auto program = schedule::buildStageProgram(s.graph, s.ranges, s.stage);
-  // Parameters and buffers, whole (by name, from the model's graph); a
-  // weightless model's made up with --init-weights; then this rank's slices.
-  auto weights = runtime::loadStageWeights(whole, program, model, opts.init_weights);
-  if (!weights) return weights.error();
-  s.params = std::move(weights->params);
-  shardParameters(s.params, s.param_axes, s.tp);
-  s.buffers = std::move(weights->buffers);
-  for (ir::ValueId c : program.constants) s.constants[c] = runtime::toTorch(s.graph.constant_data.at(c));
-  if (s.device.is_cuda()) {
-    for (auto &[id, p] : s.params) p = p.detach().to(s.device).set_requires_grad(true);
-    for (auto *m : {&s.buffers, &s.constants})
-      for (auto &[id, t] : *m) t = t.to(s.device);
-  }
+  if (Status st = loadWeights(s, whole, model, opts); !st) return Error{st.message()};
+  return s;
+}
+
+Expected<Setup> chunkSetup(const TrainOptions &opts, const Setup &first, int stage) {
+  Setup s;
+  s.plan = first.plan;
+  s.graph = first.graph; // whole: interleaved stages are not tensor-parallel (interleavedRefusals)
+  s.stage = stage;
+  s.ranges = first.ranges;
+  s.stage_ranks = first.stage_ranks;
+  s.replica = first.replica;
+  s.tensor_parallel = first.tensor_parallel;
+  s.tp = first.tp;
+  s.samples = first.samples;
+  s.device = first.device;
+  s.gpu_why = first.gpu_why;
+  auto model = trainModelPath(opts, s.plan);
+  if (!model) return model.error();
+  if (Status st = loadWeights(s, s.graph, *model, opts); !st) return Error{st.message()};
   return s;
 }
 

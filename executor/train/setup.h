@@ -48,7 +48,14 @@ Status checkDataShape(const ir::Graph &g, ir::ValueId id, const data::NpyArray &
 /// against the plan's folder (Note [plan model path]); the error names the plan.
 Expected<std::string> trainModelPath(const TrainOptions &opts, const proto::Plan &plan);
 
-/// Reads and checks the plan, the model, the data and this rank's weights.
+/// Reads and checks the plan, the model, the data and this rank's weights
+/// (under an interleaved plan, those of its first chunk, the stage the rank
+/// runs first: Note [interleaved 1F1B] in planner/pipeline/schedule.h).
 Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm);
+
+/// The Setup of another chunk `stage` of the rank `first` is the first chunk
+/// of: the same layout and device, that stage's weights, no data (the first
+/// chunk's Setup reads it for all).
+Expected<Setup> chunkSetup(const TrainOptions &opts, const Setup &first, int stage);
 
 } // namespace rannc::train

@@ -2,20 +2,33 @@
 
 #include <string>
 
+#include "planner/plan/plan.h"
+
 namespace rannc::train {
 namespace {
 
 // A value and its gradient travel with different tags per micro-batch.
 constexpr int kActTag = 0, kGradTag = 1;
-int tagFor(int mb, int kind) { return 2 * mb + kind; }
 
 } // namespace
+
+// Under an interleaved plan two ranks exchange the values of several stage
+// pairs (stage 0 -> 1 and 2 -> 3 both go from rank 0 to rank 1), and a
+// stage's messages to two stages of one rank leave in peer order, not in the
+// order that rank receives them: the tag names the pair, (producer, consumer),
+// too (Note [interleaved 1F1B] in planner/pipeline/schedule.h).
+int StageTransfers::tagFor(int mb, int kind, int producer, int consumer) const {
+  const int S = s_.plan.stages_size();
+  if (plan::virtualStages(s_.plan) <= 1) return 2 * mb + kind;
+  return ((2 * mb + kind) * S + producer) * S + consumer;
+}
 
 std::unordered_map<ir::ValueId, torch::Tensor> StageTransfers::recvActivations(int mb) {
   std::vector<torch::Tensor> values(prog_.recvs.size());
   std::vector<bool> scattered_values(values.size());
   for (size_t i = 0; i < values.size(); ++i)
-    values[i] = recv(prog_.recvs[i].value, prog_.recvs[i].peer_stage, false, tagFor(mb, kActTag), scattered_values, i);
+    values[i] = recv(prog_.recvs[i].value, prog_.recvs[i].peer_stage, false,
+                     tagFor(mb, kActTag, prog_.recvs[i].peer_stage, s_.stage), scattered_values, i);
   shareWhole(values, scattered_values); // Note [tensor parallel ranks]
   std::unordered_map<ir::ValueId, torch::Tensor> feeds;
   for (size_t i = 0; i < values.size(); ++i) feeds[prog_.recvs[i].value] = std::move(values[i]);
@@ -25,7 +38,7 @@ std::unordered_map<ir::ValueId, torch::Tensor> StageTransfers::recvActivations(i
 void StageTransfers::sendActivations(const runtime::StageRunner &runner, int mb) {
   for (const auto &snd : prog_.sends)
     if (leader() || scattered(snd.peer_stage, true))
-      send(runner.value(mb, snd.value), snd.value, snd.peer_stage, true, tagFor(mb, kActTag));
+      send(runner.value(mb, snd.value), snd.value, snd.peer_stage, true, tagFor(mb, kActTag, s_.stage, snd.peer_stage));
 }
 
 std::vector<torch::Tensor> StageTransfers::recvGradients(int mb) {
@@ -33,7 +46,8 @@ std::vector<torch::Tensor> StageTransfers::recvGradients(int mb) {
   std::vector<bool> scattered_values(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     torch::Tensor g =
-        recv(prog_.sends[i].value, prog_.sends[i].peer_stage, true, tagFor(mb, kGradTag), scattered_values, i);
+        recv(prog_.sends[i].value, prog_.sends[i].peer_stage, true,
+             tagFor(mb, kGradTag, s_.stage, prog_.sends[i].peer_stage), scattered_values, i);
     grads[i] = g.defined() && g.numel() == 0 ? torch::Tensor() : g;
   }
   shareWhole(grads, scattered_values);
@@ -44,7 +58,7 @@ void StageTransfers::sendGradients(const runtime::StageRunner &runner, int mb) {
   for (const auto &r : prog_.recvs) {
     if (!leader() && !scattered(r.peer_stage, true)) continue;
     torch::Tensor g = runner.inputGrad(mb, r.value);
-    send(g.defined() ? g : torch::empty({0}), r.value, r.peer_stage, false, tagFor(mb, kGradTag));
+    send(g.defined() ? g : torch::empty({0}), r.value, r.peer_stage, false, tagFor(mb, kGradTag, r.peer_stage, s_.stage));
   }
 }
 

@@ -42,6 +42,8 @@ public:
 
 private:
   Link link(int peer_stage, bool producer, bool scattered) const;
+  /// The message tag of micro-batch `mb`'s value (`kind` 0) or gradient (1) from stage `producer` to `consumer`.
+  int tagFor(int mb, int kind, int producer, int consumer) const;
   /// Receives `v` or its gradient from `peer_stage`, or (neither the leader
   /// nor scattered) leaves it for shareWhole: sets `scattered_values[i]`.
   torch::Tensor recv(ir::ValueId v, int peer_stage, bool producer, int tag, std::vector<bool> &scattered_values,

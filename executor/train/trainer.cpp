@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,6 +63,18 @@ std::string startupLine(const proto::Plan &plan, int world, int64_t steps, int64
   return os.str();
 }
 
+/// One stage a rank runs, with its own runner, replica group, parameter
+/// update and transfers: one per rank, or under an interleaved plan one per
+/// chunk (Note [interleaved 1F1B] in planner/pipeline/schedule.h).
+struct Chunk {
+  Setup *setup = nullptr; ///< the rank's Setup (the first chunk) or one of chunkSetup's
+  std::unique_ptr<comm::Communicator> group;
+  std::unique_ptr<runtime::StageRunner> runner;
+  std::unique_ptr<ParameterUpdate> update;
+  std::unique_ptr<StageTransfers> transfers;
+  size_t last_backward = 0; ///< the action after which its gradients are final
+};
+
 } // namespace
 
 Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &log) {
@@ -86,18 +100,40 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   std::vector<std::vector<schedule::SampleRange>> shards;
   for (const auto &r : ranks_of) shards.push_back(schedule::splitSamples(b, int(r.size())));
   const schedule::SampleRange mine = shards[s.stage][s.replica];
+  // Note [interleaved 1F1B]: the rank's stages (chunks) v pipeline ranks apart;
+  // the Setup of the first is `s`, the others' are made here (all agree it worked).
+  const int v = plan::virtualStages(s.plan), ranks = plan::pipelineRanks(s.plan);
+  std::deque<Setup> more;
+  Status chunks_ok = Status::success();
+  for (int c = 1; c < v && chunks_ok.ok(); ++c) {
+    auto other = chunkSetup(opts, s, s.stage + c * ranks);
+    if (other) more.push_back(std::move(*other));
+    else chunks_ok = Error{other.error().message};
+  }
+  failed = chunks_ok.ok() ? 0 : double(comm.size() - rank);
+  comm.allReduce(&failed, 1, comm::ReduceOp::Max);
+  if (failed > 0) return Error{rank == comm.size() - int(failed) ? chunks_ok.message() : ""};
+  std::vector<Chunk> chunks(static_cast<size_t>(v));
+  chunks[0].setup = &s;
+  for (int c = 1; c < v; ++c) chunks[size_t(c)].setup = &more[size_t(c - 1)];
   GpuComms gpu(comm, s, opts.host_staged, opts.rehearsal); // collective
   // Note [tensor parallel ranks]: the replicas of this rank's shard, and
   // (only in a job with tensor parallelism: every rank splits alike) its group.
-  auto group = gpu.onDevice(comm.split(s.stage * comm.size() + s.tp.position, rank));
+  for (Chunk &ch : chunks) // every rank has v chunks: the splits pair up
+    ch.group = gpu.onDevice(comm.split(ch.setup->stage * comm.size() + s.tp.position, rank));
   std::unique_ptr<comm::Communicator> tp_group;
   if (*std::max_element(s.tensor_parallel.begin(), s.tensor_parallel.end()) > 1)
     tp_group = gpu.onDevice(comm.split(s.stage * comm.size() + s.tp.replica, rank));
 
-  runtime::StageRunner runner(s.graph, schedule::buildStageProgram(s.graph, s.ranges, s.stage), std::move(s.params),
-                              std::move(s.constants), std::move(s.buffers));
-  runner.setDevice(s.device);
-  runner.setRecompute(s.plan.stages(s.stage).recompute()); // Note [recomputation]
+  for (Chunk &ch : chunks) {
+    Setup &cs = *ch.setup;
+    ch.runner = std::make_unique<runtime::StageRunner>(cs.graph, schedule::buildStageProgram(cs.graph, cs.ranges, cs.stage),
+                                                       std::move(cs.params), std::move(cs.constants),
+                                                       std::move(cs.buffers));
+    ch.runner->setDevice(cs.device);
+    ch.runner->setRecompute(cs.plan.stages(cs.stage).recompute()); // Note [recomputation]
+  }
+  runtime::StageRunner &runner = *chunks[0].runner;
   if (s.tp.degree > 1) runner.setTensorParallel(tp_group.get()); // Note [tensor parallel collectives]
   // Note [batch statistics]: exact plans sum BatchNorm's statistics over the
   // replicas, on a communicator of their own (the gradient buckets' run beside them).
@@ -108,42 +144,55 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   // Mixed precision: forward under autocast; values cross stages in the
   // dtype autocast gave them (their header carries it), and their gradients
   // come back in it (Note [autocast dtypes] in planner/cost/precision.cpp).
-  if (precision != cost::Precision::FP32) runner.setAutocast(runtime::scalarTypeFor(precision));
-  std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling])
+  std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling]; prepare() refused it interleaved)
   if (precision == cost::Precision::FP16) scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
-  ParameterUpdate update(opts, comm, *group, s, runner, std::move(scaler),
-                         [&gpu](std::unique_ptr<comm::Communicator> c) { return gpu.onDevice(std::move(c)); });
-  const auto &prog = runner.program();
   const auto kind = *plan::scheduleFromProto(s.plan.schedule()); // prepare() refused a plan naming none
+  for (Chunk &ch : chunks) {
+    if (precision != cost::Precision::FP32) ch.runner->setAutocast(runtime::scalarTypeFor(precision));
+    ch.update = std::make_unique<ParameterUpdate>(
+        opts, comm, *ch.group, *ch.setup, *ch.runner, std::move(scaler),
+        [&gpu](std::unique_ptr<comm::Communicator> c) { return gpu.onDevice(std::move(c)); });
+    // Note [split backward]: B and W apart; prepare() refused what cannot split.
+    ch.runner->setSplitBackward(pipeline::splitsBackward(kind));
+  }
+  ParameterUpdate &update = *chunks[0].update;
+  // Whether one of the rank's stages computes the loss, and which.
+  size_t loss_chunk = 0;
+  for (size_t c = 0; c < chunks.size(); ++c)
+    if (chunks[c].runner->program().computes_loss) loss_chunk = c;
+  const bool computes_loss = chunks[loss_chunk].runner->program().computes_loss;
   // Gradient accumulation: K global batches (K*M micro-batches) per optimizer
   // step, each batch's loss weighted 1/K (docs/training.md).
   const int64_t K = opts.accumulation_steps;
   const int64_t steps = opts.epochs > 0 ? stepsForEpochs(opts.epochs, s.samples, K * B) : opts.steps;
-  auto actions = schedule::accumulate(schedule::build(kind, s.stage, num_stages, M), int(K), M);
-  // Note [split backward]: B and W apart; prepare() refused what cannot split.
-  runner.setSplitBackward(pipeline::splitsBackward(kind));
+  // Interleaved: this rank's passes over its chunks, each naming its stage (schedule::buildRank).
+  auto actions = schedule::accumulate(
+      v > 1 ? schedule::buildRank(kind, s.stage, ranks, v, M) : schedule::build(kind, s.stage, num_stages, M), int(K), M);
+  auto chunkOf = [&](const schedule::Action &a) { return a.stage < 0 ? size_t(0) : size_t(a.stage / ranks); };
   // The replica all-reduce overlaps the step's last pass that makes weight
   // gradients: the last backward, or a split one's last W (Note [gradient buckets]).
   const auto weights_kind =
       runner.splitsBackward() ? schedule::ActionKind::BackwardWeight : schedule::ActionKind::Backward;
-  size_t last_backward = 0;
   for (size_t i = 0; i < actions.size(); ++i)
-    if (actions[i].kind == weights_kind) last_backward = i;
+    if (actions[i].kind == weights_kind) chunks[chunkOf(actions[i])].last_backward = i;
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
   std::map<std::string, int> axes; // Note [tensor parallel ranks]: checkpoints hold whole tensors
   for (const auto &[v, axis] : s.param_axes) axes[s.graph.values[v].name] = axis;
   Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, update.optimizer(),
                             update.factory(), s.samples, K * B, update.lossScaler(),
                             s.tp.degree > 1 ? tp_group.get() : nullptr, s.tp, std::move(axes)});
+  for (size_t c = 1; c < chunks.size(); ++c) checkpoints.addStage(*chunks[c].runner, chunks[c].setup->graph);
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
-  update.afterLoad();
+  for (Chunk &ch : chunks) ch.update->afterLoad();
   SampleOrder order(std::max<int64_t>(s.samples, 1), opts.shuffle == Shuffle::On, opts.seed);
-  StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), prog.computes_loss, *first_step,
+  StepReporter reporter({opts, comm, ranks_of, K * B, tokensPerSample(s.graph), computes_loss, *first_step,
                          steps, s.gpu()},
                         log);
   std::unique_ptr<Transport> transport = gpu.transport();
-  StageTransfers transfers(*transport, s, prog, shards, s.tp.degree > 1 ? tp_group.get() : nullptr);
+  for (Chunk &ch : chunks)
+    ch.transfers = std::make_unique<StageTransfers>(*transport, *ch.setup, ch.runner->program(), shards,
+                                                    s.tp.degree > 1 ? tp_group.get() : nullptr);
   Watchdog watchdog(opts.timeout_s, comm);
   TimelineRecorder timeline(opts.trace, comm, s.stage, s.gpu()); // --trace (Note [measured timeline])
   // Data inputs `ins` of samples [first, first + count) of the stream, as forward reads them.
@@ -173,33 +222,42 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     timeline.beginStep(step, t0);
     StepRecord rec;
     rec.step = step;
-    runner.newStep(); // autocast's weight copies are of the previous step's weights
+    for (Chunk &ch : chunks) ch.runner->newStep(); // autocast's weight copies are of the previous step's weights
     rec.batch_losses.assign(size_t(K), 0.0); // each global batch's loss; their mean is the step's
     rec.lr = opts.lr * lrFactor(opts, step, steps);
-    std::map<int, std::vector<torch::Tensor>> send_grads; // per micro-batch, in prog.sends order
-    std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> received; // RecvActivations -> Forward
+    // Per (chunk, micro-batch): the gradients received, in its prog.sends
+    // order, and the values received, RecvActivations -> Forward.
+    std::map<std::pair<size_t, int>, std::vector<torch::Tensor>> send_grads;
+    std::map<std::pair<size_t, int>, std::unordered_map<ir::ValueId, torch::Tensor>> received;
     // The loss of each micro-batch, read once the step is done: reading it
     // at once would make the host wait for the device every micro-batch.
     std::vector<torch::Tensor> losses;
     std::vector<int> loss_mbs; // the micro-batch of each
-    if (prog.computes_loss) // the data's loss denominators of the step (Note [loss denominators])
+    if (computes_loss) // the data's loss denominators of the step (Note [loss denominators])
       shares.newStep(checkpoints.samplesBefore(step), int(K) * M, [&](int64_t first, int64_t count) {
         return feedSamples(s.graph.inputs, first, count, torch::kCPU);
       });
     for (size_t ai = 0; ai < actions.size(); ++ai) {
       const schedule::Action &a = actions[ai];
       const int mb = a.microbatch;
+      const size_t ci = chunkOf(a);
+      Chunk &ch = chunks[ci];
+      runtime::StageRunner &runner = *ch.runner;
+      const schedule::StageProgram &prog = runner.program();
+      StageTransfers &transfers = *ch.transfers;
+      const std::pair<size_t, int> at{ci, mb};
       auto a0 = std::chrono::steady_clock::now();
-      if (ai == last_backward) update.armBuckets();
-      watchdog.progress("at step " + std::to_string(step) + ", stage " + std::to_string(s.stage) + ": " +
+      for (Chunk &other : chunks)
+        if (ai == other.last_backward) other.update->armBuckets();
+      watchdog.progress("at step " + std::to_string(step) + ", stage " + std::to_string(ch.setup->stage) + ": " +
                         schedule::toString(a));
       switch (a.kind) {
       case schedule::ActionKind::RecvActivations:
-        received[mb] = transfers.recvActivations(mb);
+        received[at] = transfers.recvActivations(mb);
         break;
       case schedule::ActionKind::Forward: {
-        std::unordered_map<ir::ValueId, torch::Tensor> feeds = std::move(received[mb]);
-        received.erase(mb);
+        std::unordered_map<ir::ValueId, torch::Tensor> feeds = std::move(received[at]);
+        received.erase(at);
         const int64_t first = checkpoints.samplesBefore(step) + int64_t(mb) * b + mine.begin;
         for (auto &[in, t] : feedSamples(prog.data_inputs, first, mine.size(), s.device)) feeds[in] = std::move(t);
         runner.forward(mb, std::move(feeds));
@@ -214,7 +272,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         if (runner.recomputes()) runner.dropSent(mb); // backward recomputes them (Note [recomputation])
         break;
       case schedule::ActionKind::RecvGradients:
-        send_grads[mb] = transfers.recvGradients(mb);
+        send_grads[at] = transfers.recvGradients(mb);
         break;
       case schedule::ActionKind::Backward:
         // Note [send buffers]: every transfer this stage started is over
@@ -223,15 +281,19 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // right after sending the gradients we have just received, and the
         // stage before posts the receive of our last gradients right after
         // sending activations we have received since (1F1B), or waits in it
-        // already (GPipe's backward phase, the drain).
-        transport->waitSends();
+        // already (GPipe's backward phase, the drain). Not under an
+        // interleaved plan: a rank's sends may go to its own later chunk
+        // (stage 1 -> 3 on rank 1 of 2), whose receive comes after this
+        // backward, or to a rank that receives them only after its next
+        // backward; waiting would deadlock (the step's end waits for them).
+        if (v == 1) transport->waitSends();
         if (prog.computes_loss) {
           const auto [part, whole] = shares.share(mb);
-          runner.backward(mb, std::move(send_grads[mb]), part / (whole * double(K)) * update.lossScale());
+          runner.backward(mb, std::move(send_grads[at]), part / (whole * double(K)) * update.lossScale());
         } else {
-          runner.backward(mb, std::move(send_grads[mb]), 0.0); // no loss here to weigh
+          runner.backward(mb, std::move(send_grads[at]), 0.0); // no loss here to weigh
         }
-        send_grads.erase(mb);
+        send_grads.erase(at);
         if (prog.recvs.empty()) runner.release(mb);
         break;
       case schedule::ActionKind::SendGradients:
@@ -242,11 +304,19 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         runner.backwardWeights(mb);
         break;
       case schedule::ActionKind::AllReduce:
-        update.reduce();
+        for (Chunk &c : chunks) c.update->reduce();
         break;
-      case schedule::ActionKind::OptimizerStep:
-        if (Status st = update.step(rec, log); !st) return st;
+      case schedule::ActionKind::OptimizerStep: {
+        // Each chunk's step; the norm is over them all (every chunk's is a
+        // sum over the stages of its wave, Note [interleaved 1F1B]).
+        double squared = 0;
+        for (Chunk &c : chunks) {
+          if (Status st = c.update->step(rec, log); !st) return st;
+          squared += rec.grad_norm * rec.grad_norm;
+        }
+        rec.grad_norm = std::sqrt(squared);
         break;
+      }
       }
       rec.phase_s[phaseOf(a.kind)] += secondsSince(a0);
       timeline.action(a, a0);

@@ -357,6 +357,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   }
   p.constraints.power_of_two_replicas = opts.power_of_two_replicas;
   p.constraints.schedule = opts.schedule;
+  p.constraints.virtual_stages = opts.virtual_stages;
   // Note [tied parameters] in planner/partition/evaluate.cpp: a parameter
   // several units read, each counting it.
   std::vector<ir::ValueId> tied_values;

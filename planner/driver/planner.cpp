@@ -190,6 +190,7 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.set_global_batch_size(opts.batch_size);
   plan.set_microbatches(plan_units.microbatches);
   plan.set_schedule(plan::scheduleToProto(plan_units.schedule));
+  if (plan_units.virtual_stages > 1) plan.set_virtual_stages(plan_units.virtual_stages); // Note [interleaved 1F1B]
   plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs" + bound + ")");
   if (opts.precision != cost::Precision::FP32) // fp32 plans stay as before
     plan.set_precision(cost::precisionName(opts.precision));

@@ -54,7 +54,8 @@ struct PlanOptions {
   // The search space (RaNNC's partition_num / replica_num / pipeline_num):
   // 0 or empty means the partitioner chooses.
   int microbatches = 0;
-  int stages = 0;
+  int stages = 0;             ///< pipeline ranks (each runs virtual_stages stages)
+  int virtual_stages = 1;     ///< chunks per pipeline rank (--virtual-stages; interleaved-1f1b only)
   std::vector<int> replicas;   ///< one count for every stage, or one per stage
   /// Tensor-parallel degrees (--tensor-parallel): empty (auto): the degrees
   /// the model's sharding allows, up to devices per node, chosen per stage;

@@ -186,6 +186,7 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   // A plan naming no schedule (check lists that) is re-estimated as 1F1B.
   auto schedule = plan::scheduleFromProto(plan.schedule());
   m.solution.schedule = schedule ? *schedule : pipeline::Schedule::OneFOneB;
+  m.solution.virtual_stages = plan::virtualStages(plan);
   for (const auto &s : plan.stages())
     m.solution.stages.push_back(
         {unit_at.at(s.op_begin()), unit_at.at(s.op_end()), std::max(1, plan::stageReplicas(s)), s.recompute(),
@@ -393,7 +394,8 @@ Expected<PredictedStep> predictStep(const proto::Plan &plan, const std::string &
   const int world = m->solution.devicesUsed();
   std::vector<int> &stage_of_rank = p.stage_of_rank;
   stage_of_rank.assign(world, 0);
-  for (int s = 0; s < m->solution.numStages(); ++s)
+  const int ranks = m->solution.pipelineRanks(); // an interleaved rank is named by its first chunk
+  for (int s = 0; s < ranks; ++s)
     for (int r = 0; r < m->solution.stages[s].devices(); ++r) stage_of_rank[m->solution.firstRank(s) + r] = s;
   std::vector<std::map<std::string, double>> &by_kind = p.by_kind;
   by_kind.resize(world);
@@ -417,7 +419,8 @@ Expected<PredictedStep> predictStep(const proto::Plan &plan, const std::string &
   double &step = p.step_s;
   for (int r = 0; r < world; ++r) {
     const int s = stage_of_rank[r];
-    const double t = m->stage_optimizer_s[s];
+    double t = 0; // every chunk's step (Note [interleaved 1F1B])
+    for (int c = s; c < m->solution.numStages(); c += ranks) t += m->stage_optimizer_s[c];
     if (t > 0) events.push_back(plan::traceEvent(plan::TraceKind::Optimizer, r, s, -1, last_end[r], t));
     by_kind[r]["optimizer"] += t;
     step = std::max(step, last_end[r] + t);

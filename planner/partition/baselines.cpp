@@ -87,6 +87,8 @@ Expected<Strategy> parseStrategy(const std::string &name) {
 Expected<SolveResult> solveBaseline(const Problem &p, Strategy strategy) {
   const auto start = std::chrono::steady_clock::now();
   if (Status st = validate(p); !st) return Error{st.message()};
+  if (p.constraints.virtual_stages > 1) // Note [interleaved layouts] in dp.cpp
+    return Error{"only the DP (--strategy auto) lays out interleaved chunks"};
   const int n = p.numBlocks();
   const Constraints &c = p.constraints;
   const int pinned_degree = c.tensor_parallel.size() == 1 ? c.tensor_parallel[0] : 1;

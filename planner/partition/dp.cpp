@@ -620,9 +620,81 @@ private:
 /// (which may be slower) or an error comes back.
 static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound = kInf);
 
+namespace {
+
+// Note [interleaved layouts]
+// The DP's states hold one stage per device group, not v chunks sharing one
+// (Note [interleaved 1F1B]); a pinned interleaved-1f1b with v chunks on p
+// pipeline ranks is solved as the 1F1B plan of p v stages, each with the
+// replicas its rank has, on v times the devices and 1/v of each one's memory
+// (a rank holds v such stages), then folded: stage s onto the ranks of
+// stage s % p and evaluated under the interleaved schedule. Every replica
+// count up to devices / p and every micro-batch count that p divides is
+// tried, the fastest folded plan that fits kept: a plan that fits, not the
+// best one (docs/partitioner.md).
+Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) {
+  const Constraints &c = p.constraints;
+  const int v = c.virtual_stages, P = c.stages;
+  const char *name = pipeline::scheduleName(*c.schedule);
+  if (P < 1) return Error{std::string(name) + " needs the pipeline ranks pinned (--stages N)"};
+  if (p.force_recompute) return Error{std::string(name) + " does not recompute activations yet (--recompute on)"};
+  if (p.force_zero) return Error{std::string(name) + " does not shard the optimizer state yet (--zero 1)"};
+  for (int t : c.tensor_parallel)
+    if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
+  if (c.replicas.size() > 1 && static_cast<int>(c.replicas.size()) != P)
+    return Error{std::string(name) + ": " + std::to_string(c.replicas.size()) + " replica counts for " +
+                 std::to_string(P) + " pipeline ranks"};
+  std::vector<std::vector<int>> replica_choices; // per pipeline rank
+  if (!c.replicas.empty()) {
+    replica_choices.push_back(c.replicas.size() == 1 ? std::vector<int>(P, c.replicas[0]) : c.replicas);
+  } else {
+    for (int r = p.devices.count / P; r >= 1; --r) replica_choices.push_back(std::vector<int>(P, r));
+  }
+  std::optional<SolveResult> best;
+  std::string why = "no micro-batch count is a multiple of the " + std::to_string(P) + " pipeline ranks";
+  for (int m : microbatchCandidates(p)) {
+    if (m % P != 0) continue;
+    for (const std::vector<int> &replicas : replica_choices) {
+      Problem q = p;
+      q.constraints = {};
+      q.constraints.stages = P * v;
+      q.constraints.microbatches = m;
+      q.constraints.schedule = Schedule::OneFOneB;
+      for (int k = 0; k < v; ++k) q.constraints.replicas.insert(q.constraints.replicas.end(), replicas.begin(), replicas.end());
+      q.allow_recompute = false;
+      q.allow_zero = false;
+      q.tp_degrees = {1};
+      q.devices.count = p.devices.count * v;
+      q.devices.memory_bytes = p.devices.memory_bytes / v;
+      q.devices.reserve_bytes = p.devices.reserve_bytes / v;
+      auto solved = solveDP(q, opts);
+      if (!solved) {
+        why = solved.error().message;
+        continue;
+      }
+      solved->solution.schedule = *c.schedule;
+      solved->solution.virtual_stages = v;
+      const Evaluation ev = evaluate(p, solved->solution);
+      if (!ev.feasible()) {
+        why = ev.violations.front();
+        continue;
+      }
+      solved->step_time_s = ev.step_time_s;
+      if (!best || ev.step_time_s < best->step_time_s) best = std::move(*solved);
+    }
+  }
+  if (!best) return Error{"no " + std::to_string(P * v) + "-stage 1F1B layout folds onto " + std::to_string(P) +
+                          " pipeline ranks under " + name + ": " + why};
+  return *best;
+}
+
+} // namespace
+
 Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   const auto start = std::chrono::steady_clock::now();
   if (Status st = validate(p); !st) return Error{st.message()};
+  if (p.constraints.schedule && pipeline::interleaves(*p.constraints.schedule) && p.constraints.virtual_stages > 1)
+    return solveInterleaved(p, opts); // Note [interleaved layouts]
   if (!p.constraints.schedule || !pipeline::splitsBackward(*p.constraints.schedule)) return searchStages(p, opts);
   // Note [split backward DP]: the stage count is pinned for each search.
   const char *name = pipeline::scheduleName(*p.constraints.schedule);

@@ -310,7 +310,8 @@ std::string tensorParallelProblem(const Problem &p, const Stage &stage, int firs
 }
 
 StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num_stages, int first_rank,
-                        int microbatches, Schedule schedule) {
+                        int microbatches, Schedule schedule, int virtual_stages, int prev_last_rank,
+                        int next_first_rank) {
   StageCost c;
   c.block_begin = stage.block_begin;
   c.block_end = stage.block_end;
@@ -358,12 +359,12 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   const double cut_out = p.cut_bytes_per_sample[stage.block_end];
   const int last_rank = first_rank + stage.devices() - 1;
   if (index > 0) {
-    c.recv_intra_node = sameNode(p, first_rank - 1, last_rank);
+    c.recv_intra_node = sameNode(p, prev_last_rank >= 0 ? prev_last_rank : first_rank - 1, last_rank);
     const Link &l = linkFor(p, c.recv_intra_node);
     c.recv_activations_s = receiveTime(p.devices, l, c.recv_intra_node, cut_in * b, t);
   }
   if (index < num_stages - 1) {
-    c.send_intra_node = sameNode(p, first_rank, last_rank + 1);
+    c.send_intra_node = sameNode(p, first_rank, next_first_rank >= 0 ? next_first_rank : last_rank + 1);
     const Link &l = linkFor(p, c.send_intra_node);
     c.recv_gradients_s = receiveTime(p.devices, l, c.send_intra_node, cut_out * b, t);
   }
@@ -376,7 +377,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   }
   if (stage.recompute) c.recompute_s = c.fwd_s + c.tp_collective_s + c.stat_sync_s;
 
-  c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches);
+  c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches, virtual_stages);
   mem.param_bytes = c.param_bytes;
   mem.optimizer_bytes = p.optimizer_bytes_per_param_byte * c.param_bytes;
   mem.cut_in = cut_in;
@@ -423,6 +424,15 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
   }
   if (S > 0 && expect_begin != n)
     malformed("stages end at block " + std::to_string(expect_begin) + ", expected " + std::to_string(n));
+  const int v = sol.virtual_stages, ranks = S / std::max(1, v);
+  if (std::string why = pipeline::interleavingProblem(sol.schedule, ranks, v, sol.microbatches); !why.empty())
+    malformed(why);
+  else if (v > 1 && S % v != 0)
+    malformed(std::to_string(S) + " stages are not " + std::to_string(v) + " chunks on each pipeline rank");
+  for (int s = ranks; s < S && v > 1 && S % v == 0; ++s) // Note [interleaved 1F1B]: chunks share their rank's devices
+    if (sol.stages[s].devices() != sol.stages[s % ranks].devices())
+      malformed(stageName(s) + " has " + std::to_string(sol.stages[s].devices()) + " devices, but it runs on those of " +
+                stageName(s % ranks) + ", " + std::to_string(sol.stages[s % ranks].devices()));
   if (sol.devicesUsed() > p.devices.count)
     malformed("plan uses " + std::to_string(sol.devicesUsed()) + " devices, the cluster has " +
               std::to_string(p.devices.count));
@@ -435,7 +445,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
   std::vector<pipeline::StageSlots> slots;
   for (int s = 0; s < S; ++s) {
     const Stage &st = sol.stages[s];
-    StageCost c = evaluateStage(p, st, s, S, sol.firstRank(s), sol.microbatches, sol.schedule);
+    StageCost c = evaluateStage(p, st, s, S, sol.firstRank(s), sol.microbatches, sol.schedule, v,
+                                s > 0 ? sol.firstRank(s - 1) + sol.stages[s - 1].devices() - 1 : -1,
+                                s + 1 < S ? sol.firstRank(s + 1) : -1);
     if (st.replicas > per_microbatch)
       ev.violations.push_back(stageName(s) + " has " + std::to_string(st.replicas) +
                               " replicas but a micro-batch has only " + std::to_string(per_microbatch) + " samples");
@@ -446,6 +458,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                                                          "stage must"));
     if (std::string why = tensorParallelProblem(p, st, c.first_rank); !why.empty())
       ev.violations.push_back(stageName(s) + " " + why);
+    if (v > 1 && (st.recompute || st.tensor_parallel > 1 || st.zero))
+      ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes" : st.zero ? " shards its optimizer state" : " is tensor-parallel") +
+                              " under " + pipeline::scheduleName(sol.schedule) + ", which does not yet");
     if (pipeline::splitsBackward(sol.schedule) && (st.recompute || st.tensor_parallel > 1))
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes" : " is tensor-parallel") + " under " +
                               pipeline::scheduleName(sol.schedule) + ", which splits the backward and does not");
@@ -453,15 +468,31 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes but recomputation is not allowed"
                                                             : " does not recompute but every stage must"));
     const double mem = c.memory.total();
-    if (mem > ev.capacity_bytes)
+    if (v == 1 && mem > ev.capacity_bytes)
       ev.violations.push_back(stageName(s) + " needs " + formatBytes(mem) + " (" + describe(c.memory) +
                               ") but a device holds " + formatBytes(ev.capacity_bytes));
-    ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
+    if (v == 1) ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
     slots.push_back({c.forwardSlot(), c.backwardSlot(), c.weightSlot()});
     ev.allreduce_s = std::max(ev.allreduce_s, c.allreduce_s);
     ev.stages.push_back(c);
   }
-  const pipeline::PipelineTime pipe = pipeline::pipelineTime(sol.schedule, slots, sol.microbatches);
+  // Note [interleaved 1F1B]: a rank holds its chunks' memory together (an upper bound).
+  for (int r = 0; r < ranks && v > 1; ++r) {
+    double mem = 0, allreduce = 0; // its chunks' groups all-reduce one after the other
+    std::string chunks;
+    for (int s = r; s < S; s += ranks) {
+      mem += ev.stages[s].memory.total();
+      allreduce += ev.stages[s].allreduce_s;
+      chunks += (chunks.empty() ? "" : " + ") + formatBytes(ev.stages[s].memory.total());
+    }
+    if (mem > ev.capacity_bytes)
+      ev.violations.push_back("pipeline rank " + std::to_string(r) + " (stages " + std::to_string(r) + ", " +
+                              std::to_string(r + ranks) + (v > 2 ? ", ..." : "") + ") needs " + formatBytes(mem) + " (" +
+                              chunks + ") but a device holds " + formatBytes(ev.capacity_bytes));
+    ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
+    ev.allreduce_s = std::max(ev.allreduce_s, allreduce);
+  }
+  const pipeline::PipelineTime pipe = pipeline::pipelineTime(sol.schedule, slots, sol.microbatches, v);
   ev.fill_drain_s = pipe.fill_drain_s;
   ev.steady_s = pipe.steady_s;
   ev.bottleneck_stage = pipe.bottleneck_stage;

@@ -127,7 +127,7 @@ struct Evaluation {
   double allreduce_s = 0;      ///< the slowest replica group's all-reduce, after the pipeline drains
   double step_time_s = 0;      ///< fill_drain + steady + allreduce; +inf when malformed
   int bottleneck_stage = -1;   ///< the stage setting the steady-state period (1F1B) / forward period (GPipe)
-  double peak_memory_bytes = 0; ///< the largest stage total
+  double peak_memory_bytes = 0; ///< the largest stage total (interleaved: the largest rank's, its chunks summed)
   bool well_formed = true;     ///< ranges cover the blocks, replicas and M in range
   std::vector<std::string> violations; ///< malformed parts and memory overflows, by stage
 
@@ -138,8 +138,12 @@ struct Evaluation {
 
 /// Cost of `stage` as stage `index` of `num_stages`, starting at rank `first_rank`.
 /// The stage must be well formed (non-empty range inside the blocks, replicas >= 1, M >= 1).
+/// With `virtual_stages` > 1 (interleaved 1F1B) its neighbours are the stages
+/// around it whose ranks start at `prev_last_rank`'s and `next_first_rank`
+/// (-1: the ranks next to its own).
 StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num_stages, int first_rank,
-                        int microbatches, Schedule schedule);
+                        int microbatches, Schedule schedule, int virtual_stages = 1, int prev_last_rank = -1,
+                        int next_first_rank = -1);
 
 /// Evaluates `s` against `p`. Never fails: problems are listed in violations.
 Evaluation evaluate(const Problem &p, const Solution &s);

@@ -13,6 +13,8 @@ namespace rannc::partition {
 Expected<SolveResult> solveExhaustive(const Problem &p, int64_t max_solutions) {
   const auto start = std::chrono::steady_clock::now();
   if (Status st = validate(p); !st) return Error{st.message()};
+  if (p.constraints.virtual_stages > 1) // Note [interleaved layouts] in dp.cpp
+    return Error{"only the DP (--strategy auto) lays out interleaved chunks"};
   const int n = p.numBlocks();
   SolveResult result;
   result.step_time_s = std::numeric_limits<double>::infinity();

@@ -108,6 +108,10 @@ Status validate(const Problem &p) {
   if (n == 0) errs.push_back("no blocks");
   if (p.force_recompute && !p.allow_recompute) errs.push_back("recomputation is forced but not allowed");
   if (p.force_zero && !p.allow_zero) errs.push_back("sharding (zero) is forced but not allowed");
+  if (p.constraints.virtual_stages < 1 ||
+      (p.constraints.virtual_stages > 1 && !(p.constraints.schedule && pipeline::interleaves(*p.constraints.schedule))))
+    errs.push_back("virtual stages " + std::to_string(p.constraints.virtual_stages) +
+                   " need the interleaved schedule pinned (Note [interleaved 1F1B])");
   for (int i = 0; i < n; ++i) {
     const Block &b = p.blocks[i];
     for (double x : {b.fwd.fixed_s, b.fwd.per_sample_s, b.bwd.fixed_s, b.bwd.per_sample_s, b.param_bytes,
@@ -276,16 +280,24 @@ bool Devices::groupsInsideNodes(int first, int groups, int size) const {
   return true;
 }
 
-int Solution::devicesUsed() const { return firstRank(numStages()); }
+int Solution::devicesUsed() const {
+  int used = 0;
+  for (int i = 0; i < pipelineRanks(); ++i) used += stages[i].devices();
+  return used;
+}
+
+int Solution::pipelineRanks() const { return numStages() / std::max(1, virtual_stages); }
 
 int Solution::firstRank(int s) const {
   int rank = 0;
-  for (int i = 0; i < s; ++i) rank += stages[i].devices();
+  const int p = std::max(1, pipelineRanks());
+  for (int i = 0; i < (virtual_stages > 1 ? s % p : s); ++i) rank += stages[i].devices();
   return rank;
 }
 
 void Solution::print(std::ostream &os) const {
-  os << scheduleName(schedule) << " M=" << microbatches;
+  os << scheduleName(schedule) << (virtual_stages > 1 ? " v=" + std::to_string(virtual_stages) : "")
+     << " M=" << microbatches;
   for (const Stage &s : stages)
     os << " [" << s.block_begin << "," << s.block_end << ")x" << s.replicas << (s.zero ? "z" : "")
        << (s.recompute ? "r" : "") << (s.tensor_parallel != 1 ? "t" + std::to_string(s.tensor_parallel) : "");

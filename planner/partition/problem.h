@@ -119,6 +119,7 @@ struct Constraints {
   int max_microbatches = 0;        ///< 0: no cap on the searched micro-batch counts
   bool power_of_two_replicas = false;
   std::optional<Schedule> schedule; ///< unset: searched
+  int virtual_stages = 1;          ///< chunks per pipeline rank, >1 only under interleaved 1F1B (Note [interleaved 1F1B])
   /// Tensor-parallel degrees, like replicas: empty: searched among
   /// Problem::tp_degrees; {t}: every stage t; {t0, t1, ...}: per stage (fixes stages).
   std::vector<int> tensor_parallel;
@@ -211,23 +212,30 @@ struct Stage {
 /// stage order from rank 0, a replica's tensor-parallel group being t
 /// consecutive ranks, and the devices after the last stage's ranks stay idle
 /// (a plan may use fewer than Devices::count devices; run it on devicesUsed() ranks).
+/// With virtual_stages v > 1 (interleaved 1F1B) the S = p v stages are v
+/// chunks on each of p pipeline ranks: stage s runs on the ranks of stage
+/// s % p, which the first p stages hand out as above (Note [interleaved 1F1B]).
 struct Solution {
   std::vector<Stage> stages;  ///< in pipeline order, covering the blocks
   int microbatches = 1;       ///< M
   Schedule schedule = Schedule::OneFOneB;
+  int virtual_stages = 1;     ///< v: chunks per pipeline rank
 
   /// S, the number of stages.
   int numStages() const { return static_cast<int>(stages.size()); }
-  /// Ranks the plan runs on: the sum of the stages' devices.
+  /// p, the pipeline ranks: S / v.
+  int pipelineRanks() const;
+  /// Ranks the plan runs on: the sum of the first p stages' devices.
   int devicesUsed() const;
-  /// First rank of stage s (the sum of the devices of the stages before it).
+  /// First rank of stage s (the sum of the devices of the stages before s % p).
   int firstRank(int s) const;
   /// One line: "1f1b M=8 [0,3)x2z [3,5)x1r [5,6)x2t4 ...", an `r` marking
-  /// recomputation, a `z` sharding, `tN` a tensor-parallel degree N > 1.
+  /// recomputation, a `z` sharding, `tN` a tensor-parallel degree N > 1; "interleaved-1f1b v=2 M=8 ...".
   void print(std::ostream &os) const;
-  /// Same stages, micro-batches and schedule.
+  /// Same stages, micro-batches, schedule and chunks.
   bool operator==(const Solution &o) const {
-    return stages == o.stages && microbatches == o.microbatches && schedule == o.schedule;
+    return stages == o.stages && microbatches == o.microbatches && schedule == o.schedule &&
+           virtual_stages == o.virtual_stages;
   }
 };
 

@@ -11,10 +11,11 @@ namespace rannc::partition::detail {
 
 std::vector<Schedule> schedulesToSearch(const Problem &p) {
   if (p.constraints.schedule) return {*p.constraints.schedule};
-  // A split backward is run only when pinned (Note [zero bubble H1]): the DP does not search it.
+  // A split backward is run only when pinned (Note [zero bubble H1]), and so
+  // are interleaved chunks (Note [interleaved layouts] in dp.cpp): the DP does not search them.
   std::vector<Schedule> out;
   for (Schedule s : pipeline::kSchedules)
-    if (!pipeline::splitsBackward(s)) out.push_back(s);
+    if (!pipeline::splitsBackward(s) && !pipeline::interleaves(s)) out.push_back(s);
   return out;
 }
 

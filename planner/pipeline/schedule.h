@@ -11,7 +11,8 @@
 //   1. a value of `Schedule`, listed in kSchedules (the order searches try
 //      them in, and ties go to the first);
 //   2. its case in schedule.cpp: scheduleName (the flag and text name),
-//      stageOrder (what each stage runs, in order), microbatchesInFlight (the
+//      stageOrder (what each stage runs, in order; rankOrder for one that
+//      runs several chunks per rank), microbatchesInFlight (the
 //      peak of that order: what activation memory scales with) and
 //      pipelineTime (the closed-form time of that order);
 //   3. at the plan boundary, a value of proto::Schedule (proto/plan.proto)
@@ -36,14 +37,16 @@
 
 namespace rannc::pipeline {
 
-/// A pipeline schedule: GPipe fill-drain, PipeDream-flush 1F1B, or ZB-H1
-/// (Note [zero bubble H1]) (Note [adding a schedule]).
-enum class Schedule { GPipe, OneFOneB, ZBH1 };
+/// A pipeline schedule: GPipe fill-drain, PipeDream-flush 1F1B, ZB-H1
+/// (Note [zero bubble H1]) or interleaved 1F1B (Note [interleaved 1F1B])
+/// (Note [adding a schedule]).
+enum class Schedule { GPipe, OneFOneB, ZBH1, Interleaved1F1B };
 
 /// Every schedule, in the order searches try them.
-inline constexpr std::array<Schedule, 3> kSchedules = {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZBH1};
+inline constexpr std::array<Schedule, 4> kSchedules = {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZBH1,
+                                                       Schedule::Interleaved1F1B};
 
-/// "gpipe" / "1f1b" / "zb-h1": the name flags, plan text, logs and messages use.
+/// "gpipe" / "1f1b" / "zb-h1" / "interleaved-1f1b": the name flags, plan text, logs and messages use.
 const char *scheduleName(Schedule s);
 
 /// The schedules' names as `name` gives them, joined for a message: "gpipe, 1f1b or zb-h1".
@@ -56,14 +59,43 @@ Expected<Schedule> parseSchedule(std::string_view name);
 /// One pass a stage runs: the forward or the backward of one micro-batch, or,
 /// under a schedule that splits the backward (splitsBackward), its input part
 /// B (`forward` false) or its weight part W (`weight` true).
+/// Under an interleaved schedule a rank runs several stages (its chunks):
+/// `chunk` c of rank r is stage c * ranks + r (Note [interleaved 1F1B]).
 struct Pass {
   bool forward = true;
   int microbatch = 0;
   bool weight = false; ///< W: the weight gradients of a micro-batch whose B has run
+  int chunk = 0;       ///< which of the rank's chunks runs it (0 unless interleaved)
   bool operator==(const Pass &o) const {
-    return forward == o.forward && microbatch == o.microbatch && weight == o.weight;
+    return forward == o.forward && microbatch == o.microbatch && weight == o.weight && chunk == o.chunk;
   }
 };
+
+/// Note [interleaved 1F1B]
+/// Interleaved 1F1B (Narayanan et al., "Efficient Large-Scale Language Model
+/// Training on GPU Clusters Using Megatron-LM", SC'21): the model is cut into
+/// S = p v stages and pipeline rank r of p holds the v chunks r, r+p, ...,
+/// r+(v-1)p (non-adjacent stages), so a micro-batch passes every rank v
+/// times. Rank r runs its v M chunk-passes in Megatron's order: virtual
+/// micro-batch k (of v M) is micro-batch (k / pv) p + k % p of chunk
+/// (k % pv) / p forwards and of chunk v-1 - (k % pv) / p backwards, i.e.
+/// groups of p micro-batches go through chunk 0, then chunk 1, ...; after a
+/// warm-up of W_r = min(vM, 2(p-r-1) + (v-1)p) forwards it alternates one
+/// forward and one backward, then drains. The groups of p are why Megatron
+/// needs M % p == 0 (interleavingProblem refuses other M). With v = 1 the
+/// order is 1F1B's (Megatron's non-interleaved schedule).
+/// With every chunk's forward f and backward b alike, the step is
+/// v M (f+b) + (p-1)(f+b): the bubble (p-1)(f+b) is 1F1B's (p-1)(F+B) over v
+/// (F = v f is a rank's whole forward), Megatron's (p-1)/v of the ideal time
+/// per micro-batch; the simulator's replay gives exactly that (agreement
+/// test). Every chunk boundary is a message, so v times 1F1B's messages.
+/// Memory: rank r holds at most min(vM, W_r + 1) chunk-micro-batches at once
+/// (rankMicrobatchesInFlight), Megatron's warm-up plus one. Each chunk's own
+/// peak (microbatchesInFlight, counted on the order) is what evaluate()
+/// charges that stage; a rank's memory is the sum of its chunks', which may
+/// exceed the rank's true peak (the chunks' peaks need not coincide, and each
+/// chunk's working memory counts): an upper bound, by at most one
+/// micro-batch of a chunk on the cases the tests replay.
 
 /// Note [zero bubble H1]
 /// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24) splits a
@@ -85,14 +117,30 @@ struct Pass {
 /// Whether `s` runs a backward as B and W passes (Note [zero bubble H1]).
 bool splitsBackward(Schedule s);
 
-/// The passes stage `stage` of `num_stages` runs in one step of
-/// `microbatches` micro-batches, in order: the one order generator.
+/// Whether `s` runs several chunks (stages) per rank (Note [interleaved 1F1B]).
+bool interleaves(Schedule s);
+
+/// Why `s` cannot run `virtual_stages` chunks on each of `ranks` pipeline
+/// ranks with `microbatches` micro-batches, or "" (Note [interleaved 1F1B]).
+std::string interleavingProblem(Schedule s, int ranks, int virtual_stages, int microbatches);
+
+/// The passes pipeline rank `rank` of `ranks` runs in one step of
+/// `microbatches` micro-batches with `virtual_stages` chunks each, in order:
+/// the one order generator (virtual_stages > 1 only under interleaves()).
+std::vector<Pass> rankOrder(Schedule s, int rank, int ranks, int virtual_stages, int microbatches);
+
+/// rankOrder with one chunk per rank: stage `stage` of `num_stages`.
 std::vector<Pass> stageOrder(Schedule s, int stage, int num_stages, int microbatches);
 
 /// The most micro-batches whose forward stage `stage` has run and whose
-/// backward it has not, at once: the peak of stageOrder, in closed form (the
-/// memory model's in-flight count).
-int microbatchesInFlight(Schedule s, int stage, int num_stages, int microbatches);
+/// backward it has not, at once: the peak of its passes in rankOrder (the
+/// memory model's in-flight count), in closed form for one chunk per rank;
+/// with `virtual_stages` > 1 counted on the order (Note [interleaved 1F1B]).
+int microbatchesInFlight(Schedule s, int stage, int num_stages, int microbatches, int virtual_stages = 1);
+
+/// The most chunk-micro-batches pipeline rank `rank` of `ranks` holds at once
+/// over all its chunks, in closed form (Note [interleaved 1F1B]).
+int rankMicrobatchesInFlight(Schedule s, int rank, int ranks, int virtual_stages, int microbatches);
 
 /// The most micro-batches whose B has run and whose W has not while a B runs
 /// (0 unless splitsBackward): what the W queue holds beside a backward's
@@ -112,13 +160,15 @@ struct StageSlots {
 struct PipelineTime {
   double fill_drain_s = 0;   ///< the sum of every slot: one micro-batch's way through
   double steady_s = 0;       ///< (M-1) x the bottleneck period (ZB-H1: less the W that fills the drain)
-  int bottleneck_stage = -1; ///< the first stage with the largest forward + backward slot
+  int bottleneck_stage = -1; ///< the first stage with the largest forward + backward slot (interleaved: of a rank's chunks)
   /// fill_drain + steady.
   double total() const { return fill_drain_s + steady_s; }
 };
 
 /// The closed-form time of `microbatches` micro-batches through `stages`
-/// under `s` (Note [partition cost model] in planner/partition/evaluate.cpp).
-PipelineTime pipelineTime(Schedule s, const std::vector<StageSlots> &stages, int microbatches);
+/// under `s` (Note [partition cost model] in planner/partition/evaluate.cpp),
+/// stage i on pipeline rank i % (stages / virtual_stages).
+PipelineTime pipelineTime(Schedule s, const std::vector<StageSlots> &stages, int microbatches,
+                          int virtual_stages = 1);
 
 } // namespace rannc::pipeline

@@ -12,6 +12,9 @@
 //    stage never waits for a later one, which would deadlock the schedule);
 //  - the ranks are 0..W-1, each in exactly one stage (W = the number listed),
 //    a stage of tensor-parallel degree t listing a multiple of t (replicas x t);
+//    with virtual_stages v > 1 (interleaved 1F1B) the p v stages' stage k
+//    lists exactly the ranks of stage k % p, and the first p stages hold
+//    each rank once;
 //  - the micro-batches divide the global batch and every replica gets samples.
 // The checks collect every problem rather than stopping at the first, so a
 // hand edit can be fixed in one go; each message starts with the plan field to
@@ -167,7 +170,19 @@ void dependencyProblems(const proto::Plan &plan, std::vector<std::string> &probl
 void rankProblems(const proto::Plan &plan, std::vector<std::string> &problems) {
   std::map<int, int> seen; // rank -> its first stage
   const int world = worldSize(plan);
-  for (int i = 0; i < plan.stages_size(); ++i)
+  const int v = virtualStages(plan), p = pipelineRanks(plan);
+  if (v > 1) { // Note [interleaved 1F1B]
+    if (plan.stages_size() % v != 0)
+      problems.push_back("virtual_stages: " + std::to_string(v) + " does not divide the " +
+                         std::to_string(plan.stages_size()) + " stages");
+    for (int i = p; i < plan.stages_size() && plan.stages_size() % v == 0; ++i)
+      if (!std::equal(plan.stages(i).ranks().begin(), plan.stages(i).ranks().end(), plan.stages(i % p).ranks().begin(),
+                      plan.stages(i % p).ranks().end()))
+        problems.push_back("stages[" + std::to_string(i) + "].ranks: under virtual_stages " + std::to_string(v) +
+                           " stage " + std::to_string(i) + " runs on the ranks of stage " + std::to_string(i % p) +
+                           " and must list them alike");
+  }
+  for (int i = 0; i < (v > 1 ? p : plan.stages_size()); ++i)
     for (int r : plan.stages(i).ranks()) {
       std::string where = "stages[" + std::to_string(i) + "].ranks";
       if (r < 0 || r >= world)
@@ -217,6 +232,16 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
                        std::to_string(plan.global_batch_size()));
   if (auto schedule = scheduleFromProto(plan.schedule()); !schedule) {
     problems.push_back(schedule.error().message);
+  } else if (std::string why = pipeline::interleavingProblem(*schedule, pipelineRanks(plan), virtualStages(plan),
+                                                             plan.microbatches());
+             !why.empty()) {
+    problems.push_back("virtual_stages: " + why);
+  } else if (virtualStages(plan) > 1) { // Note [interleaved 1F1B]: what it does not combine with yet
+    for (int i = 0; i < plan.stages_size(); ++i)
+      if (plan.stages(i).recompute() || tensorParallel(plan.stages(i)) > 1 || plan.stages(i).zero() > 0)
+        problems.push_back("stages[" + std::to_string(i) + "]: " + pipeline::scheduleName(*schedule) +
+                           " does not recompute, shard the optimizer state or run tensor-parallel stages yet" +
+                           " (plan with --recompute off --zero 0 --tensor-parallel 1)");
   } else if (pipeline::splitsBackward(*schedule)) { // Note [split backward] in executor/runtime/stage.cpp
     for (int i = 0; i < plan.stages_size(); ++i) {
       if (plan.stages(i).recompute())

@@ -302,6 +302,7 @@ proto::Schedule scheduleToProto(pipeline::Schedule s) {
   case pipeline::Schedule::GPipe: return proto::GPIPE;
   case pipeline::Schedule::OneFOneB: return proto::ONE_F_ONE_B;
   case pipeline::Schedule::ZBH1: return proto::ZB_H1;
+  case pipeline::Schedule::Interleaved1F1B: return proto::INTERLEAVED_1F1B;
   }
   return proto::SCHEDULE_UNSPECIFIED;
 }
@@ -340,6 +341,9 @@ std::vector<VersionedField> versionedFields(const proto::Plan &plan) {
     out.push_back({"precision: " + plan.precision(), 2, "run it in fp32"});
   if (!plan.batchnorm().empty()) // Note [batch statistics]
     out.push_back({"batchnorm: " + plan.batchnorm(), 4, "normalise over each replica's samples alone"});
+  if (plan.virtual_stages() > 1) // Note [interleaved 1F1B]
+    out.push_back({"virtual_stages: " + std::to_string(plan.virtual_stages()), 5,
+                   "refuse its ranks for being in several stages"});
   for (int i = 0; i < plan.stages_size(); ++i) {
     const proto::Stage &s = plan.stages(i);
     const std::string where = "stages[" + std::to_string(i) + "]";
@@ -478,8 +482,12 @@ Expected<proto::Plan> readPlan(const std::string &path) {
 int worldSize(const proto::Plan &plan) {
   int n = 0;
   for (const auto &s : plan.stages()) n += s.ranks_size();
-  return n;
+  return n / virtualStages(plan); // each rank in that many stages (Note [interleaved 1F1B])
 }
+
+int virtualStages(const proto::Plan &plan) { return std::max(1, plan.virtual_stages()); }
+
+int pipelineRanks(const proto::Plan &plan) { return plan.stages_size() / virtualStages(plan); }
 
 int tensorParallel(const proto::Stage &s) { return s.tensor_parallel() > 0 ? s.tensor_parallel() : 1; }
 

@@ -32,7 +32,7 @@ namespace rannc::plan {
 /// structural problem, each field named; `rannc-plan convert` rewrites it.
 /// Bump kFormatVersion with a new entry in versionedFields() whenever a field
 /// is added that an older rannc-exec would misread.
-constexpr uint32_t kFormatVersion = 4;
+constexpr uint32_t kFormatVersion = 5;
 
 /// A field in use that needs a format version newer than 1.
 struct VersionedField {
@@ -86,6 +86,12 @@ std::vector<std::string> batchStatisticsProblems(const proto::Plan &plan);
 
 /// Total number of ranks the plan's stages use.
 int worldSize(const proto::Plan &plan);
+
+/// The chunks (stages) each pipeline rank runs: virtual_stages, 1 when absent (Note [interleaved 1F1B]).
+int virtualStages(const proto::Plan &plan);
+
+/// The pipeline ranks p: the stages over virtualStages (stage k runs on the ranks of stage k % p).
+int pipelineRanks(const proto::Plan &plan);
 
 /// A stage's tensor-parallel degree: its field, 1 when absent (0).
 int tensorParallel(const proto::Stage &s);

@@ -100,11 +100,14 @@ double stageBusyTime(const proto::Plan &plan, int s) {
 // the partitioner's closed form (pipeline::pipelineTime, docs/partitioner.md)
 // with forward slots F_s, backward slots G_s and M micro-batches,
 //   GPipe: ΣF + (M-1)·max F + ΣG + (M-1)·max G,   1F1B: Σ(F+G) + (M-1)·max(F+G),
-//   ZB-H1 (W_s of G_s its weight gradients, M >= S): 1F1B's less 2·Σ_{s<S-1} W_s.
+//   ZB-H1 (W_s of G_s its weight gradients, M >= S): 1F1B's less 2·Σ_{s<S-1} W_s,
+//   interleaved 1F1B (v chunks on p ranks, T_r = the slots of rank r's chunks):
+//   M·max T_r + (Σ(F+G) - max T_r)/v (Note [interleaved 1F1B]).
 // Stage s computes for M·(F_s+G_s) of it; the rest is bubble. The fraction
-// shown is the idle share averaged over the stages, which for S equal stages
-// is the textbook (S-1)/(M+S-1). A plan whose schedule field names none
-// (which `check` reports) is costed as 1F1B.
+// shown is the idle share averaged over the pipeline ranks, which for S
+// equal stages is the textbook (S-1)/(M+S-1), and for p ranks of v equal
+// chunks (p-1)/(vM+p-1) (Megatron's (p-1)/(vM) of the ideal time). A plan
+// whose schedule field names none (which `check` reports) is costed as 1F1B.
 double pipelineBubbleFraction(const proto::Plan &plan) {
   const int S = plan.stages_size();
   const int M = std::max(1, plan.microbatches());
@@ -118,9 +121,9 @@ double pipelineBubbleFraction(const proto::Plan &plan) {
   }
   auto schedule = scheduleFromProto(plan.schedule());
   const double pipe =
-      pipeline::pipelineTime(schedule ? *schedule : pipeline::Schedule::OneFOneB, slots, M).total();
+      pipeline::pipelineTime(schedule ? *schedule : pipeline::Schedule::OneFOneB, slots, M, virtualStages(plan)).total();
   if (pipe <= 0) return 0;
-  return std::clamp(1 - busy / (S * pipe), 0.0, 1.0);
+  return std::clamp(1 - busy / (pipelineRanks(plan) * pipe), 0.0, 1.0);
 }
 
 void printPlanTable(const proto::Plan &plan, std::ostream &os) {
@@ -139,7 +142,11 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
      << " " << c.device().name() << " (" << bytesText(double(c.device().memory_bytes())) << " each)\n";
   os << "planner      " << plan.planner() << "; memory for " << plan.estimates().optimizer() << "\n";
   os << "world size   " << worldSize(plan) << (worldSize(plan) == 1 ? " rank" : " ranks") << " in "
-     << plan.stages_size() << (plan.stages_size() == 1 ? " stage" : " stages") << "\n";
+     << plan.stages_size() << (plan.stages_size() == 1 ? " stage" : " stages")
+     << (virtualStages(plan) > 1 ? ", " + std::to_string(virtualStages(plan)) + " on each of " +
+                                       std::to_string(pipelineRanks(plan)) + " pipeline ranks"
+                                 : std::string())
+     << "\n";
   os << "batch        " << plan.global_batch_size() << " samples per step in " << plan.microbatches()
      << (plan.microbatches() == 1 ? " micro-batch" : " micro-batches") << " of " << microbatchSize(plan)
      << ", schedule " << scheduleName(plan.schedule()) << "\n";
@@ -263,6 +270,8 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
   j["global_batch_size"] = plan.global_batch_size();
   j["microbatches"] = plan.microbatches();
   j["schedule"] = scheduleName(plan.schedule());
+  j["virtual_stages"] = virtualStages(plan); // Note [interleaved 1F1B]
+  j["pipeline_ranks"] = pipelineRanks(plan);
   j["predicted_step_time_s"] = step;
   j["forward_flops_per_sample"] = plan.estimates().forward_flops_per_sample();
   j["training_flops_per_sample"] = plan.estimates().training_flops_per_sample();

@@ -8,11 +8,13 @@
                so is a --trace file that cannot be written, before any step
   optimizer    rannc-exec trains with the optimizer the plan assumed, unless told
   short-data   --data shorter than one step is an error, unless --wrap-data
+  interleaved  --schedule interleaved-1f1b --virtual-stages 2 (issue 28): planned, shown, simulated,
+               checked and trained; what it does not combine with refused by rannc-plan and rannc-exec
   export       `rannc-exec export` of TorchScript and torch.export checkpoints: a state dict that
                load_state_dict(strict=True) accepts (no non-persistent buffers: by itself for
                torch.export, with --drop-keys for TorchScript, whose archive does not record them)
 
-Uses the mlp fixture (models/make_model.py --model mlp); export the gpt one."""
+Uses the mlp fixture (models/make_model.py --model mlp); export and interleaved the gpt one."""
 import os
 import shutil
 import sys
@@ -120,6 +122,53 @@ def case_short_data(env):
            "data shorter than one accumulated step")
     expect(env.mpirun(2, [plan, "--data", short, "--steps", "2", "--wrap-data"]), 0, ["rannc-exec: done"],
            "--wrap-data trains on data shorter than a step")
+
+
+def case_interleaved(env):
+    import json
+    # The GPT: 4 stages need more blocks than the MLP's 3.
+    shutil.copytree(os.path.join(env.args.models, "gpt"), os.path.join(env.dir, "g"),
+                    ignore=shutil.ignore_patterns("reference_*"))
+    env.model, env.data = os.path.join(env.dir, "g", "model.onnx"), os.path.join(env.dir, "g", "data")
+    plan = env.plan(os.path.join(env.dir, "il.pb"),
+                    ["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--microbatches", "4"])
+    one = env.plan(os.path.join(env.dir, "1f1b.pb"), ["--schedule", "1f1b", "--microbatches", "4"])
+    shown = json.loads(expect(run([env.args.plan_tool, "show", plan, "--json"]), 0, [], "show --json"))
+    base = json.loads(run([env.args.plan_tool, "show", one, "--json"]).stdout)
+    if (shown["schedule"], shown["virtual_stages"], shown["num_stages"], shown["world_size"]) != \
+            ("interleaved-1f1b", 2, 4, 2):
+        sys.exit(f"show --json of the interleaved plan: {shown}")
+    if [s["ranks"] for s in shown["stages"]] != [[0], [1], [0], [1]]:
+        sys.exit(f"the chunks are not on ranks 0, 1, 0, 1: {[s['ranks'] for s in shown['stages']]}")
+    if not 0 < shown["predicted_bubble_fraction"] < base["predicted_bubble_fraction"]:
+        sys.exit(f"bubble {shown['predicted_bubble_fraction']} not below 1F1B's {base['predicted_bubble_fraction']}")
+    print(f"ok: bubble {shown['predicted_bubble_fraction']:.4f} against 1F1B's {base['predicted_bubble_fraction']:.4f}")
+    expect(run([env.args.plan_tool, "check", plan]), 0, [], "check of the interleaved plan")
+    trace = os.path.join(env.dir, "il-trace.json")
+    expect(run([env.args.plan_tool, "simulate", plan, "--trace", trace]), 0, ["interleaved-1f1b"], "simulate --trace")
+    with open(trace) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    stages = {(e.get("pid"), (e.get("args") or {}).get("stage")) for e in events if e.get("ph") == "X"}
+    if not {(0, 0), (0, 2), (1, 1), (1, 3)} <= stages:
+        sys.exit(f"the trace does not draw both chunks of both ranks: {sorted(stages, key=str)}")
+    print("ok: the trace draws stages 0 and 2 on rank 0, 1 and 3 on rank 1")
+    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "2"]), 0, ["interleaved-1f1b", "rannc-exec: done"],
+           "rannc-exec trains the interleaved plan")
+    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "1", "--clip-grad-norm", "1"]), 1,
+           ["virtual_stages 2 (interleaved-1f1b) does not yet train with --clip-grad-norm"],
+           "rannc-exec refuses what the interleaved plan does not train with")
+    for extra, needle in ((["--virtual-stages", "2"], "needs --schedule interleaved-1f1b"),
+                          (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--recompute", "on"],
+                           "interleaved-1f1b does not recompute yet"),
+                          (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--microbatches", "1"],
+                           "must be a multiple of 2")):
+        p = run([env.args.plan_tool, env.model, "--gpus", "2", "--device-type", "cpu", "--batch-size", "8",
+                 "--stages", "2", "--replicas", "1", "--profile", "analytic", "-o", os.path.join(env.dir, "x.pb")]
+                + extra)
+        if p.returncode == 0 or needle not in p.stdout + p.stderr:
+            sys.exit(f"rannc-plan {' '.join(extra)}: exit {p.returncode}, expected '{needle}'\n{p.stderr[-2000:]}")
+        print(f"ok: rannc-plan {' '.join(extra)} refused (exit {p.returncode})")
 
 
 def train_and_export(env, plan, ranks, data, name, extra=(), needles=()):

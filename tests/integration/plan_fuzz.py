@@ -6,7 +6,9 @@ Every generated plan is a hand edit of a one-stage plan: random stage
 boundaries at any op, a random replica count per stage (the ranks in order),
 a random micro-batch count that divides the batch and gives every replica a
 sample, a random schedule (GPipe, 1F1B or ZB-H1), and activation recomputation on a
-random third of the stages (not under ZB-H1, which check refuses). Models with BatchNorm get one replica per stage
+random third of the stages (not under ZB-H1, which check refuses). With --schedules INTERLEAVED_1F1B
+the plans are interleaved 1F1B instead (Note [interleaved 1F1B]): p pipeline ranks of 2 chunks each,
+stage k on the ranks of stage k % p, M a multiple of p, no recomputation. Models with BatchNorm get one replica per stage
 and one micro-batch (SPEC: the only layouts where batch statistics are one
 device's). Each plan must pass `rannc-plan check` and train to PyTorch's losses
 and trained parameters (relative 1e-4; reference_sgd*.json and .npz written by
@@ -48,22 +50,31 @@ def base_plan(args, model, batch, work):
     return json.load(open(path))
 
 
-def random_plan(rng, base, model, batch, max_ranks):
+def boundaries_and_replicas(rng, num_ops, stages, groups, max_ranks, batchnorm):
+    """`stages` stages at random op boundaries, and a replica count for each of
+    `groups` rank groups (one per stage, or per interleaved pipeline rank),
+    one each for BatchNorm models; the draws as they always were."""
+    cuts = sorted(rng.sample(range(1, num_ops), stages - 1))
+    replicas = [1] * groups
+    if not batchnorm:
+        for i in rng.sample(range(groups), groups):
+            if sum(replicas) < max_ranks and rng.random() < 0.5:
+                replicas[i] += 1
+    return [0] + cuts + [num_ops], replicas
+
+
+def random_plan(rng, base, model, batch, max_ranks, schedules=("GPIPE", "ONE_F_ONE_B", "ZB_H1")):
+    if schedules == ["INTERLEAVED_1F1B"]:
+        return random_interleaved_plan(rng, base, model, batch, max_ranks)
     plan = json.loads(json.dumps(base))
     num_ops = len(plan["graph"]["ops"])
     batchnorm = model in BATCHNORM_MODELS
     stages = rng.randint(1, min(max_ranks, 4, num_ops))
-    cuts = sorted(rng.sample(range(1, num_ops), stages - 1))
-    bounds = [0] + cuts + [num_ops]
-    replicas = [1] * stages
-    if not batchnorm:
-        for i in rng.sample(range(stages), stages):
-            if sum(replicas) < max_ranks and rng.random() < 0.5:
-                replicas[i] += 1
+    bounds, replicas = boundaries_and_replicas(rng, num_ops, stages, stages, max_ranks, batchnorm)
     widest = max(replicas)
     counts = [m for m in (1, 2, 4) if batch % m == 0 and batch // m >= widest] if not batchnorm else [1]
     microbatches = rng.choice(counts)
-    schedule = rng.choice(["GPIPE", "ONE_F_ONE_B", "ZB_H1"])
+    schedule = rng.choice(list(schedules))
     rank = 0
     plan["stages"] = []
     for s in range(stages):
@@ -82,6 +93,31 @@ def random_plan(rng, base, model, batch, max_ranks):
     desc = (f"{model}: {stages} stage(s) at ops {bounds}, replicas {replicas}, {microbatches} micro-batch(es), "
             f"{plan['schedule']}" + (f", recomputing {recomputing}" if recomputing else ""))
     return plan, rank, desc
+
+
+def random_interleaved_plan(rng, base, model, batch, max_ranks, chunks=2):
+    """p pipeline ranks of `chunks` stages each at random op boundaries, a
+    random replica count per rank, M a multiple of p (Note [interleaved 1F1B])."""
+    plan = json.loads(json.dumps(base))
+    num_ops = len(plan["graph"]["ops"])
+    batchnorm = model in BATCHNORM_MODELS
+    p = 1 if batchnorm else rng.randint(1, min(max_ranks, 2, num_ops // chunks))
+    bounds, replicas = boundaries_and_replicas(rng, num_ops, p * chunks, p, max_ranks, batchnorm)
+    counts = [m for m in (1, 2, 4) if m % p == 0 and batch % m == 0 and batch // m >= max(replicas)]
+    microbatches = 1 if batchnorm else rng.choice(counts)
+    first = [sum(replicas[:r]) for r in range(p)]
+    plan["stages"] = [{"id": s, "ranks": list(range(first[s % p], first[s % p] + replicas[s % p])),
+                       "op_begin": bounds[s], "op_end": bounds[s + 1]} for s in range(p * chunks)]
+    ranks = sum(replicas)
+    plan["cluster"]["devices_per_node"] = ranks
+    plan["microbatches"] = microbatches
+    plan["schedule"] = "INTERLEAVED_1F1B"
+    plan["virtual_stages"] = chunks
+    plan["format_version"] = max(plan.get("format_version", 1), 5)  # Note [plan format versions]
+    plan.pop("estimates", None)
+    desc = (f"{model}: {p} rank(s) x {chunks} chunks at ops {bounds}, replicas {replicas}, "
+            f"{microbatches} micro-batch(es), INTERLEAVED_1F1B")
+    return plan, ranks, desc
 
 
 def train(args, model, plan_path, ranks, ref, work):
@@ -120,6 +156,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-ranks", type=int, default=4)
     ap.add_argument("--tries", type=int, default=20, help="attempts per plan before giving up on a legal one")
+    ap.add_argument("--schedules", default="GPIPE,ONE_F_ONE_B,ZB_H1",
+                    help="the schedules drawn from; INTERLEAVED_1F1B alone draws interleaved plans")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     rng = random.Random(a.seed)
@@ -132,7 +170,7 @@ def main():
         base = base_plan(a, model, ref["batch_size"], a.work)
         plan_path = os.path.join(a.work, f"plan-{i}.json")
         for _ in range(a.tries):
-            plan, ranks, desc = random_plan(rng, base, model, ref["batch_size"], a.max_ranks)
+            plan, ranks, desc = random_plan(rng, base, model, ref["batch_size"], a.max_ranks, a.schedules.split(","))
             json.dump(plan, open(plan_path, "w"))
             p = run([a.plan_tool, "check", plan_path, "--allow-model-outside-plan"])
             if p.returncode == 0:

@@ -101,7 +101,11 @@ Verb addPlan(CLI::App &app, bool planning) {
   app.add_option("--optimizer", flags->optimizer, "optimizer the memory estimate assumes: sgd, momentum, adam, adamw")
       ->check(CLI::IsMember(rannc::cost::optimizerNames()))
       ->capture_default_str();
-  app.add_option("--stages", o->stages, "number of pipeline stages (default: the partitioner chooses)");
+  app.add_option("--stages", o->stages, "number of pipeline stages (default: the partitioner chooses); with "
+                 "--virtual-stages, of pipeline ranks");
+  app.add_option("--virtual-stages", o->virtual_stages,
+                 "chunks (stages) per pipeline rank under --schedule interleaved-1f1b (Megatron-LM's v)")
+      ->capture_default_str();
   app.add_option("--replicas", o->replicas,
                  "data-parallel replicas: one count for every stage, or one per stage, e.g. 2,1,1 "
                  "(default: the partitioner chooses)")

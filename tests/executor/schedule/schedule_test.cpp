@@ -118,6 +118,55 @@ bool runsToCompletion(Schedule kind, int stages, int mb, int batches = 1) {
   return true;
 }
 
+/// runsToCompletion for `ranks` pipeline ranks of `chunks` stages each
+/// (Note [interleaved 1F1B]): receives block until the stage before (its
+/// activations) or after (its gradients) has sent that micro-batch; every
+/// action names its stage, every stage's passes each run once.
+bool interleavedRunsToCompletion(int ranks, int chunks, int mb) {
+  const int stages = ranks * chunks;
+  std::vector<std::vector<Action>> lists;
+  for (int r = 0; r < ranks; ++r) lists.push_back(buildRank(Schedule::Interleaved1F1B, r, ranks, chunks, mb));
+  std::vector<size_t> pc(ranks, 0);
+  std::set<std::pair<int, int>> acts, grads, forwarded, backwarded; // (stage, micro-batch)
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < ranks; ++r)
+      while (pc[r] < lists[r].size()) {
+        const Action &a = lists[r][pc[r]];
+        const bool pass = a.kind != ActionKind::AllReduce && a.kind != ActionKind::OptimizerStep;
+        if (pass && (a.stage < 0 || a.stage % ranks != r)) return false; // not one of this rank's stages
+        const std::pair<int, int> at{a.stage, a.microbatch};
+        if (a.kind == ActionKind::RecvActivations && !acts.count(at)) break;
+        if (a.kind == ActionKind::RecvGradients && !grads.count(at)) break;
+        if (a.kind == ActionKind::Forward && !forwarded.insert(at).second) return false;
+        if (a.kind == ActionKind::Backward && (!forwarded.count(at) || !backwarded.insert(at).second)) return false;
+        if (a.kind == ActionKind::SendActivations) acts.insert({a.stage + 1, a.microbatch});
+        if (a.kind == ActionKind::SendGradients) grads.insert({a.stage - 1, a.microbatch});
+        ++pc[r];
+        progress = true;
+      }
+  }
+  for (int r = 0; r < ranks; ++r)
+    if (pc[r] != lists[r].size()) return false;
+  return int(forwarded.size()) == stages * mb && int(backwarded.size()) == stages * mb;
+}
+
+TEST(Interleaved, EachRankRunsItsChunksStagesWithTheirTransfersAndNeverDeadlocks) {
+  // 2 ranks of 2 chunks, M = 2: rank 0 runs stages 0 and 2, the first
+  // receiving nothing, the boundary 1 -> 2 a transfer like any other.
+  EXPECT_EQ(str(buildRank(Schedule::Interleaved1F1B, 0, 2, 2, 2)),
+            "forward(0)@0 send-act(0)@0 forward(1)@0 send-act(1)@0 recv-act(0)@2 forward(0)@2 send-act(0)@2 "
+            "recv-act(1)@2 forward(1)@2 send-act(1)@2 recv-grad(0)@2 backward(0)@2 send-grad(0)@2 "
+            "recv-grad(1)@2 backward(1)@2 send-grad(1)@2 recv-grad(0)@0 backward(0)@0 recv-grad(1)@0 "
+            "backward(1)@0 all-reduce optimizer-step\n");
+  EXPECT_EQ(buildRank(Schedule::OneFOneB, 1, 3, 1, 4), build(Schedule::OneFOneB, 1, 3, 4));
+  for (int ranks = 1; ranks <= 4; ++ranks)
+    for (int chunks = 2; chunks <= 3; ++chunks)
+      for (int mb = ranks; mb <= 3 * ranks; mb += ranks)
+        EXPECT_TRUE(interleavedRunsToCompletion(ranks, chunks, mb)) << ranks << " " << chunks << " " << mb;
+}
+
 TEST(Schedules, NeverDeadlock) {
   for (Schedule kind : pipeline::kSchedules)
     for (int stages = 1; stages <= 5; ++stages)

@@ -75,8 +75,9 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   ASSERT_TRUE(finishPlanOptions(flags, o).ok());
   EXPECT_EQ(o.schedule, pipeline::Schedule::OneFOneB);
   flags.schedule = "zb";
-  EXPECT_EQ(finishPlanOptions(flags, o).message(), "--schedule must be gpipe, 1f1b or zb-h1 (got 'zb')");
-  EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b", "zb-h1"}));
+  EXPECT_EQ(finishPlanOptions(flags, o).message(),
+            "--schedule must be gpipe, 1f1b, zb-h1 or interleaved-1f1b (got 'zb')");
+  EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}));
 }
 
 TEST(PlanOptions, TensorParallelLikeReplicas) {

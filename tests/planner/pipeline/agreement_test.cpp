@@ -9,7 +9,11 @@
 // - the micro-batches a stage holds at once in the action list and in the
 //   timeline are the count evaluate()'s memory model charges;
 // - `rannc-plan show`'s bubble fraction comes from the same pipeline time.
-// Changing any one of them alone breaks one of these.
+// Changing any one of them alone breaks one of these. Interleaved 1F1B (v
+// chunks on each of p ranks) is checked the same way rank by rank, against
+// the executor's per-rank action lists (schedule::buildRank), with its closed
+// form exact on equal stages (Note [interleaved 1F1B]); rannc-exec does not
+// run them yet.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,7 +37,9 @@ constexpr int kMaxMicrobatches = 8;
 /// S one-block stages on one device each. Equal stages move nothing between
 /// them (the slots are then equal too); varied ones differ in compute, cut
 /// sizes and links, and stage 1 has two replicas (an all-reduce).
-std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedule, int S, int M, bool equal) {
+std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedule, int S, int M, bool equal,
+                                                                int virtual_stages = 1) {
+  const int P = S / virtual_stages; // pipeline ranks: stage s runs on those of s % P
   partition::Problem p;
   for (int s = 0; s < S; ++s) {
     partition::Block b;
@@ -55,7 +61,8 @@ std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedul
   partition::Solution sol;
   sol.microbatches = M;
   sol.schedule = schedule;
-  for (int s = 0; s < S; ++s) sol.stages.push_back({s, s + 1, !equal && s == 1 ? 2 : 1});
+  sol.virtual_stages = virtual_stages;
+  for (int s = 0; s < S; ++s) sol.stages.push_back({s, s + 1, !equal && s % P == 1 ? 2 : 1});
   return {p, sol};
 }
 
@@ -114,7 +121,7 @@ proto::Plan planOf(const partition::Solution &sol, const partition::Evaluation &
 TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
   int exact_cases = 0;
   for (Schedule schedule : pipeline::kSchedules)
-    for (int S = 1; S <= kMaxStages; ++S)
+    for (int S = 1; S <= kMaxStages && !pipeline::interleaves(schedule); ++S) // interleaved: below
       for (int M = 1; M <= kMaxMicrobatches; ++M)
         for (bool equal : {true, false}) {
           const std::string where = std::string(pipeline::scheduleName(schedule)) + " S=" + std::to_string(S) +
@@ -149,6 +156,114 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
   // GPipe and 1F1B x 6 x 8 equal cases, GPipe's 48 varied ones, 1F1B's 6
   // varied ones with M = 1, ZB-H1's equal ones with M >= S: 8+7+6+5+4+3 = 33.
   EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6 + 33);
+}
+
+/// "F0@2 B1@0 ": one rank's forwards and backwards with their stages, on the timeline.
+std::string timelineStagePasses(const partition::Simulation &sim, int rank) {
+  std::string out;
+  for (const partition::TimelineEvent &e : sim.timeline)
+    if (e.rank == rank && (e.kind == partition::EventKind::Forward || e.kind == partition::EventKind::Backward))
+      out += (e.kind == partition::EventKind::Forward ? "F" : "B") + std::to_string(e.microbatch) + "@" +
+             std::to_string(e.stage) + " ";
+  return out;
+}
+
+/// The most micro-batches of stage `stage` between forward and backward at once on the timeline.
+int timelineStageInFlight(const partition::Simulation &sim, int rank, int stage) {
+  int alive = 0, peak = 0;
+  for (const partition::TimelineEvent &e : sim.timeline) {
+    if (e.rank != rank || e.stage != stage) continue;
+    if (e.kind == partition::EventKind::Forward) peak = std::max(peak, ++alive);
+    if (e.kind == partition::EventKind::Backward) --alive;
+  }
+  return peak;
+}
+
+TEST(PipelineAgreement, InterleavedRankOrderSimulatorClosedFormAndMemoryModel) {
+  int exact_cases = 0, cases = 0;
+  for (int P = 1; P <= 4; ++P)
+    for (int v = 2; v <= 3; ++v)
+      for (int M = P; M <= kMaxMicrobatches; M += P)
+        for (bool equal : {true, false}) {
+          const int S = P * v;
+          const std::string where = "interleaved-1f1b p=" + std::to_string(P) + " v=" + std::to_string(v) +
+                                    " M=" + std::to_string(M) + (equal ? " equal" : " varied") + " stages";
+          auto [p, sol] = pipelineCase(Schedule::Interleaved1F1B, S, M, equal, v);
+          p.devices.count = S + 1;
+          const partition::Evaluation ev = partition::evaluate(p, sol);
+          ASSERT_TRUE(ev.feasible()) << where << ": " << ev.violations.front();
+          auto sim = partition::simulate(p, sol);
+          ASSERT_TRUE(sim.ok()) << where << ": " << sim.error().message;
+          ++cases;
+          for (int u = 0; u < P; ++u) {
+            const int rank = sol.firstRank(u);
+            // The executor's action list for the rank runs the timeline's passes, stage by stage.
+            std::string order;
+            const std::vector<schedule::Action> actions = schedule::buildRank(Schedule::Interleaved1F1B, u, P, v, M);
+            for (const schedule::Action &act : actions)
+              if (act.kind == schedule::ActionKind::Forward || act.kind == schedule::ActionKind::Backward)
+                order += (act.kind == schedule::ActionKind::Forward ? "F" : "B") + std::to_string(act.microbatch) +
+                         "@" + std::to_string(act.stage) + " ";
+            EXPECT_EQ(order, timelineStagePasses(*sim, rank)) << where << ", rank " << u;
+            EXPECT_EQ(schedule::peakMicrobatchesInFlight(actions),
+                      pipeline::rankMicrobatchesInFlight(Schedule::Interleaved1F1B, u, P, v, M))
+                << where << ", rank " << u;
+            // The rank's peak over its chunks, in closed form, and each chunk's, as evaluate() charges it.
+            EXPECT_EQ(timelineInFlight(*sim, rank, false),
+                      pipeline::rankMicrobatchesInFlight(Schedule::Interleaved1F1B, u, P, v, M))
+                << where << ", rank " << u;
+            for (int s = u; s < S; s += P) {
+              EXPECT_EQ(sol.firstRank(s), rank) << where << ", stage " << s;
+              EXPECT_EQ(timelineStageInFlight(*sim, rank, s), ev.stages[s].inflight) << where << ", stage " << s;
+            }
+          }
+          if (equal) { // v M (f+b) + (p-1)(f+b), the replay exactly
+            const double fb = ev.stages[0].forwardSlot() + ev.stages[0].backwardSlot();
+            EXPECT_NEAR(ev.step_time_s, (v * M + P - 1) * fb, 1e-9 * ev.step_time_s) << where;
+            EXPECT_NEAR(sim->step_time_s, ev.step_time_s, 1e-9 * ev.step_time_s) << where;
+            ++exact_cases;
+          }
+          double busy = 0;
+          for (const partition::StageCost &c : ev.stages) busy += M * (c.forwardSlot() + c.backwardSlot());
+          proto::Plan plan = planOf(sol, ev);
+          plan.set_virtual_stages(v);
+          const double pipe = ev.fill_drain_s + ev.steady_s;
+          EXPECT_NEAR(plan::pipelineBubbleFraction(plan), 1 - busy / (P * pipe), 1e-12) << where;
+          if (equal) {
+            EXPECT_NEAR(plan::pipelineBubbleFraction(plan), (P - 1.0) / (v * M + P - 1), 1e-9) << where;
+          }
+        }
+  // p = 1: M 1..8, p = 2: 2,4,6,8, p = 3: 3,6, p = 4: 4,8: 16 per v and kind, v = 2, 3.
+  EXPECT_EQ(cases, 2 * 2 * 16);
+  EXPECT_EQ(exact_cases, 2 * 16);
+}
+
+TEST(PipelineAgreement, InterleavedChunksShareTheirRanksMemoryAndRefuseWhatTheyDoNotRun) {
+  auto [p, sol] = pipelineCase(Schedule::Interleaved1F1B, 4, 4, true, 2);
+  partition::Evaluation ev = partition::evaluate(p, sol);
+  ASSERT_TRUE(ev.feasible());
+  EXPECT_EQ(sol.devicesUsed(), 2);
+  // A rank holds both its chunks: the peak is a rank's sum, not a stage's.
+  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes,
+                   std::max(ev.stages[0].memory.total() + ev.stages[2].memory.total(),
+                            ev.stages[1].memory.total() + ev.stages[3].memory.total()));
+  p.devices.memory_bytes = ev.peak_memory_bytes * 0.99;
+  ev = partition::evaluate(p, sol);
+  ASSERT_FALSE(ev.feasible());
+  EXPECT_NE(ev.violations.front().find("pipeline rank 0 (stages 0, 2) needs"), std::string::npos)
+      << ev.violations.front();
+  p.devices.memory_bytes = 1e15;
+  sol.stages[1].recompute = true;
+  ev = partition::evaluate(p, sol);
+  ASSERT_FALSE(ev.feasible());
+  EXPECT_NE(ev.violations.front().find("stage 1 recomputes under interleaved-1f1b"), std::string::npos)
+      << ev.violations.front();
+  sol.stages[1].recompute = false;
+  sol.microbatches = 3; // not a multiple of the 2 ranks
+  EXPECT_FALSE(partition::evaluate(p, sol).well_formed);
+  sol.microbatches = 4;
+  sol.stages[3].replicas = 2; // stage 3 runs on stage 1's one device
+  EXPECT_FALSE(partition::evaluate(p, sol).well_formed);
 }
 
 } // namespace

@@ -25,15 +25,16 @@ TEST(Schedule, NamesParseBack) {
   EXPECT_STREQ(scheduleName(Schedule::GPipe), "gpipe");
   EXPECT_STREQ(scheduleName(Schedule::OneFOneB), "1f1b");
   EXPECT_STREQ(scheduleName(Schedule::ZBH1), "zb-h1");
+  EXPECT_STREQ(scheduleName(Schedule::Interleaved1F1B), "interleaved-1f1b");
   auto bad = parseSchedule("1F1B");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().message, "must be gpipe, 1f1b or zb-h1 (got '1F1B')");
+  EXPECT_EQ(bad.error().message, "must be gpipe, 1f1b, zb-h1 or interleaved-1f1b (got '1F1B')");
   EXPECT_FALSE(parseSchedule("").ok());
 }
 
 TEST(Schedule, ChoicesJoinEveryName) {
-  EXPECT_EQ(scheduleChoices(), "gpipe, 1f1b or zb-h1");
-  EXPECT_EQ(scheduleChoices([](Schedule s) { return s == Schedule::GPipe ? "G" : "O"; }), "G, O or O");
+  EXPECT_EQ(scheduleChoices(), "gpipe, 1f1b, zb-h1 or interleaved-1f1b");
+  EXPECT_EQ(scheduleChoices([](Schedule s) { return s == Schedule::GPipe ? "G" : "O"; }), "G, O, O or O");
 }
 
 TEST(StageOrder, GPipeAndOneFOneB) {
@@ -95,6 +96,81 @@ TEST(StageOrder, EveryMicrobatchOnceEachWayForwardFirstAndInFlightIsItsPeak) {
         }
 }
 
+/// "F0.1 B2.0 ": the passes with their chunks.
+std::string chunked(const std::vector<Pass> &order) {
+  std::string s;
+  for (const Pass &p : order)
+    s += (p.forward ? "F" : "B") + std::to_string(p.microbatch) + "." + std::to_string(p.chunk) + " ";
+  return s;
+}
+
+TEST(RankOrder, InterleavedIsMegatronsOrder) {
+  // p = 2 ranks, v = 2 chunks, M = 4: rank 0 warms up with 2 (p-1) + (v-1) p = 4
+  // forwards, groups of p = 2 micro-batches through chunk 0, then chunk 1;
+  // backwards start at the last chunk.
+  EXPECT_EQ(chunked(rankOrder(Schedule::Interleaved1F1B, 0, 2, 2, 4)),
+            "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0 ");
+  // Rank 1 (the last): (v-1) p = 2 forwards of warm-up.
+  EXPECT_EQ(chunked(rankOrder(Schedule::Interleaved1F1B, 1, 2, 2, 4)),
+            "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0 ");
+  // One chunk: 1F1B's order, and every other schedule's own order.
+  for (Schedule s : kSchedules)
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(rankOrder(s, r, 3, 1, 5), stageOrder(s, r, 3, 5)) << scheduleName(s);
+  EXPECT_EQ(stageOrder(Schedule::Interleaved1F1B, 1, 3, 5), stageOrder(Schedule::OneFOneB, 1, 3, 5));
+}
+
+TEST(RankOrder, InterleavedRunsEveryChunkPassOnceAndItsPeaksAreTheClosedForms) {
+  for (int p = 1; p <= 5; ++p)
+    for (int v = 2; v <= 4; ++v)
+      for (int M = p; M <= 4 * p; M += p)
+        for (int r = 0; r < p; ++r) {
+          const std::string where = "p=" + std::to_string(p) + " v=" + std::to_string(v) + " M=" +
+                                    std::to_string(M) + " rank " + std::to_string(r);
+          std::vector<std::vector<int>> fwd(v, std::vector<int>(M, 0)), bwd = fwd;
+          std::vector<int> alive(v, 0), peak(v, 0);
+          int total = 0, total_peak = 0;
+          for (const Pass &pass : rankOrder(Schedule::Interleaved1F1B, r, p, v, M)) {
+            ASSERT_TRUE(pass.chunk >= 0 && pass.chunk < v && pass.microbatch >= 0 && pass.microbatch < M) << where;
+            ASSERT_FALSE(pass.weight);
+            const int c = pass.chunk;
+            if (pass.forward) {
+              ++fwd[c][pass.microbatch];
+              peak[c] = std::max(peak[c], ++alive[c]);
+              total_peak = std::max(total_peak, ++total);
+            } else {
+              EXPECT_EQ(fwd[c][pass.microbatch], 1) << where << ": backward before forward";
+              ++bwd[c][pass.microbatch];
+              --alive[c];
+              --total;
+            }
+          }
+          EXPECT_EQ(fwd, std::vector<std::vector<int>>(v, std::vector<int>(M, 1))) << where;
+          EXPECT_EQ(bwd, fwd) << where;
+          // Megatron's warm-up plus one, in closed form, is the order's peak.
+          EXPECT_EQ(rankMicrobatchesInFlight(Schedule::Interleaved1F1B, r, p, v, M), total_peak) << where;
+          EXPECT_EQ(total_peak, std::min(v * M, 2 * (p - r - 1) + (v - 1) * p + 1)) << where;
+          for (int c = 0; c < v; ++c)
+            EXPECT_EQ(microbatchesInFlight(Schedule::Interleaved1F1B, c * p + r, p * v, M, v), peak[c]) << where;
+          // Each chunk's own peak summed (what evaluate() charges a rank) bounds the rank's.
+          int sum = 0;
+          for (int c = 0; c < v; ++c) sum += peak[c];
+          EXPECT_GE(sum, total_peak) << where;
+        }
+}
+
+TEST(Interleaving, WhatItRefuses) {
+  EXPECT_EQ(interleavingProblem(Schedule::Interleaved1F1B, 4, 2, 8), "");
+  EXPECT_EQ(interleavingProblem(Schedule::OneFOneB, 4, 1, 6), "");
+  EXPECT_EQ(interleavingProblem(Schedule::Interleaved1F1B, 4, 2, 6),
+            "interleaved-1f1b sends micro-batches through the chunks in groups of the 4 pipeline ranks "
+            "(Megatron-LM's schedule): the micro-batch count 6 must be a multiple of 4");
+  EXPECT_EQ(interleavingProblem(Schedule::ZBH1, 2, 2, 4),
+            "zb-h1 runs one stage per rank: --virtual-stages 2 needs --schedule interleaved-1f1b");
+  EXPECT_NE(interleavingProblem(Schedule::Interleaved1F1B, 2, 0, 4), "");
+  EXPECT_TRUE(interleaves(Schedule::Interleaved1F1B));
+  EXPECT_FALSE(interleaves(Schedule::OneFOneB));
+}
+
 TEST(PipelineTime, HandComputed) {
   // F = (1, 3, 2), G = (2, 2, 4), M = 4.
   const std::vector<StageSlots> slots{{1, 2}, {3, 2}, {2, 4}};
@@ -126,6 +202,18 @@ TEST(PipelineTime, HandComputed) {
   EXPECT_DOUBLE_EQ(pipelineTime(Schedule::OneFOneB, equal, 8).total(), 33);
   // Ties go to the first stage.
   EXPECT_EQ(pipelineTime(Schedule::OneFOneB, {{1, 1}, {0.5, 1.5}}, 2).bottleneck_stage, 0);
+  // Interleaved, p = 2 ranks of v = 2 chunks, f = 1, b = 2, M = 4:
+  // v M (f+b) + (p-1)(f+b) = 24 + 3 = 27, where 1F1B over the same two ranks
+  // (F = 2, B = 4 each) takes 4 x 6 + 1 x 6 = 30: the bubble 6 / 2 = 3.
+  const std::vector<StageSlots> chunks(4, StageSlots{1, 2});
+  PipelineTime il = pipelineTime(Schedule::Interleaved1F1B, chunks, 4, 2);
+  EXPECT_DOUBLE_EQ(il.total(), 27);
+  EXPECT_DOUBLE_EQ(pipelineTime(Schedule::OneFOneB, std::vector<StageSlots>(2, StageSlots{2, 4}), 4).total(), 30);
+  // Unequal: ranks' T = (1+2) + (2+2) = 7 and (3+2) + (1+1) = 7 (rank 0 first);
+  // M T + (sum 14 - T) / v = 4 x 7 + 7 / 2 = 31.5.
+  PipelineTime uneven = pipelineTime(Schedule::Interleaved1F1B, {{1, 2}, {3, 2}, {2, 2}, {1, 1}}, 4, 2);
+  EXPECT_DOUBLE_EQ(uneven.total(), 31.5);
+  EXPECT_EQ(uneven.bottleneck_stage, 0);
 }
 
 } // namespace

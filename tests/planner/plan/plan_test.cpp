@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "planner/driver/options.h"
 #include "planner/driver/planner.h"
 #include "planner/import/model_format.h"
 #include "planner/plan/plan.h"
@@ -99,6 +100,74 @@ TEST(Plan, StructuralProblemsNameTheField) {
   EXPECT_NE(all.find("microbatches: 3 does not divide global_batch_size 8"), std::string::npos) << all;
 }
 
+/// The GPT on 2 pipeline ranks under `schedule`, 4 micro-batches, v chunks each.
+Expected<proto::Plan> pipelinedGpt(pipeline::Schedule schedule, int virtual_stages) {
+  planner::PlanOptions o;
+  o.model = gptPath();
+  o.gpus = 2;
+  o.device_type = "cpu";
+  o.batch_size = 8;
+  o.microbatches = 4;
+  o.stages = 2;
+  o.virtual_stages = virtual_stages;
+  o.replicas = {1};
+  o.schedule = schedule;
+  o.profile = "analytic";
+  std::ostringstream log;
+  return planner::makePlan(o, log);
+}
+
+TEST(Plan, InterleavedPlanPutsTwoChunksOnEachRankAndShowsItsBubble) {
+  auto il = pipelinedGpt(pipeline::Schedule::Interleaved1F1B, 2);
+  ASSERT_TRUE(il.ok()) << il.error().message;
+  auto one = pipelinedGpt(pipeline::Schedule::OneFOneB, 1);
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  EXPECT_TRUE(structuralProblems(*il).empty()) << structuralProblems(*il).front();
+  EXPECT_EQ(il->virtual_stages(), 2);
+  EXPECT_EQ(il->format_version(), 5u); // Note [plan format versions]
+  ASSERT_EQ(il->stages_size(), 4);
+  EXPECT_EQ(worldSize(*il), 2);
+  for (int s = 0; s < 4; ++s)
+    EXPECT_EQ(std::vector<int>(il->stages(s).ranks().begin(), il->stages(s).ranks().end()), std::vector<int>{s % 2});
+  std::ostringstream json;
+  printPlanJson(*il, json);
+  const auto j = nlohmann::json::parse(json.str());
+  EXPECT_EQ(j["schedule"], "interleaved-1f1b");
+  EXPECT_EQ(j["virtual_stages"], 2);
+  EXPECT_EQ(j["pipeline_ranks"], 2);
+  EXPECT_EQ(j["world_size"], 2);
+  // The bubble shrinks from 1F1B's on the same two ranks (about (p-1)/(M+p-1)
+  // = 1/5 there, (p-1)/(vM+p-1) = 1/9 interleaved when the chunks balance).
+  EXPECT_LT(pipelineBubbleFraction(*il), pipelineBubbleFraction(*one));
+  EXPECT_GT(pipelineBubbleFraction(*il), 0.0);
+  // A hand edit that puts a chunk on other ranks, or M that p does not divide, is refused.
+  proto::Plan bad = *il;
+  bad.mutable_stages(2)->set_ranks(0, 1);
+  bad.set_microbatches(1);
+  std::string all;
+  for (const auto &p : structuralProblems(bad)) all += p + "\n";
+  EXPECT_NE(all.find("stages[2].ranks: under virtual_stages 2 stage 2 runs on the ranks of stage 0"),
+            std::string::npos) << all;
+  EXPECT_NE(all.find("the micro-batch count 1 must be a multiple of 2"), std::string::npos) << all;
+  // What it does not run yet is refused at plan time.
+  planner::PlanOptions o;
+  o.schedule = pipeline::Schedule::Interleaved1F1B;
+  o.stages = 2;
+  planner::PlanFlags flags;
+  flags.schedule = "interleaved-1f1b";
+  o.virtual_stages = 1;
+  EXPECT_FALSE(planner::finishPlanOptions(flags, o).ok());
+  o.virtual_stages = 2;
+  flags.recompute = "on";
+  auto refused = planner::finishPlanOptions(flags, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.message(), "--recompute on: interleaved-1f1b does not recompute yet");
+  flags.recompute = "auto";
+  EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
+  flags.schedule = "1f1b";
+  EXPECT_FALSE(planner::finishPlanOptions(flags, o).ok()); // chunks without the schedule that runs them
+}
+
 TEST(Plan, ScheduleFieldConvertsBothWays) {
   for (pipeline::Schedule s : pipeline::kSchedules) {
     auto back = scheduleFromProto(scheduleToProto(s));
@@ -110,7 +179,7 @@ TEST(Plan, ScheduleFieldConvertsBothWays) {
   EXPECT_EQ(scheduleToProto(pipeline::Schedule::OneFOneB), proto::ONE_F_ONE_B);
   auto none = scheduleFromProto(proto::SCHEDULE_UNSPECIFIED);
   ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.error().message, "schedule: must be GPIPE, ONE_F_ONE_B or ZB_H1");
+  EXPECT_EQ(none.error().message, "schedule: must be GPIPE, ONE_F_ONE_B, ZB_H1 or INTERLEAVED_1F1B");
   EXPECT_STREQ(scheduleName(proto::SCHEDULE_UNSPECIFIED), "unspecified");
   proto::Plan p = gptPlan(2);
   p.set_schedule(proto::SCHEDULE_UNSPECIFIED);
