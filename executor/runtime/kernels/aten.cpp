@@ -35,6 +35,7 @@ std::shared_ptr<torch::jit::Operator> findOperator(const ir::Node &n) {
   static std::unordered_map<std::string, std::shared_ptr<torch::jit::Operator>> cache;
   const std::string &overload = attr<std::string>(n, args::kOverload);
   const std::string key = n.op_type + "." + overload;
+  registerLibraryOps();
   std::lock_guard<std::mutex> lock(mu);
   auto &op = cache[key];
   if (!op) op = torch::jit::findOperatorFor(c10::OperatorName(n.op_type, overload));
