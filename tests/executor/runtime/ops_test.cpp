@@ -592,6 +592,25 @@ TEST(OpsTest, TransformersGroupedMmFallbackMatchesItsDefinition) {
   EXPECT_NE(errorOf([&] { runOp(groupedMmNode(), {x, w, torch::tensor({2, 2, 5, 8})}, 17); }), "");
 }
 
+// Note [view of a relaid tensor]: aten::view of a tensor laid out otherwise
+// than at export (transposed here) gives the values view gives on the
+// contiguous one, and stays an alias where view works.
+TEST(OpsTest, AtenViewOfATransposedTensor) {
+  namespace aa = ir::aten_args;
+  Tensor x = torch::arange(24, torch::kFloat).reshape({2, 3, 4});
+  ir::Node n = makeNode("aten::view", {x}, {}, 1);
+  n.domain = std::string(ir::kAtenDomain);
+  n.attrs[aa::kOverload] = std::string();
+  n.attrs[aa::kNargs] = int64_t(2);
+  n.attrs[aa::kindKey(0)] = aa::kTensor;
+  n.attrs[aa::kindKey(1)] = aa::kConstInts;
+  n.attrs[aa::valueKey(1)] = std::vector<int64_t>{3, 8};
+  Tensor t = x.transpose(0, 1); // [3, 2, 4], not viewable as [3, 8]
+  EXPECT_TRUE(torch::equal(runOp(n, {t}, 17)[0], t.contiguous().view({3, 8})));
+  Tensor y = torch::arange(24, torch::kFloat).reshape({3, 2, 4});
+  EXPECT_EQ(runOp(n, {y}, 17)[0].data_ptr(), y.data_ptr()); // an alias where view works
+}
+
 Tensor gradOf(const Tensor &y, const Tensor &x) {
   torch::manual_seed(1);
   Tensor loss = (y * torch::randn(y.sizes(), y.options())).sum();
