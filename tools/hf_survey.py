@@ -166,15 +166,9 @@ def make_data(family, rng):
     return out
 
 
-def child(family, folder):
-    """Builds, trains (PyTorch) and exports one family into `folder`."""
-    import numpy as np
-    import torch
+def with_loss(net):
+    """`net` as the survey trains and exports it: forward returns the family's own loss."""
     import torch.nn as nn
-    torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
-    cfg = small_config(family)
-    net = model_class(family)(cfg)
 
     class WithLoss(nn.Module):
         def __init__(self, net):
@@ -184,7 +178,17 @@ def child(family, folder):
         def forward(self, input_ids, attention_mask, labels):
             return self.net(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
 
-    model = WithLoss(net).train()
+    return WithLoss(net)
+
+
+def child(family, folder):
+    """Builds, trains (PyTorch) and exports one family into `folder`."""
+    import numpy as np
+    import torch
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    cfg = small_config(family)
+    model = with_loss(model_class(family)(cfg)).train()
     names = ["input_ids", "attention_mask", "labels"]
     data = make_data(family, np.random.RandomState(1))
     initial = copy.deepcopy(model.state_dict())
@@ -206,6 +210,8 @@ def main():
     ap.add_argument("--named", action="store_true", help="only the families issue 26 names")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--timeout", type=int, default=600)
+    ap.add_argument("--microbatches", type=int, default=2, help="micro-batches of the 2-stage plans (the survey's "
+                    "table: 2); 1 separates a model's sensitivity to reassociation from rannc's")
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--rows", help="resume: a JSON-lines file of rows; families with rows in it are skipped, new "
@@ -230,10 +236,11 @@ def main():
             os.makedirs(folder)
             rows += sc.case_rows("family", fam, folder,
                                  [sys.executable, __file__, "--steps", str(a.steps), "--child", fam, folder],
-                                 a.build, a.mpirun, a.timeout, rows_file=kept)
+                                 a.build, a.mpirun, a.timeout, rows_file=kept, microbatches=a.microbatches)
     if kept:
         rows = kept.ordered(names)
-    sc.print_table(rows, "family", len(names), "families", a.steps)
+    sc.print_table(rows, "family", len(names), "families", a.steps,
+                   layout=f"2 stages, {a.microbatches} micro-batch{'es' if a.microbatches != 1 else ''}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

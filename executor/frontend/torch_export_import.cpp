@@ -64,23 +64,31 @@ std::vector<double> exportFloats(const json &v) {
 // LibTorch runs the graph at the data's length. The audit warns of it.
 
 /// "torch.ops.aten.linear.default" -> ("aten::linear", ""); sym-int Python
-/// operators to their ATen int forms.
+/// operators (shape arithmetic and comparisons) to their ATen int forms; the
+/// library custom ops rannc registers (Note [library custom ops]) under
+/// their own namespace, "transformers::grouped_mm_fallback".
 std::optional<std::pair<std::string, std::string>> operatorName(const std::string &target) {
   static const std::map<std::string, std::pair<std::string, std::string>> kPython = {
       {"_operator.add", {"aten::add", "int"}},           {"_operator.sub", {"aten::sub", "int"}},
       {"_operator.mul", {"aten::mul", "int"}},           {"_operator.floordiv", {"aten::floordiv", "int"}},
       {"_operator.mod", {"aten::remainder", "int"}},     {"_operator.neg", {"aten::neg", "int"}},
+      {"_operator.eq", {"aten::eq", "int"}},             {"_operator.ne", {"aten::ne", "int"}},
+      {"_operator.lt", {"aten::lt", "int"}},             {"_operator.le", {"aten::le", "int"}},
+      {"_operator.gt", {"aten::gt", "int"}},             {"_operator.ge", {"aten::ge", "int"}},
       {"torch.ops.aten.sym_size.int", {"aten::size", "int"}},
       {"torch.ops.aten.sym_numel.default", {"aten::numel", ""}}};
   if (auto it = kPython.find(target); it != kPython.end()) return it->second;
-  const std::string prefix = "torch.ops.aten.";
-  if (target.rfind(prefix, 0) != 0) return std::nullopt;
-  const std::string rest = target.substr(prefix.size());
-  const auto dot = rest.rfind('.');
-  if (dot == std::string::npos) return std::nullopt;
-  std::string overload = rest.substr(dot + 1);
-  if (overload == "default") overload.clear();
-  return std::make_pair("aten::" + rest.substr(0, dot), overload);
+  for (const std::string ns : {"aten", "transformers"}) {
+    const std::string prefix = "torch.ops." + ns + ".";
+    if (target.rfind(prefix, 0) != 0) continue;
+    const std::string rest = target.substr(prefix.size());
+    const auto dot = rest.rfind('.');
+    if (dot == std::string::npos) return std::nullopt;
+    std::string overload = rest.substr(dot + 1);
+    if (overload == "default") overload.clear();
+    return std::make_pair(ns + "::" + rest.substr(0, dot), overload);
+  }
+  return std::nullopt;
 }
 
 /// Runtime checks the exporter inserts; they compute nothing the loss needs.
@@ -593,8 +601,9 @@ private:
     if (target.rfind("torch.ops.higher_order.", 0) == 0) return lowerRegion(n, target, here);
     auto op = operatorName(target);
     if (!op)
-      return fail(here + " is not an ATen operator (higher-order ops such as torch.cond, and custom ops, are not "
-                         "lowered)");
+      return fail(here + " is not an ATen operator (higher-order ops such as torch.cond, and custom ops other than "
+                         "transformers' grouped_mm_fallback, are not lowered)");
+    runtime::registerLibraryOps();
     std::shared_ptr<torch::jit::Operator> jop = torch::jit::findOperatorFor(c10::OperatorName(op->first, op->second));
     if (!jop) return fail(here + ": this LibTorch (" + std::string(TORCH_VERSION) + ") has no operator " + op->first +
                           (op->second.empty() ? "" : "." + op->second));

@@ -29,6 +29,11 @@ std::vector<torch::Tensor> runOp(const ir::Node &node, const std::vector<torch::
 /// torch.export graph, Note [torchscript lowering]); runOp hands such nodes here.
 std::vector<torch::Tensor> runAtenOp(const ir::Node &node, const std::vector<torch::Tensor> &inputs);
 
+/// Registers the model libraries' custom operators rannc runs
+/// (Note [library custom ops], kernels/library_ops.cpp) with LibTorch's
+/// dispatcher, once; call before looking an operator up by name.
+void registerLibraryOps();
+
 /// The op types that have a kernel (sorted), to check against ir::supportedOps().
 std::vector<std::string> kernelOpTypes();
 

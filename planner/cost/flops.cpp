@@ -147,6 +147,9 @@ std::optional<Entry> ruleFor(const ir::Node &n) {
   if (ir::isRannc(n)) return Entry{Rule::kHost}; // collectives: communication, no arithmetic
   if (ir::isAten(n)) {
     if (op.rfind("prim::", 0) == 0) return Entry{Rule::kHost};
+    // transformers' expert matmul (Note [library custom ops]): every row of
+    // input [S, K] times one expert's [K, N], the product of input and output.
+    if (op == "transformers::grouped_mm_fallback") return Entry{Rule::kMatMul, 0};
     if (op.rfind("aten::", 0) != 0) return std::nullopt;
     // aten::add.int and friends compute sizes on the host (torch.export's sym ints).
     if (auto it = n.attrs.find("overload"); it != n.attrs.end())

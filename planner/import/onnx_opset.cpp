@@ -8,6 +8,8 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "planner/import/onnx_import.h"
 
@@ -29,7 +31,8 @@ namespace rannc::import {
 //   - SplitToSequence + SequenceAt (the unoptimized export of torch.split) with
 //     constant indices become one Slice per element;
 //   - Gelu (20) is new: it keeps its name in a private domain whose schema
-//     (elementwise, attribute `approximate`) is registered here;
+//     (elementwise, attribute `approximate`) is registered here; so do
+//     BitwiseAnd/Or/Xor (18, on integers, broadcasting) and BitwiseNot (18);
 //   - attributes added after 17 (AveragePool's and LpPool's dilations, Resize's
 //     antialias, Cast's saturate, ...) are dropped when they hold the value
 //     that means the opset-17 behaviour (kAddedAttrs).
@@ -46,7 +49,6 @@ const std::map<std::string, int64_t> &unrewrittenChanges() {
   static const std::map<std::string, int64_t> kChanges = {
       {"Col2Im", 18},     {"DFT", 20},         {"GridSample", 20},  {"GroupNormalization", 18},
       {"DeformConv", 19}, {"AffineGrid", 20},  {"Mish", 18},        {"CenterCropPad", 18},
-      {"BitwiseAnd", 18}, {"BitwiseOr", 18},   {"BitwiseXor", 18},  {"BitwiseNot", 18},
       {"Attention", 23},  {"RMSNormalization", 23}, {"RotaryEmbedding", 23}};
   return kChanges;
 }
@@ -109,6 +111,12 @@ const std::set<std::string> &axesInputReductions() {
   return kOps;
 }
 
+/// The bitwise ops of opset 18, which opset 17 lacks (Note [newer opsets]).
+const std::set<std::string> &newBitwiseOps() {
+  static const std::set<std::string> kOps = {"BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor"};
+  return kOps;
+}
+
 /// Registers the schemas of ops newer than opset 17 under kNewOpsDomain, once.
 void registerNewOpSchemas() {
   static std::once_flag once;
@@ -126,6 +134,29 @@ void registerNewOpSchemas() {
         .TypeAndShapeInferenceFunction(onnx::propagateShapeAndTypeFromFirstInput);
     onnx::OpSchemaRegistry::OpSchemaRegisterOnce registered(gelu);
     (void)registered;
+    // ONNX 1.13's Bitwise* schemas: integer tensors of one type; the binary
+    // ones broadcast as numpy does.
+    const std::vector<std::string> ints = {"tensor(uint8)",  "tensor(uint16)", "tensor(uint32)", "tensor(uint64)",
+                                           "tensor(int8)",   "tensor(int16)",  "tensor(int32)",  "tensor(int64)"};
+    for (const std::string &op : newBitwiseOps()) {
+      onnx::OpSchema s;
+      s.SetName(op).SetDomain(kNewOpsDomain).SinceVersion(1).TypeConstraint("T", ints, "integer tensors");
+      if (op == "BitwiseNot") {
+        s.Input(0, "X", "input", "T").Output(0, "Y", "output", "T");
+        s.TypeAndShapeInferenceFunction(onnx::propagateShapeAndTypeFromFirstInput);
+      } else {
+        s.Input(0, "A", "first input", "T").Input(1, "B", "second input", "T").Output(0, "C", "result", "T");
+        s.TypeAndShapeInferenceFunction([](onnx::InferenceContext &ctx) {
+          onnx::propagateElemTypeFromInputToOutput(ctx, 0, 0);
+          if (onnx::hasNInputShapes(ctx, 2))
+            onnx::bidirectionalBroadcastShapeInference(ctx.getInputType(0)->tensor_type().shape(),
+                                                       ctx.getInputType(1)->tensor_type().shape(),
+                                                       *ctx.getOutputType(0)->mutable_tensor_type()->mutable_shape());
+        });
+      }
+      onnx::OpSchemaRegistry::OpSchemaRegisterOnce done(s);
+      (void)done;
+    }
   });
 }
 
@@ -276,7 +307,7 @@ Expected<int64_t> lowerToKnownOpset(onnx::ModelProto &model, const std::string &
       removeAttr(n, "num_outputs"); // opset 13: no sizes = equal parts, one per output
     } else if (op == "Pad" && n.input_size() >= 4 && !n.input(3).empty()) {
       return Error{here + ": its axes input (opset 18) is not supported; rannc pads every axis"};
-    } else if (op == "Gelu") {
+    } else if (op == "Gelu" || newBitwiseOps().count(op)) {
       n.set_domain(kNewOpsDomain);
     } else if (op == "SplitToSequence") {
       // Every reader must be SequenceAt with a constant index >= 0.

@@ -27,6 +27,11 @@ const std::vector<OpInfo> &supportedOps() {
       {"BatchNormalization", 6, 17}, // 6-8: spatial; 14: training_mode (kernels/normalization.cpp)
       {"Bernoulli", 15, 17},
       {"BitShift", 11, 17},
+      // ONNX's Bitwise* are opset 18: they arrive rewritten to opset 17 (Note [newer opsets])
+      {"BitwiseAnd", 1, 17},
+      {"BitwiseNot", 1, 17},
+      {"BitwiseOr", 1, 17},
+      {"BitwiseXor", 1, 17},
       {"BlackmanWindow", 17, 17},
       {"Cast", 6, 17}, // 6: `to` is an int
       {"CastLike", 15, 17},

@@ -293,7 +293,7 @@ OpResult gather(const std::vector<OpInput> &in, const ir::Node &n) {
 
 bool isUnary(std::string_view op) {
   static const std::set<std::string_view> kOps = {
-      "Abs",     "Acos",        "Acosh",     "Asin",  "Asinh",   "Atan",     "Atanh",    "Cast",  "Ceil", "Celu",
+      "Abs",     "Acos",        "Acosh",     "Asin",  "Asinh",   "Atan",     "Atanh",    "BitwiseNot", "Cast",  "Ceil", "Celu",
       "Cos",     "Cosh",        "Elu",       "Erf",   "Exp",     "Floor",    "Gelu",     "HardSigmoid",  "HardSwish",
       "Identity", "IsInf",      "IsNaN",     "LeakyRelu", "Log", "Neg",      "Not",      "Reciprocal", "Relu",
       "Round",   "Selu",        "Sigmoid",   "Sign",  "Sin",     "Sinh",     "Softplus", "Softsign", "Sqrt", "Tan",
@@ -302,7 +302,7 @@ bool isUnary(std::string_view op) {
 }
 
 bool isBroadcasting(std::string_view op) {
-  static const std::set<std::string_view> kOps = {"Add",  "And",  "Div",   "Equal", "Greater", "GreaterOrEqual",
+  static const std::set<std::string_view> kOps = {"Add",  "And",  "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div",   "Equal", "Greater", "GreaterOrEqual",
                                                   "Less", "LessOrEqual", "Max", "Min", "Mod", "Mul", "Or", "Pow",
                                                   "Sub",  "Sum",  "Where", "Xor", "Mean"};
   return kOps.count(op) > 0;

@@ -35,6 +35,7 @@ std::shared_ptr<torch::jit::Operator> findOperator(const ir::Node &n) {
   static std::unordered_map<std::string, std::shared_ptr<torch::jit::Operator>> cache;
   const std::string &overload = attr<std::string>(n, args::kOverload);
   const std::string key = n.op_type + "." + overload;
+  registerLibraryOps();
   std::lock_guard<std::mutex> lock(mu);
   auto &op = cache[key];
   if (!op) op = torch::jit::findOperatorFor(c10::OperatorName(n.op_type, overload));
@@ -122,6 +123,16 @@ std::vector<c10::IValue> atenArguments(const ir::Node &n, const std::vector<torc
   return stack;
 }
 
+// Note [view of a relaid tensor]
+// torch.export records the graph of one traced run: a `.contiguous()` that
+// was a no-op there (attention's output after transpose(1, 2), which CPU
+// SDPA already lays out that way) is not in the program, and the aten.view
+// after it assumes the traced layout. Here a kernel may lay a tensor out
+// otherwise (another SDPA backend for another mask, a tensor received from
+// the previous stage), and view would refuse the strides. reshape is view
+// wherever view works (the same alias, so in-place ops through it behave
+// alike) and a copy of the same values where it would not, so rannc runs
+// aten::view as reshape.
 std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch::Tensor> &inputs) {
   torch::jit::Stack stack = atenArguments(n, inputs);
   std::vector<torch::Tensor> out;
@@ -129,6 +140,12 @@ std::vector<torch::Tensor> runAtenOp(const ir::Node &n, const std::vector<torch:
     std::vector<int64_t> items;
     for (const auto &v : stack) items.push_back(v.toInt());
     out.push_back(torch::tensor(items, torch::kLong));
+    return out;
+  }
+  // Note [view of a relaid tensor]: aten::view runs as reshape.
+  if (n.op_type == "aten::view" && attr<std::string>(n, args::kOverload).empty() && stack.size() == 2 &&
+      stack[0].isTensor() && stack[1].isIntList()) {
+    out.push_back(stack[0].toTensor().reshape(stack[1].toIntVector()));
     return out;
   }
   try {

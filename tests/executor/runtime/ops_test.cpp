@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include "executor/runtime/conformance.h"
+#include "planner/ir/aten_args.h"
+#include "planner/ir/op_set.h"
 
 namespace rannc::runtime {
 namespace {
@@ -527,6 +529,88 @@ TEST(OpsTest, TensorConversionRoundTrip) {
 
 // Gradients: each check builds loss = sum(y * r) with a random r (a plain sum
 // would be constant for Softmax) and asks autograd for d loss / d x.
+TEST(OpsTest, BitwiseOpsOfOpset18) {
+  // 5 = 0b101, 3 = 0b011, broadcast over [2]: 5|3 = 7, 5&3 = 1, 5^3 = 6; 12|3 = 15, 12&3 = 0, 12^3 = 15.
+  Tensor a = i64({5, 12}), b = i64({3});
+  EXPECT_EQ(longs(run1("BitwiseOr", {a, b})), (std::vector<int64_t>{7, 15}));
+  EXPECT_EQ(longs(run1("BitwiseAnd", {a, b})), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(longs(run1("BitwiseXor", {a, b})), (std::vector<int64_t>{6, 15}));
+  // Two's complement: ~5 = -6; int32 stays int32.
+  Tensor n = run1("BitwiseNot", {torch::tensor({5, 0}, torch::kInt)});
+  EXPECT_EQ(n.scalar_type(), torch::kInt);
+  EXPECT_EQ(longs(n), (std::vector<int64_t>{-6, -1}));
+}
+
+/// transformers::grouped_mm_fallback(input, weight, offs) as the torch.export
+/// front end encodes it (Note [aten argument encoding]).
+ir::Node groupedMmNode() {
+  namespace aa = ir::aten_args;
+  ir::Node n = makeNode("transformers::grouped_mm_fallback", {f32({0}), f32({0}), i64({0})}, {}, 1);
+  n.domain = std::string(ir::kAtenDomain);
+  n.attrs[aa::kOverload] = std::string();
+  n.attrs[aa::kNargs] = int64_t(3);
+  for (size_t i = 0; i < 3; ++i) n.attrs[aa::kindKey(i)] = aa::kTensor;
+  return n;
+}
+
+// Note [library custom ops]: the expert matmul against transformers' Python
+// definition (integrations/moe.py), forward and the gradients of its own
+// backward op, written out here the way it writes them.
+TEST(OpsTest, TransformersGroupedMmFallbackMatchesItsDefinition) {
+  torch::manual_seed(0);
+  // 7 rows, 4 experts: rows 0-1 expert 0, none for expert 1, rows 2-4 expert 2,
+  // row 5 expert 3; row 6 lies past offs[3] = 6 and stays zero.
+  Tensor x = torch::randn({7, 3}, torch::requires_grad());
+  Tensor w = torch::randn({4, 3, 5}, torch::requires_grad());
+  Tensor offs = torch::tensor({2, 2, 5, 6}, torch::kInt);
+  const std::vector<int64_t> ends = {2, 2, 5, 6};
+  Tensor y = runOp(groupedMmNode(), {x, w, offs}, 17)[0];
+  ASSERT_EQ(sizes(y), (std::vector<int64_t>{7, 5}));
+  Tensor want = torch::zeros({7, 5});
+  Tensor g = torch::randn({7, 5});
+  Tensor want_gx = torch::zeros_like(x), want_gw = torch::zeros_like(w);
+  int64_t start = 0;
+  for (int64_t i = 0; i < 4; ++i) {
+    const int64_t end = ends[size_t(i)];
+    if (start == end) continue;
+    torch::NoGradGuard no_grad;
+    want.slice(0, start, end).copy_(torch::mm(x.slice(0, start, end), w[i]));
+    want_gx.slice(0, start, end).copy_(torch::mm(g.slice(0, start, end), w[i].t()));
+    want_gw[i].copy_(torch::mm(x.slice(0, start, end).t(), g.slice(0, start, end)));
+    start = end;
+  }
+  EXPECT_TRUE(torch::equal(y.detach(), want));
+  EXPECT_TRUE(torch::equal(y.detach()[6], torch::zeros({5})));
+  auto grads = torch::autograd::grad({(y * g).sum()}, {x, w});
+  EXPECT_TRUE(torch::allclose(grads[0], want_gx, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(grads[1], want_gw, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::equal(grads[1][1], torch::zeros({3, 5}))); // expert 1 saw no rows
+  // Offsets that go back, or past the rows, are refused with the node named.
+  const std::string err = errorOf([&] { runOp(groupedMmNode(), {x, w, torch::tensor({2, 1, 5, 6})}, 17); });
+  EXPECT_NE(err.find("n_transformers::grouped_mm_fallback"), std::string::npos) << err;
+  EXPECT_NE(err.find("non-decreasing"), std::string::npos) << err;
+  EXPECT_NE(errorOf([&] { runOp(groupedMmNode(), {x, w, torch::tensor({2, 2, 5, 8})}, 17); }), "");
+}
+
+// Note [view of a relaid tensor]: aten::view of a tensor laid out otherwise
+// than at export (transposed here) gives the values view gives on the
+// contiguous one, and stays an alias where view works.
+TEST(OpsTest, AtenViewOfATransposedTensor) {
+  namespace aa = ir::aten_args;
+  Tensor x = torch::arange(24, torch::kFloat).reshape({2, 3, 4});
+  ir::Node n = makeNode("aten::view", {x}, {}, 1);
+  n.domain = std::string(ir::kAtenDomain);
+  n.attrs[aa::kOverload] = std::string();
+  n.attrs[aa::kNargs] = int64_t(2);
+  n.attrs[aa::kindKey(0)] = aa::kTensor;
+  n.attrs[aa::kindKey(1)] = aa::kConstInts;
+  n.attrs[aa::valueKey(1)] = std::vector<int64_t>{3, 8};
+  Tensor t = x.transpose(0, 1); // [3, 2, 4], not viewable as [3, 8]
+  EXPECT_TRUE(torch::equal(runOp(n, {t}, 17)[0], t.contiguous().view({3, 8})));
+  Tensor y = torch::arange(24, torch::kFloat).reshape({3, 2, 4});
+  EXPECT_EQ(runOp(n, {y}, 17)[0].data_ptr(), y.data_ptr()); // an alias where view works
+}
+
 Tensor gradOf(const Tensor &y, const Tensor &x) {
   torch::manual_seed(1);
   Tensor loss = (y * torch::randn(y.sizes(), y.options())).sum();

@@ -58,6 +58,18 @@ TEST(Flops, MatrixProductsInBothVocabularies) {
   EXPECT_EQ(gemm.run("Gemm", {F(4), F(32)}, {{"transA", int64_t{1}}}).fwd, 4096);
 }
 
+TEST(Flops, ExpertMatmulOfTransformers) {
+  // grouped_mm_fallback(input [6B, 16], weight [4 experts, 16, 32], offs [4]):
+  // each row meets one expert, 2 * (6B*32) * 16 = 12288 at B=2, not the 6B*32
+  // of an element-wise op.
+  OneOp m;
+  m.in({Dim::batch(6), F(16)}).in({F(4), F(16), F(32)}).in({F(4)});
+  const OpFlops f = m.run("transformers::grouped_mm_fallback", {Dim::batch(6), F(32)}, {}, 2);
+  EXPECT_EQ(f.fwd, 12288);
+  EXPECT_EQ(f.bwd, 2 * 12288);
+  EXPECT_EQ(f.cls, OpClass::kMatrix);
+}
+
 TEST(Flops, Convolutions) {
   // ResNet's 3x3 conv, 64 -> 64 channels, 56x56 out: 2 * 64*56*56 * 64*3*3 = 231211008 per sample.
   for (const char *op : {"Conv", "aten::conv2d", "aten::_convolution"}) {
