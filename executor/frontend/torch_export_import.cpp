@@ -64,7 +64,8 @@ std::vector<double> exportFloats(const json &v) {
 // LibTorch runs the graph at the data's length. The audit warns of it.
 
 /// "torch.ops.aten.linear.default" -> ("aten::linear", ""); sym-int Python
-/// operators (shape arithmetic and comparisons) to their ATen int forms; the
+/// operators (shape arithmetic and comparisons, torch.sym_max / sym_min) to
+/// their int forms in LibTorch's operator registry (aten::, prim::); the
 /// library custom ops rannc registers (Note [library custom ops]) under
 /// their own namespace, "transformers::grouped_mm_fallback".
 std::optional<std::pair<std::string, std::string>> operatorName(const std::string &target) {
@@ -75,6 +76,7 @@ std::optional<std::pair<std::string, std::string>> operatorName(const std::strin
       {"_operator.eq", {"aten::eq", "int"}},             {"_operator.ne", {"aten::ne", "int"}},
       {"_operator.lt", {"aten::lt", "int"}},             {"_operator.le", {"aten::le", "int"}},
       {"_operator.gt", {"aten::gt", "int"}},             {"_operator.ge", {"aten::ge", "int"}},
+      {"torch.sym_max", {"prim::max", "int"}},           {"torch.sym_min", {"prim::min", "int"}},
       {"torch.ops.aten.sym_size.int", {"aten::size", "int"}},
       {"torch.ops.aten.sym_numel.default", {"aten::numel", ""}}};
   if (auto it = kPython.find(target); it != kPython.end()) return it->second;
