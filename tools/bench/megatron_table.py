@@ -29,7 +29,10 @@ section 5.1): where this rannc-plan accepts `--schedule interleaved-1f1b` and
 `--virtual-stages` (it says so in --help), the forced configuration of a row
 with P > 1 is planned with them, V being the smallest number of model chunks
 above 1 that divides the row's layers per stage (2 for 1008B: 128 layers on
-64 stages; the table does not list Megatron's own V).
+64 stages; the table does not list Megatron's own V). Where rannc-plan
+refuses the interleaved plan (it does not yet recompute or run tensor-parallel
+chunks interleaved, which Megatron's rows use), the row is planned under 1F1B
+and the script says so.
 
 --terms prints, per forced plan, what its step consists of (from `show
 --json`): the pipeline's slots per micro-batch, its fill and drain, its
@@ -182,6 +185,15 @@ def main():
             if interleave and v > 1:
                 forced += ["--schedule", "interleaved-1f1b", "--virtual-stages", str(v)]
             j, seconds = plan(a.plan_tool, model, row, os.path.join(a.work, f"gpt{name}-megatron.pb"), forced)
+            if isinstance(j, str) and interleave and v > 1:
+                # rannc's interleaved schedule refuses part of Megatron's configuration
+                # (recomputation, tensor parallelism): the configuration under 1F1B,
+                # whose interleaved estimate --terms gives (Note [interleaved estimate]).
+                print(f"megatron_table: {name}: interleaved-1f1b refused ({j}); Megatron's configuration under 1f1b",
+                      file=sys.stderr)
+                forced = forced[:-4]
+                j, more = plan(a.plan_tool, model, row, os.path.join(a.work, f"gpt{name}-megatron.pb"), forced)
+                seconds += more
             if a.terms and not isinstance(j, str):
                 t = terms(j, v)
                 term_lines.append(f"{name}: " + ", ".join(f"{k} {x:.3f}" if isinstance(x, float) else f"{k} {x}"
