@@ -711,8 +711,9 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   double lower = kInf;
   {
     // The seed: the best 1F1B layout in the same space, where it fits under
-    // this schedule, prunes every count's search (BERT 4.9B on 32 devices:
-    // s of planning before, s after).
+    // this schedule, prunes every count's search from the start (on BERT
+    // 4.9B on 32 devices it is the optimum, and the searches still cost
+    // their lower-bound passes: docs/partitioner.md).
     Problem one = q;
     one.constraints.schedule = Schedule::OneFOneB;
     if (auto solved = searchStages(one, opts); solved.ok()) {
