@@ -617,8 +617,10 @@ private:
 /// The search of Note [exact stage DP] for one schedule (or 1F1B and GPipe
 /// searched); under a split backward, with the stage count pinned. Only
 /// plans faster than `bound` are looked for: none found, the best baseline
-/// (which may be slower) or an error comes back.
-static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound = kInf);
+/// (which may be slower) or an error comes back; `too_large`, when given, is
+/// set when the error is that the search would need too many states.
+static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound = kInf,
+                                          bool *too_large = nullptr);
 
 namespace {
 
@@ -727,9 +729,10 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   for (int stages : detail::stageCountsToSearch(q)) {
     q.constraints.stages = stages;
     if (opts.doing) opts.doing("stage DP: " + std::string(name) + " on " + std::to_string(stages) + " stage(s)");
-    auto solved = searchStages(q, opts, best ? best->step_time_s : kInf); // pruned by the best count so far
+    bool too_large = false;
+    auto solved = searchStages(q, opts, best ? best->step_time_s : kInf, &too_large); // pruned by the best so far
     if (!solved) {
-      if (!refused && solved.error().message.find("states for") != std::string::npos) refused = solved.error();
+      if (!refused && too_large) refused = solved.error();
       continue;
     }
     total.states += solved->stats.states;
@@ -750,7 +753,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   return std::move(*best);
 }
 
-static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound) {
+static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound, bool *too_large) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<int> stage_counts = detail::stageCountsToSearch(p);
   // With the schedule searched only 1F1B can win (Note [exact stage DP]).
@@ -833,11 +836,13 @@ static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opt
       }
     }
     if (!fine) fine = dp->quantum();
-    if (dp->numStates() > kMaxStates)
+    if (dp->numStates() > kMaxStates) {
+      if (too_large) *too_large = true;
       return Error{"the stage DP would need " + std::to_string(dp->numStates()) + " states for " +
                    std::to_string(p.numBlocks()) + " blocks on " + std::to_string(p.devices.count) +
                    " devices at stage widths in multiples of " + std::to_string(dp->quantum()) +
                    "; coarsen the problem to fewer blocks first (coarsen())"};
+    }
     dp->setIncumbent(incumbent); // the seed (Note [stage floor])
     const double work = use_work ? dp->workBound() : 0; // Note [work bound]
     order.push_back({work, m, fine, warm, dp->quantum() == 1 || warm > 0});
