@@ -384,7 +384,9 @@ private:
       if (v.contains("as_bool")) return attrs[ti] = args::kConstBool, attrs[vi] = int64_t(v.at("as_bool").get<bool>()), Status::success();
       auto id = valueOf(v.at("as_name").get<std::string>());
       if (!id) return Status(id.error());
-      attrs[ti] = (kind == "as_sym_int" ? args::kInt : kind == "as_sym_float" ? args::kFloat : args::kBool);
+      if (tensor_formal && kind != "as_sym_bool") // `x * torch.sym_min(n, 256)`: a number computed at run time
+        attrs[ti] = kind == "as_sym_int" ? args::kWrappedInt : args::kWrappedFloat;
+      else attrs[ti] = (kind == "as_sym_int" ? args::kInt : kind == "as_sym_float" ? args::kFloat : args::kBool);
       node.inputs.push_back(*id);
       return Status::success();
     }

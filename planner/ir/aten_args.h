@@ -13,9 +13,11 @@ namespace rannc::ir::aten_args {
 // An ATen node (domain "aten", op_type the schema name such as "aten::linear")
 // carries attribute "overload" (the overload name) and "nargs" (the number of
 // operator arguments). Argument i is described by attribute "t<i>":
-//   - "tensor", "int", "float", "bool", "scalar" or "ints": a value read from
-//     the graph, the node's next IR input (ints, floats and int lists produced
-//     at run time, such as aten::size's, are 0-d or 1-d tensors);
+//   - "tensor", "int", "float", "bool", "scalar", "ints", "wrapped_int" or
+//     "wrapped_float": a value read from the graph, the node's next IR input
+//     (ints, floats and int lists produced at run time, such as aten::size's,
+//     are 0-d or 1-d tensors; a wrapped one is such a number where the schema
+//     wants a Tensor);
 //   - "tensors": a list of "v<i>" IR inputs; "opt_tensors" for Tensor?[],
 //     "m<i>" marking which of its "v<i>" elements are tensors, the rest None;
 //   - "c:<kind>": a constant in attribute "v<i>", kinds int, float, bool,
@@ -32,6 +34,10 @@ inline const std::string kOverload = "overload", kNargs = "nargs", kListOut = "l
 /// Argument kinds read from the graph (the node's next IR inputs).
 inline const std::string kTensor = "tensor", kInt = "int", kFloat = "float", kBool = "bool", kScalar = "scalar",
                          kInts = "ints", kTensors = "tensors", kOptTensors = "opt_tensors";
+/// A symbolic int or float computed at run time where the schema wants a
+/// Tensor (`x * torch.sym_min(n, 256)` is aten.mul.Tensor): passed as a
+/// wrapped-number tensor, promoted as PyTorch promotes a Python number.
+inline const std::string kWrappedInt = "wrapped_int", kWrappedFloat = "wrapped_float";
 
 /// The prefix of a constant argument's kind; the constant kinds.
 inline const std::string kConstPrefix = "c:";

@@ -210,7 +210,7 @@ OpResult propagateAten(const ir::Graph &g, const ir::Node &n, const std::vector<
     std::vector<OpInput> tensors;
     std::vector<int> which;
     for (const AtenArg &a : args)
-      if (a.kind == aa::kTensor || a.kind == aa::kScalar)
+      if (a.kind == aa::kTensor || a.kind == aa::kScalar || a.kind == aa::kWrappedInt || a.kind == aa::kWrappedFloat)
         for (int i : a.inputs) tensors.push_back(in[i]), which.push_back(i);
     OpResult res = onnx("Add", tensors, {});
     for (auto &[idx, axis] : res.cut_weights) idx = static_cast<size_t>(which[idx]);

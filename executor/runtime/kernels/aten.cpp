@@ -43,17 +43,20 @@ std::shared_ptr<torch::jit::Operator> findOperator(const ir::Node &n) {
   return op;
 }
 
+/// A Python number passed as a Tensor: a 0-d tensor marked as a wrapped
+/// number, so type promotion treats it as PyTorch treats `x * 2`.
+c10::IValue wrappedNumber(at::Tensor t) {
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return c10::IValue(t);
+}
+
 c10::IValue constant(const ir::Node &n, const std::string &kind, const std::string &vi) {
   if (kind == args::kConstNone) return c10::IValue();
   if (kind == args::kConstBool) return c10::IValue(attr<int64_t>(n, vi) != 0);
   if (kind == args::kConstInt) return c10::IValue(attr<int64_t>(n, vi));
   if (kind == args::kConstFloat) return c10::IValue(attr<double>(n, vi));
-  if (kind == args::kConstWrappedInt || kind == args::kConstWrappedFloat) { // a Python number passed as a Tensor
-    at::Tensor t = kind == args::kConstWrappedInt ? at::scalar_tensor(attr<int64_t>(n, vi), at::kLong)
-                                         : at::scalar_tensor(attr<double>(n, vi), at::kDouble);
-    t.unsafeGetTensorImpl()->set_wrapped_number(true);
-    return c10::IValue(t);
-  }
+  if (kind == args::kConstWrappedInt) return wrappedNumber(at::scalar_tensor(attr<int64_t>(n, vi), at::kLong));
+  if (kind == args::kConstWrappedFloat) return wrappedNumber(at::scalar_tensor(attr<double>(n, vi), at::kDouble));
   if (kind == args::kConstStr) return c10::IValue(attr<std::string>(n, vi));
   if (kind == args::kConstDevice) return c10::IValue(c10::Device(attr<std::string>(n, vi)));
   if (kind == args::kConstInts) return c10::IValue(attr<std::vector<int64_t>>(n, vi));
@@ -103,6 +106,8 @@ std::vector<c10::IValue> atenArguments(const ir::Node &n, const std::vector<torc
     else if (kind == args::kInt) stack.emplace_back(take().item<int64_t>());
     else if (kind == args::kFloat) stack.emplace_back(take().item<double>());
     else if (kind == args::kBool) stack.emplace_back(take().item<bool>());
+    else if (kind == args::kWrappedInt) stack.push_back(wrappedNumber(at::scalar_tensor(take().item<int64_t>(), at::kLong)));
+    else if (kind == args::kWrappedFloat) stack.push_back(wrappedNumber(at::scalar_tensor(take().item<double>(), at::kDouble)));
     else if (kind == args::kInts) stack.emplace_back(toInts(take()));
     else if (kind == args::kScalar) {
       const torch::Tensor &t = take();
