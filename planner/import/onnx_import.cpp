@@ -216,6 +216,10 @@ Expected<ir::Graph> importModelProto(const onnx::ModelProto &model, const Export
   if (Status st = importInputs(mg, initializer_names, shapes, g, where); !st) return Error{st.message()};
   if (Status st = importInitializers(mg, initializer_names, sig, weights, g, where); !st) return Error{st.message()};
   if (Status st = importNodes(mg, shapes, g, where); !st) return Error{st.message()};
+  for (ir::Node &n : g.nodes) // Note [embedding padding row]
+    if (n.domain.empty() && n.op_type == "Gather" && n.outputs.size() == 1)
+      if (auto it = sig.embedding_padding.find(g.values[n.outputs[0]].name); it != sig.embedding_padding.end())
+        n.attrs["padding_idx"] = it->second;
   if (Status st = outputs ? importOutputs(mg, *outputs, g, where) : importLoss(mg, g, where); !st)
     return Error{st.message()};
   const std::string problem = g.verify();

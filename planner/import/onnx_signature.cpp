@@ -56,10 +56,25 @@ namespace rannc::import {
 //   - a BatchNormalization whose FX node is training-mode batch norm but
 //     which the exporter wrote for inference is put back in training mode,
 //     with PyTorch's momentum, and its running statistics stay buffers.
+//   - a Gather whose FX node is `aten.embedding` with a padding_idx keeps
+//     it (Note [embedding padding row]).
 // Every other floating-point initializer the signature does not name as a
 // parameter (folded masks and scales, rotary tables, buffers) is a constant:
 // PyTorch does not train it. A graph without a signature (the legacy
 // exporter, other tools) is taken as before (Note [buffers]).
+
+// Note [embedding padding row]
+// nn.Embedding(padding_idx=p) never trains row p: aten.embedding's backward
+// leaves that row's gradient zero. The exporter writes the lookup as a plain
+// Gather, which trains every row it reads, so where the data holds token p
+// (Ministral 3's pad token is 11, an ordinary id in its data) the ONNX model
+// drifts from PyTorch from the first update (1.7e-3 in 8 steps). The FX node
+// keeps the argument (`aten.embedding.default](args = (%w, %ids, 11)`):
+// restoreSignature records it by the Gather's output, the importer sets the
+// IR node's `padding_idx`, and the executor's Gather runs aten::embedding
+// with it (executor/runtime/kernels/indexing.cpp), whose backward is
+// PyTorch's. The legacy TorchScript-based exporter records no FX node: its
+// Gathers train the row (docs/front-ends.md).
 
 namespace {
 
@@ -183,6 +198,15 @@ bool sameTensor(const ir::Tensor &a, const ir::Tensor &b) {
 }
 
 /// The FX node's batch-norm `momentum` argument when it is training-mode batch norm, else a negative number.
+/// An FX node's `aten.embedding` padding_idx (its third argument), or -1
+/// (none, or not an embedding) (Note [embedding padding row]).
+int64_t embeddingPadding(const std::string &fx) {
+  static const std::regex embedding(
+      R"(target=torch\.ops\.aten\.embedding\.default\]\(args = \(%[A-Za-z0-9_]+, %[A-Za-z0-9_]+, (-?[0-9]+))");
+  std::smatch m;
+  return std::regex_search(fx, m, embedding) ? std::stoll(m[1]) : -1;
+}
+
 double trainingBatchNormMomentum(const std::string &fx) {
   static const std::regex bn(R"(_native_batch_norm_legit(?:_functional)?\.default\]\(args = \(.*, True, ([0-9.e+-]+), [0-9.e+-]+\))");
   std::smatch m;
@@ -213,6 +237,7 @@ public:
     fx_.resize(size_t(g_.node_size()));
     std::vector<std::string> module(size_t(g_.node_size()));
     std::vector<std::string> fused_bn; // Note [fused training BatchNorm]
+    std::vector<std::string> padded;   // Note [embedding padding row]
     for (int n = 0; n < g_.node_size(); ++n) {
       auto meta = metadata(g_.node(n), kNodeMetadataField);
       const std::string &fx = fx_[size_t(n)] = meta["pkg.torch.onnx.fx_node"];
@@ -226,7 +251,18 @@ public:
           mentioned.insert(it->second);
         }
       if (double momentum = trainingBatchNormMomentum(fx); momentum >= 0) restoreTrainingBatchNorm(n, momentum);
+      if (const int64_t pad = embeddingPadding(fx); pad >= 0 && g_.node(n).op_type() == "Gather" &&
+                                                   g_.node(n).output_size() == 1) {
+        sig.embedding_padding[g_.node(n).output(0)] = pad;
+        padded.push_back(g_.node(n).name() + " (row " + std::to_string(pad) + " of " +
+                         (node_params[size_t(n)].empty() ? std::string("its table") : node_params[size_t(n)][0]) + ")");
+      }
     }
+    if (!padded.empty())
+      audit_.add(AuditAction::Fixed, "embedding padding row",
+                 "an embedding's padding_idx row, which PyTorch never trains; the exported Gather would train it: "
+                 "kept untrained, as PyTorch does",
+                 padded);
     splitMerged(node_params);
     restoreZeroBiases(node_params); // before retie, which moves the nodes
     if (Status st = retie(node_params, sig); !st) return Error{st.message()};

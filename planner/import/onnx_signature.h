@@ -4,6 +4,8 @@
 // parameters again (Note [export signature]).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 
@@ -21,6 +23,9 @@ struct ExportSignature {
   bool present = false;             ///< false: not a dynamo export (no signature); nothing was changed
   std::set<std::string> parameters; ///< PyTorch parameters that are initializers of the rewritten graph
   std::set<std::string> buffers;    ///< PyTorch buffers (persistent or not)
+  /// Gathers that were `aten.embedding` with a `padding_idx`, by their output:
+  /// that row of the table is not trained (Note [embedding padding row]).
+  std::map<std::string, int64_t> embedding_padding;
 };
 
 /// Reads the export signature of `model` and rewrites the graph so that every

@@ -62,11 +62,14 @@ bool isInteger(ir::DType t) { return t == ir::DType::I64 || t == ir::DType::I32;
 
 /// The (table, ids) node inputs of a lookup along the table's rows; nullopt for other nodes.
 std::optional<std::pair<int, int>> lookupInputs(const ir::Graph &g, const ir::Node &n) {
-  if (n.domain.empty() && n.op_type == "Gather" && n.inputs.size() == 2 && onnxInt(n, "axis", 0) == 0) return {{0, 1}};
+  // A padding row's gradient stays zero (Note [embedding padding row] in
+  // planner/import/onnx_signature.cpp; aten::embedding's padding_idx below):
+  // the local graph would have to name its device's row.
+  if (n.domain.empty() && n.op_type == "Gather" && n.inputs.size() == 2 && onnxInt(n, "axis", 0) == 0)
+    return onnxInt(n, "padding_idx", -1) < 0 ? std::optional<std::pair<int, int>>{{0, 1}} : std::nullopt;
   if (atenName(n) != "embedding") return std::nullopt;
   const std::vector<AtenArg> args = atenArgs(n);
   if (args.size() < 2 || args[0].inputs.size() != 1 || args[1].inputs.size() != 1) return std::nullopt;
-  // A padding row's gradient stays zero: the local graph would have to name its device's row.
   if (auto pad = atenInt(g, n, args, 2); args.size() > 2 && (!pad || *pad >= 0)) return std::nullopt;
   for (size_t flag : {3, 4}) // scale_grad_by_freq, sparse
     if (args.size() > flag && !isZero(args[flag].constant)) return std::nullopt;

@@ -18,6 +18,10 @@ Outputs opGather(const OpCtx &c) {
   int64_t axis = normAxis(c, c.attrInt("axis", 0), x.dim());
   idx = idx.to(torch::kLong);
   idx = torch::where(idx < 0, idx + x.size(axis), idx); // negative counts from the back
+  // An embedding's padding row: looked up, never trained (Note [embedding
+  // padding row] in planner/import/onnx_signature.cpp).
+  if (const int64_t pad = c.attrInt("padding_idx", -1); pad >= 0 && axis == 0 && x.dim() == 2)
+    return {torch::embedding(x, idx, pad)};
   // Output shape: x.shape[:axis] + indices.shape + x.shape[axis+1:].
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().begin() + axis);
   shape.insert(shape.end(), idx.sizes().begin(), idx.sizes().end());
