@@ -44,12 +44,11 @@ Expected<c10::ScalarType> scalarTypeFromExport(int64_t code) {
   case 8: return c10::kDouble;
   case 12: return c10::kBool;
   case 13: return c10::kBFloat16;
+  case 10: return c10::kComplexFloat; // a rotary embedding's torch.polar / view_as_complex
+  case 11: return c10::kComplexDouble;
   case 9:
-  case 10:
-  case 11:
-    return Error{"a complex tensor (torch.export dtype code " + std::to_string(code) +
-                 ": complex32/64/128, as a rotary embedding computed with torch.polar or view_as_complex makes), "
-                 "which rannc does not run: its values are real (float, integer or bool)"};
+    return Error{"a complex32 tensor (torch.export dtype code 9), which rannc does not run: complex tensors must "
+                 "be complex64 or complex128"};
   default: return Error{"unsupported torch.export dtype code " + std::to_string(code)};
   }
 }

@@ -20,6 +20,8 @@ torch::ScalarType toScalarType(ir::DType t) {
   case ir::DType::I8: return torch::kChar;
   case ir::DType::U8: return torch::kByte;
   case ir::DType::Bool: return torch::kBool;
+  case ir::DType::C64: return torch::kComplexFloat;
+  case ir::DType::C128: return torch::kComplexDouble;
   case ir::DType::Undefined: break;
   }
   throw std::runtime_error("toScalarType: undefined element type");
@@ -37,7 +39,9 @@ ir::DType fromScalarType(torch::ScalarType t) {
   case torch::kChar: return ir::DType::I8;
   case torch::kByte: return ir::DType::U8;
   case torch::kBool: return ir::DType::Bool;
-  default: return ir::DType::Undefined; // complex, quantized, ...: no IR name
+  case torch::kComplexFloat: return ir::DType::C64;
+  case torch::kComplexDouble: return ir::DType::C128;
+  default: return ir::DType::Undefined; // complex32, quantized, ...: no IR name
   }
 }
 

@@ -14,7 +14,8 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::Undefined, "undef", 0}, {DType::F32, "f32", 4}, {DType::F64, "f64", 8},
     {DType::F16, "f16", 2},         {DType::BF16, "bf16", 2}, {DType::I64, "i64", 8},
     {DType::I32, "i32", 4},         {DType::I16, "i16", 2},  {DType::I8, "i8", 1},
-    {DType::U8, "u8", 1},           {DType::Bool, "bool", 1},
+    {DType::U8, "u8", 1},           {DType::Bool, "bool", 1}, {DType::C64, "c64", 8},
+    {DType::C128, "c128", 16},
 };
 } // namespace
 
