@@ -19,6 +19,10 @@ bool splitsBackward(Schedule s) { return s == Schedule::ZBH1 || s == Schedule::Z
 
 bool interleaves(Schedule s) { return s == Schedule::Interleaved1F1B; }
 
+bool waitsForSendsBeforeBackward(Schedule s, int virtual_stages) {
+  return s != Schedule::ZBH2 && !(interleaves(s) && virtual_stages > 1);
+}
+
 std::string interleavingProblem(Schedule s, int ranks, int virtual_stages, int microbatches) {
   if (virtual_stages < 1) return "--virtual-stages must be at least 1 (got " + std::to_string(virtual_stages) + ")";
   if (virtual_stages > 1 && !interleaves(s))

@@ -134,10 +134,22 @@ struct Pass {
 /// ZB-H1's, and ZB-H2 gains where B > W (by (S-1) min(B-W, W)).
 /// Memory: a micro-batch is held from F to W, min(M, 2S-1) of them on every
 /// stage (the paper's 2p-1 on the first), and the W queue holds min(M-1, 2s)
-/// while a B runs (weightQueuePeak), one more right after it.
+/// while a B runs (weightQueuePeak), one more right after it. Its sends are
+/// not awaited before a backward (waitsForSendsBeforeBackward): stage s has
+/// sent two more forwards than stage s+1 takes in before its first B, so a
+/// transfer too large to leave at once (MPI's rendezvous) to a stage that
+/// first waits for this one's gradients deadlocked the 4-stage, 8-micro-
+/// batch GPT run; a send buffer may then live into a backward, which the
+/// plan does not count.
 
 /// Whether `s` runs a backward as B and W passes (Note [zero bubble H1]).
 bool splitsBackward(Schedule s);
+
+/// Whether the executor may wait, before each backward, for every transfer its
+/// stage started (Note [send buffers] in executor/train/trainer.cpp): not
+/// when `s` sends further ahead than the receivers' order takes in before
+/// they need this stage's gradients (interleaved chunks, ZB-H2's warm-up).
+bool waitsForSendsBeforeBackward(Schedule s, int virtual_stages);
 
 /// Whether `s` runs several chunks (stages) per rank (Note [interleaved 1F1B]).
 bool interleaves(Schedule s);

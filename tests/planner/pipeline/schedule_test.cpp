@@ -73,6 +73,10 @@ TEST(StageOrder, ZeroBubbleH2WarmsUpTwiceAsLongAndDelaysWeightsByTwiceTheIndex) 
   EXPECT_EQ(microbatchesInFlight(Schedule::ZBH2, 0, 4, 5), 5);
   EXPECT_EQ(weightQueuePeak(Schedule::ZBH2, 2, 4, 8), 4);
   EXPECT_EQ(weightQueuePeak(Schedule::ZBH2, 3, 4, 4), 3);
+  // Its warm-up's sends are not awaited before a backward; ZB-H1's are.
+  EXPECT_FALSE(waitsForSendsBeforeBackward(Schedule::ZBH2, 1));
+  EXPECT_TRUE(waitsForSendsBeforeBackward(Schedule::ZBH1, 1));
+  EXPECT_FALSE(waitsForSendsBeforeBackward(Schedule::Interleaved1F1B, 2));
 }
 
 TEST(StageOrder, EveryMicrobatchOnceEachWayForwardFirstAndInFlightIsItsPeak) {
