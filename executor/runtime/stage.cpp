@@ -334,7 +334,7 @@ const torch::Tensor &StageRunner::receivedLeaf(int mb, ir::ValueId v) const {
 }
 
 // Note [split backward]
-// A schedule that splits the backward (ZB-H1, Note [zero bubble H1] in
+// A schedule that splits the backward (ZB-H1 or ZB-H2, Note [zero bubble H1] in
 // planner/pipeline/schedule.h) runs B, the gradients of the stage's received
 // values, apart from W, its weight gradients. The weight-gradient roots
 // (ir::weightGradientRoots: the ops that combine a weight with data, a
@@ -353,11 +353,11 @@ void StageRunner::setSplitBackward(bool on) {
   split_ = on;
   root_params_.clear();
   if (!on) return;
-  if (recompute_) throw std::runtime_error("a split backward (zb-h1) cannot recompute its stage's activations");
-  if (group_) throw std::runtime_error("a split backward (zb-h1) does not run tensor-parallel stages");
+  if (recompute_) throw std::runtime_error("a split backward (zb-h1, zb-h2) cannot recompute its stage's activations");
+  if (group_) throw std::runtime_error("a split backward (zb-h1, zb-h2) does not run tensor-parallel stages");
   const ir::StageWeightRoots found = ir::stageWeightRoots(g_, program_.nodes);
   if (!found.conflict.empty()) // `check` refuses such plans (Note [split backward])
-    throw std::runtime_error("a split backward (zb-h1) needs each parameter read by one op of its stage, but " +
+    throw std::runtime_error("a split backward (zb-h1, zb-h2) needs each parameter read by one op of its stage, but " +
                              found.conflict);
   std::unordered_set<ir::ValueId> received;
   for (const auto &r : program_.recvs) received.insert(r.value);

@@ -285,8 +285,10 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // interleaved plan: a rank's sends may go to its own later chunk
         // (stage 1 -> 3 on rank 1 of 2), whose receive comes after this
         // backward, or to a rank that receives them only after its next
-        // backward; waiting would deadlock (the step's end waits for them).
-        if (v == 1) transport->waitSends();
+        // backward; nor under ZB-H2, whose warm-up sends forwards the next
+        // stage takes in only after its first backwards (Note [zero bubble
+        // H2]): waiting would deadlock (the step's end waits for them).
+        if (pipeline::waitsForSendsBeforeBackward(kind, v)) transport->waitSends();
         if (prog.computes_loss) {
           const auto [part, whole] = shares.share(mb);
           runner.backward(mb, std::move(send_grads[at]), part / (whole * double(K)) * update.lossScale());

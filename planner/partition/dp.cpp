@@ -75,6 +75,11 @@ namespace {
 // is exact and s = S - k; the best plan over the counts wins. The closed form
 // (pipeline::pipelineTime) stays additive: with M >= S every stage but the
 // last (k = 1) takes 2 W off the sum A, and the bottleneck term C is 1F1B's.
+// ZB-H2 (Note [zero bubble H2]) is searched the same way: min(M, 2S-1) in
+// flight, the W queue min(M-1, 2s), and with M >= 2S-1 every stage but the
+// last takes min(G, 3W) off A (it adds max(F, F+G-3W) in place of F+G), G
+// its backward slot as placed (StageVals::g); the bound passes, which know
+// no G, credit 3W, which is never less. With M < 2S-1 the credit is ZB-H1's.
 // Two of the exact reductions change with it:
 //   - a stage that does not fit at k may fit at a larger k (its W queue is
 //     shorter), so the lower-bound pass does not stop at the first misfit;
@@ -84,8 +89,8 @@ namespace {
 //     stage whose W outweighs its F + B takes more off the sum than it adds.
 // Recomputation and tensor-parallel stages are left out of the search: the
 // executor's split backward runs neither (Note [split backward] in
-// executor/runtime/stage.cpp). The DP against exhaustive search under ZB-H1:
-// tests/planner/partition/solver_test.cpp.
+// executor/runtime/stage.cpp). The DP against exhaustive search under ZB-H1
+// and ZB-H2: tests/planner/partition/solver_test.cpp.
 //
 // Note [device quantum]
 // The states grow with the devices: (kmax+1)(n+1)(D+1), e.g. 129 x 257 x 1025
@@ -278,7 +283,6 @@ public:
             choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k), last_queue = queueFor(k));
           if (choice < 0 && grows && !split_) break;
           if (choice < 0) continue;
-          const double credit = splitCredit(k, a, e, ri); // Note [split backward DP]
           int next[2];
           const int num_next = nextClasses(k, e, next);
           for (int j = 0; j < num_next; ++j) {
@@ -298,6 +302,7 @@ public:
               if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, seat[d].bw);
               const StageVals &v = hit ? hit->v : uncached;
               if (!(v.ar < ar_limit_)) continue;
+              const double credit = splitCredit(k, a, e, ri, v.g); // Note [split backward DP]
               lb_a_[s] = std::min(lb_a_[s], v.a - credit + lb_a_[t]);
               lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
               double x = v.ar;
@@ -564,7 +569,7 @@ private:
           const int choice = memoryChoice(a, e, ri, ti, inflight, queue);
           if (choice < 0) continue;
           StageVals v = placedValues(a, e, ri, ti, choice, relaxed_ ? kAnyPlacement : seat.bits & mask, seat.bw);
-          v.a -= splitCredit(k, a, e, ri); // Note [split backward DP]
+          v.a -= splitCredit(k, a, e, ri, v.g); // Note [split backward DP]
           if (!(v.ar < ar_limit_)) continue;
           int next[2];
           const int num_next = nextClasses(k, e, next);

@@ -22,6 +22,9 @@ struct StageVals {
   bool recompute;
   bool zero;
   int16_t tp;
+  /// Of a, the backward slot G (ZB-H2's credit, Note [split backward DP]);
+  /// infinite in the relaxation, which pairs no G with its least a.
+  double g = std::numeric_limits<double>::infinity();
 };
 
 /// The per-stage numbers the stage DP asks for (see the file comment).
@@ -265,6 +268,7 @@ protected:
       least.a = std::min(least.a, v.a), least.ar = std::min(least.ar, v.ar);
       for (int i = 0; i < nc_; ++i) least.c[i] = std::min(least.c[i], v.c[i]);
     }
+    least.g = std::numeric_limits<double>::infinity(); // no G goes with the least a: ZB-H2's credit at its most
     return least;
   }
 
@@ -296,11 +300,16 @@ protected:
     return (w0_[e] - w0_[a]) + (w1_[e] - w1_[a]) * samples_[ri];
   }
 
-  /// What a stage with k stages still to place, itself included, takes off
-  /// the step under a split backward (pipeline::pipelineTime): 2 W unless it
-  /// is the last stage, where the closed form applies (M >= S).
-  double splitCredit(int k, int a, int e, size_t ri) const {
-    return split_ && k > 1 && M_ >= S_ ? 2 * weightTime(a, e, ri) : 0.0;
+  /// What a stage with k stages still to place, itself included, and
+  /// backward slot `g` takes off the step under a split backward
+  /// (pipeline::pipelineTime), nothing if it is the last stage: ZB-H1's 2 W
+  /// where M >= S; ZB-H2's min(G, 3W) where M >= 2S-1 (it adds max(F, F+G-3W),
+  /// not F+G), at most 3W for an unknown G (the bound passes).
+  double splitCredit(int k, int a, int e, size_t ri,
+                     double g = std::numeric_limits<double>::infinity()) const {
+    if (!split_ || k <= 1) return 0.0;
+    if (sched_ == Schedule::ZBH2 && M_ >= 2 * S_ - 1) return std::min(g, 3 * weightTime(a, e, ri));
+    return M_ >= S_ ? 2 * weightTime(a, e, ri) : 0.0;
   }
 
   /// The least stageFloor of [a, e) over the degrees and replica counts a
@@ -346,7 +355,7 @@ protected:
       ar = ringAllReduce(params, r, ring, 2.0 * (r - 1));
     }
     const double f = recv_act + fwd, g = recv_grad + (rec ? fwd : 0) + bwd;
-    StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0, static_cast<int16_t>(tp)};
+    StageVals v{f + g, {0, 0}, ar, rec, (choice & kZero) != 0, static_cast<int16_t>(tp), g};
     if (sched_ == Schedule::GPipe) {
       v.c[0] = f, v.c[1] = g;
     } else {

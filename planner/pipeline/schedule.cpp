@@ -9,14 +9,19 @@ const char *scheduleName(Schedule s) {
   case Schedule::GPipe: return "gpipe";
   case Schedule::OneFOneB: return "1f1b";
   case Schedule::ZBH1: return "zb-h1";
+  case Schedule::ZBH2: return "zb-h2";
   case Schedule::Interleaved1F1B: return "interleaved-1f1b";
   }
   return "?";
 }
 
-bool splitsBackward(Schedule s) { return s == Schedule::ZBH1; }
+bool splitsBackward(Schedule s) { return s == Schedule::ZBH1 || s == Schedule::ZBH2; }
 
 bool interleaves(Schedule s) { return s == Schedule::Interleaved1F1B; }
+
+bool waitsForSendsBeforeBackward(Schedule s, int virtual_stages) {
+  return s != Schedule::ZBH2 && !(interleaves(s) && virtual_stages > 1);
+}
 
 std::string interleavingProblem(Schedule s, int ranks, int virtual_stages, int microbatches) {
   if (virtual_stages < 1) return "--virtual-stages must be at least 1 (got " + std::to_string(virtual_stages) + ")";
@@ -64,6 +69,26 @@ std::vector<Pass> interleavedOrder(int rank, int ranks, int chunks, int microbat
   return order;
 }
 
+/// Notes [zero bubble H1] and [zero bubble H2]: `warmup` forwards, then F
+/// and B alternately, each B followed by the W `lag` B's behind it, then the
+/// B's and the W's left over.
+std::vector<Pass> splitOrder(int warmup, int lag, int microbatches) {
+  std::vector<Pass> order;
+  int next_f = 0, next_b = 0, next_w = 0;
+  auto input = [&] {
+    order.push_back({false, next_b++});
+    if (next_b - next_w > lag) order.push_back({false, next_w++, true});
+  };
+  for (warmup = std::min(warmup, microbatches); next_f < warmup; ++next_f) order.push_back({true, next_f});
+  while (next_f < microbatches) {
+    order.push_back({true, next_f++});
+    input();
+  }
+  while (next_b < microbatches) input();
+  while (next_w < microbatches) order.push_back({false, next_w++, true});
+  return order;
+}
+
 } // namespace
 
 std::vector<Pass> rankOrder(Schedule s, int rank, int ranks, int virtual_stages, int microbatches) {
@@ -93,24 +118,15 @@ std::vector<Pass> stageOrder(Schedule s, int stage, int num_stages, int microbat
     while (next_b < microbatches) order.push_back({false, next_b++});
     break;
   }
-  case Schedule::ZBH1: {
+  case Schedule::ZBH1:
     // Note [zero bubble H1]: 1F1B's warm-up and alternation, each B followed
-    // by the W `stage` B's behind it, the W's left over at the end.
-    const int warmup = std::min(num_stages - stage - 1, microbatches);
-    int next_f = 0, next_b = 0, next_w = 0;
-    auto input = [&] {
-      order.push_back({false, next_b++});
-      if (next_b - next_w > stage) order.push_back({false, next_w++, true});
-    };
-    for (; next_f < warmup; ++next_f) order.push_back({true, next_f});
-    while (next_f < microbatches) {
-      order.push_back({true, next_f++});
-      input();
-    }
-    while (next_b < microbatches) input();
-    while (next_w < microbatches) order.push_back({false, next_w++, true});
+    // by the W `stage` B's behind it.
+    order = splitOrder(num_stages - stage - 1, stage, microbatches);
     break;
-  }
+  case Schedule::ZBH2:
+    // Note [zero bubble H2]: twice ZB-H1's warm-up and twice its W lag.
+    order = splitOrder(2 * (num_stages - stage - 1), 2 * stage, microbatches);
+    break;
   }
   return order;
 }
@@ -128,6 +144,7 @@ int microbatchesInFlight(Schedule s, int stage, int num_stages, int microbatches
   case Schedule::Interleaved1F1B:
   case Schedule::OneFOneB: return std::min(microbatches, num_stages - stage); // the warm-up, plus one
   case Schedule::ZBH1: return std::min(microbatches, num_stages); // the warm-up, plus the `stage` W's held back, plus one
+  case Schedule::ZBH2: return std::min(microbatches, 2 * num_stages - 1); // the same with both doubled
   }
   return microbatches;
 }
@@ -139,8 +156,9 @@ int rankMicrobatchesInFlight(Schedule s, int rank, int ranks, int virtual_stages
 }
 
 int weightQueuePeak(Schedule s, int stage, int /*num_stages*/, int microbatches) {
-  // The `stage` W's held back, while B j runs min(j, stage) of them.
-  return splitsBackward(s) ? std::max(0, std::min(microbatches - 1, stage)) : 0;
+  // The W lag (`stage` W's held back, 2 `stage` under ZB-H2), while B j runs min(j, lag) of them.
+  const int lag = s == Schedule::ZBH2 ? 2 * stage : stage;
+  return splitsBackward(s) ? std::max(0, std::min(microbatches - 1, lag)) : 0;
 }
 
 namespace {
@@ -199,6 +217,22 @@ PipelineTime pipelineTime(Schedule s, const std::vector<StageSlots> &stages, int
     // The classic form; exact for equal stages or M = 1 (Note [partition cost model]).
     t.steady_s = rest * std::max(max_fg, 0.0);
     break;
+  case Schedule::ZBH2:
+    // Note [zero bubble H2]: every stage but the last adds max(F, F+B-2W) to
+    // the last stage's whole slot, B = G - W: with equal stages
+    // M (F+B+W) + (S-1) max(F, F+B-2W). Exact for equal stages and
+    // M >= 2S-1 (the simulator's replay); otherwise an estimate, and with
+    // M < 2S-1 the warm-up never fills, so ZB-H1's form is kept.
+    if (microbatches >= 2 * static_cast<int>(stages.size()) - 1 && !stages.empty()) {
+      t.steady_s = rest * std::max(max_fg, 0.0);
+      t.fill_drain_s = stages.back().forward_s + stages.back().backward_s;
+      for (size_t i = 0; i + 1 < stages.size(); ++i) {
+        const StageSlots &x = stages[i];
+        t.fill_drain_s += std::max(x.forward_s, x.forward_s + x.backward_s - 3 * x.weight_s);
+      }
+      break;
+    }
+    [[fallthrough]];
   case Schedule::ZBH1:
     // Note [zero bubble H1]: 1F1B's form, less the W's that fill the drain:
     // every stage's W but the last stage's moves out of the fill and drain

@@ -38,15 +38,15 @@
 namespace rannc::pipeline {
 
 /// A pipeline schedule: GPipe fill-drain, PipeDream-flush 1F1B, ZB-H1
-/// (Note [zero bubble H1]) or interleaved 1F1B (Note [interleaved 1F1B])
-/// (Note [adding a schedule]).
-enum class Schedule { GPipe, OneFOneB, ZBH1, Interleaved1F1B };
+/// (Note [zero bubble H1]), ZB-H2 (Note [zero bubble H2]) or interleaved
+/// 1F1B (Note [interleaved 1F1B]) (Note [adding a schedule]).
+enum class Schedule { GPipe, OneFOneB, ZBH1, ZBH2, Interleaved1F1B };
 
 /// Every schedule, in the order searches try them.
-inline constexpr std::array<Schedule, 4> kSchedules = {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZBH1,
-                                                       Schedule::Interleaved1F1B};
+inline constexpr std::array<Schedule, 5> kSchedules = {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZBH1,
+                                                       Schedule::ZBH2, Schedule::Interleaved1F1B};
 
-/// "gpipe" / "1f1b" / "zb-h1" / "interleaved-1f1b": the name flags, plan text, logs and messages use.
+/// "gpipe" / "1f1b" / "zb-h1" / "zb-h2" / "interleaved-1f1b": the name flags, plan text, logs and messages use.
 const char *scheduleName(Schedule s);
 
 /// The schedules' names as `name` gives them, joined for a message: "gpipe, 1f1b or zb-h1".
@@ -114,8 +114,42 @@ struct Pass {
 /// executor/runtime/stage.cpp), min(M-1, s) of them while a B runs, one more
 /// right after it, before its W (evaluate.cpp counts the larger).
 
+/// Note [zero bubble H2]
+/// ZB-H2 (same paper, Fig. 3) trades memory for the rest of ZB-H1's bubble.
+/// It is ZB-H1's order with a longer warm-up and a longer W lag: stage s of
+/// S runs 2(S-s-1) forwards first (the first stage 2S-2, where ZB-H1 runs
+/// S-1: every slot before its first B arrives holds a forward), then F and
+/// B alternately, each B followed by the W 2s B's back, and the W's left at
+/// the end. The growing lag is the paper's W's "reordered at the tail": the
+/// last stages hold their W's back so that the B's of the last micro-batches
+/// reach the first stages without waiting, and every stage ends on a run of
+/// W's. With F, B, W the same on every stage and M >= 2S-1, the simulator's
+/// replay gives M (F+B+W) + (S-1) max(F, F+B-2W) (derived by replaying the
+/// order for S <= 7, M <= 24; the agreement test checks it). The paper
+/// writes the bubble (p-1)(F+B-2W), zero for F = B = W: it drops the
+/// optimizer step's synchronization (its post-validation), so the next
+/// step's forwards fill the (S-1)F that the last stage waits before its
+/// first forward. rannc synchronizes every step (all-reduce, then the
+/// optimizer), so that (S-1)F stays: with F = B = W, ZB-H2's step is
+/// ZB-H1's, and ZB-H2 gains where B > W (by (S-1) min(B-W, W)).
+/// Memory: a micro-batch is held from F to W, min(M, 2S-1) of them on every
+/// stage (the paper's 2p-1 on the first), and the W queue holds min(M-1, 2s)
+/// while a B runs (weightQueuePeak), one more right after it. Its sends are
+/// not awaited before a backward (waitsForSendsBeforeBackward): stage s has
+/// sent two more forwards than stage s+1 takes in before its first B, so a
+/// transfer too large to leave at once (MPI's rendezvous) to a stage that
+/// first waits for this one's gradients deadlocked the 4-stage, 8-micro-
+/// batch GPT run; a send buffer may then live into a backward, which the
+/// plan does not count.
+
 /// Whether `s` runs a backward as B and W passes (Note [zero bubble H1]).
 bool splitsBackward(Schedule s);
+
+/// Whether the executor may wait, before each backward, for every transfer its
+/// stage started (Note [send buffers] in executor/train/trainer.cpp): not
+/// when `s` sends further ahead than the receivers' order takes in before
+/// they need this stage's gradients (interleaved chunks, ZB-H2's warm-up).
+bool waitsForSendsBeforeBackward(Schedule s, int virtual_stages);
 
 /// Whether `s` runs several chunks (stages) per rank (Note [interleaved 1F1B]).
 bool interleaves(Schedule s);

@@ -302,6 +302,7 @@ proto::Schedule scheduleToProto(pipeline::Schedule s) {
   case pipeline::Schedule::GPipe: return proto::GPIPE;
   case pipeline::Schedule::OneFOneB: return proto::ONE_F_ONE_B;
   case pipeline::Schedule::ZBH1: return proto::ZB_H1;
+  case pipeline::Schedule::ZBH2: return proto::ZB_H2;
   case pipeline::Schedule::Interleaved1F1B: return proto::INTERLEAVED_1F1B;
   }
   return proto::SCHEDULE_UNSPECIFIED;

@@ -56,7 +56,7 @@ cluster::ClusterSpec clusterFromProto(const proto::Cluster &p);
 /// The plan message's value for `s` (Note [adding a schedule] in planner/pipeline/schedule.h).
 proto::Schedule scheduleToProto(pipeline::Schedule s);
 /// The schedule a plan's `schedule` field names; the error names the field
-/// and its values: "schedule: must be GPIPE, ONE_F_ONE_B or ZB_H1".
+/// and its values: "schedule: must be GPIPE, ONE_F_ONE_B, ZB_H1, ...".
 Expected<pipeline::Schedule> scheduleFromProto(proto::Schedule s);
 
 /// Parses "[B,16,2*B+1,?]" (shapeString's output); "[*]" means unknown rank.

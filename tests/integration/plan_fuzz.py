@@ -5,8 +5,8 @@ trained with mpirun rannc-exec and compared with PyTorch's own training.
 Every generated plan is a hand edit of a one-stage plan: random stage
 boundaries at any op, a random replica count per stage (the ranks in order),
 a random micro-batch count that divides the batch and gives every replica a
-sample, a random schedule (GPipe, 1F1B or ZB-H1), and activation recomputation on a
-random third of the stages (not under ZB-H1, which check refuses). With --schedules INTERLEAVED_1F1B
+sample, a random schedule (GPipe, 1F1B or ZB-H1; ZB-H2 with --schedules ZB_H2), and activation recomputation on a
+random third of the stages (not under ZB-H1 or ZB-H2, which split the backward: check refuses it). With --schedules INTERLEAVED_1F1B
 the plans are interleaved 1F1B instead (Note [interleaved 1F1B]): p pipeline ranks of 2 chunks each,
 stage k on the ranks of stage k % p, M a multiple of p, no recomputation. Models with BatchNorm get one replica per stage
 and one micro-batch (SPEC: the only layouts where batch statistics are one
@@ -63,6 +63,9 @@ def boundaries_and_replicas(rng, num_ops, stages, groups, max_ranks, batchnorm):
     return [0] + cuts + [num_ops], replicas
 
 
+SPLIT_SCHEDULES = ("ZB_H1", "ZB_H2")  # pipeline::splitsBackward
+
+
 def random_plan(rng, base, model, batch, max_ranks, schedules=("GPIPE", "ONE_F_ONE_B", "ZB_H1")):
     if schedules == ["INTERLEAVED_1F1B"]:
         return random_interleaved_plan(rng, base, model, batch, max_ranks)
@@ -78,8 +81,8 @@ def random_plan(rng, base, model, batch, max_ranks, schedules=("GPIPE", "ONE_F_O
     rank = 0
     plan["stages"] = []
     for s in range(stages):
-        # ZB-H1 splits the backward and does not recompute (check refuses it).
-        recompute = rng.random() < 0.3 and schedule != "ZB_H1"
+        # ZB-H1 and ZB-H2 split the backward and do not recompute (check refuses it).
+        recompute = rng.random() < 0.3 and schedule not in SPLIT_SCHEDULES
         plan["stages"].append({"id": s, "ranks": list(range(rank, rank + replicas[s])),
                                "op_begin": bounds[s], "op_end": bounds[s + 1], "recompute": recompute})
         rank += replicas[s]

@@ -16,11 +16,12 @@
    other load) allow any 2-rank run; data parallelism's share of that bound
    is what rannc's replicas (the gradient all-reduce, the split) cost.
 4. measured peak tensor memory per rank vs the plan's estimate.
-5. ZB-H1 vs 1F1B (issue 28): the 2-stage, 8-micro-batch plan of 2. run under
-   each schedule (the same stages: only the plan's schedule field differs),
-   alternately, --rounds times each; throughput ratio of the medians, goal > 1.
+5. ZB-H1 and ZB-H2 vs 1F1B (issue 28): the 2-stage, 8-micro-batch plan of 2.
+   run under 1F1B and each of --schedules (the same stages: only the plan's
+   schedule field differs), alternately, --rounds times each; throughput
+   ratio of the medians, goal > 1. --schedules-only runs this one alone.
 
-  .venv/bin/python tools/bench/exec_bench.py [--build build] [--steps 12]
+  .venv/bin/python tools/bench/exec_bench.py [--build build] [--steps 12] [--schedules-only]
 """
 import argparse
 import json
@@ -81,11 +82,39 @@ def concurrent_runs(a, work, name, copies):
     return [median_step(log)[0] for log in logs]
 
 
+def compare_schedules(a, work):
+    """5.: the pipe plan under 1F1B and under each of --schedules (its schedule field changed), alternately."""
+    plans = {"1F1B": os.path.join(work, "pipe.pb")}
+    for name in a.schedules.split(","):
+        as_json = os.path.join(work, f"{name.lower()}.json")
+        run([a.plan_tool, "convert", plans["1F1B"], "-o", as_json])
+        edited = json.load(open(as_json))
+        edited["schedule"] = name
+        json.dump(edited, open(as_json, "w"))
+        plans[name] = os.path.join(work, f"{name.lower()}.pb")
+        run([a.plan_tool, "convert", as_json, "-o", plans[name]])
+    times = {name: [] for name in plans}
+    for k in range(a.rounds):
+        for name, plan in plans.items():
+            times[name].append(exec_plan(a, work, f"{name.lower()}_{k}", plan, 2)[0])
+    median = {name: sorted(t)[a.rounds // 2] for name, t in times.items()}
+    ob = median["1F1B"]
+    for name in plans:
+        if name == "1F1B":
+            continue
+        print(f"| 2-stage pipeline, 8 micro-batches, {name} vs 1F1B (medians of {a.rounds} alternating runs: "
+              f"{name} {', '.join(f'{t * 1e3:.1f}' for t in times[name])} ms, 1F1B "
+              f"{', '.join(f'{t * 1e3:.1f}' for t in times['1F1B'])} ms) | {BATCH / median[name]:.1f} samples/s "
+              f"| 1F1B {BATCH / ob:.1f} samples/s | {ob / median[name]:.3f}x | > 1x |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--rounds", type=int, default=3, help="runs of each schedule in the ZB-H1 vs 1F1B comparison")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each schedule in the comparison with 1F1B")
+    ap.add_argument("--schedules", default="ZB_H1,ZB_H2", help="plan schedule names compared with 1F1B (5.)")
+    ap.add_argument("--schedules-only", action="store_true", help="run benchmark 5 alone")
     a = ap.parse_args()
     a.plan_tool = os.path.join(a.build, "tools", "rannc-plan")
     a.exec_tool = os.path.join(a.build, "tools", "rannc-exec")
@@ -93,6 +122,15 @@ def main():
     run([sys.executable, os.path.join(ROOT, "models", "make_model.py"), *MODEL, "--out", work, "--batch-size",
          str(BATCH), "--samples", str(4 * BATCH), "--steps", "0", "--torchscript"])
 
+    pipe_args = ["--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule", "1f1b"]
+    if a.schedules_only:
+        _, _, pipe_plan = exec_run(a, work, "pipe", pipe_args, 2)
+        print(f"model: GPT-style, {pipe_plan['stages'][0]['num_params']} + {pipe_plan['stages'][1]['num_params']} "
+              f"parameters, batch {BATCH}, {os.cpu_count()} cores, 1 thread per rank, median of steps 2..{a.steps - 1}\n")
+        print("| benchmark | rannc | reference | ratio | goal |")
+        print("|---|---|---|---|---|")
+        compare_schedules(a, work)
+        return
     one, one_steps, one_plan = exec_run(a, work, "one", ["--profile", "analytic", "--microbatches", "1"], 1)
     ts = float(run([os.path.join(a.build, "tools", "bench", "torchscript_step"), os.path.join(work, "model.pt"),
                     os.path.join(work, "data"), "--inputs", "input_ids,labels", "--batch-size", str(BATCH),
@@ -102,26 +140,11 @@ def main():
     aten, aten_steps, _ = exec_run(a, work, "one_aten", ["--profile", "analytic", "--microbatches", "1"], 1,
                                    model="model.pt")
     one8, _, _ = exec_run(a, work, "one8", ["--profile", "analytic", "--microbatches", "8"], 1)
-    pipe, pipe_steps, pipe_plan = exec_run(
-        a, work, "pipe", ["--stages", "2", "--replicas", "1", "--microbatches", "8", "--schedule", "1f1b"], 2)
+    pipe, pipe_steps, pipe_plan = exec_run(a, work, "pipe", pipe_args, 2)
     dp, _, _ = exec_run(a, work, "dp", ["--profile", "analytic", "--stages", "1", "--replicas", "2",
                                         "--microbatches", "1"], 2)
     pair = concurrent_runs(a, work, "one", 2)
     bound = sum(one / t for t in pair)  # two ranks' throughput over one rank's, with nothing shared between them
-    # ZB-H1 vs 1F1B on the same stages: the pipe plan with its schedule field changed.
-    zb_json = os.path.join(work, "zb.json")
-    run([a.plan_tool, "convert", os.path.join(work, "pipe.pb"), "-o", zb_json])
-    edited = json.load(open(zb_json))
-    edited["schedule"] = "ZB_H1"
-    json.dump(edited, open(zb_json, "w"))
-    zb_plan = os.path.join(work, "zb.pb")
-    run([a.plan_tool, "convert", zb_json, "-o", zb_plan])
-    zb_times, ob_times = [], []
-    for k in range(a.rounds):
-        ob_times.append(exec_plan(a, work, f"ob{k}", os.path.join(work, "pipe.pb"), 2)[0])
-        zb_times.append(exec_plan(a, work, f"zb{k}", zb_plan, 2)[0])
-    zb, ob = sorted(zb_times)[a.rounds // 2], sorted(ob_times)[a.rounds // 2]
-
     print(f"model: GPT-style, {one_plan['stages'][0]['num_params']} parameters, batch {BATCH}, "
           f"{os.cpu_count()} cores, 1 thread per rank, median of steps 2..{a.steps - 1}\n")
     print("| benchmark | rannc | reference | ratio | goal |")
@@ -143,9 +166,7 @@ def main():
     print(f"| 2 independent 1-rank runs at once (the machine's bound) | {sum(BATCH / t for t in pair):.1f} samples/s "
           f"| 1 rank {BATCH / one:.1f} samples/s | {bound:.2f}x | 2x on 2 free cores |")
     print(f"| data parallel / the machine's bound | {one / dp:.2f}x | {bound:.2f}x | {one / dp / bound:.2f} | 1 |")
-    print(f"| 2-stage pipeline, 8 micro-batches, ZB-H1 vs 1F1B (medians of {a.rounds} alternating runs: "
-          f"ZB-H1 {', '.join(f'{t * 1e3:.1f}' for t in zb_times)} ms, 1F1B {', '.join(f'{t * 1e3:.1f}' for t in ob_times)}"
-          f" ms) | {BATCH / zb:.1f} samples/s | 1F1B {BATCH / ob:.1f} samples/s | {ob / zb:.3f}x | > 1x |")
+    compare_schedules(a, work)
     measured = [max(s["peak_memory_bytes_per_rank"][r] for s in pipe_steps) for r in range(2)]
     for st in pipe_plan["stages"]:
         r = st["ranks"][0]

@@ -84,6 +84,14 @@ TEST(ZeroBubbleH1, WeightPassesAfterTheirInputPassAndWhatTheyHoldInFlight) {
         EXPECT_EQ(peakMicrobatchesInFlight(build(Schedule::ZBH1, s, stages, mb)), std::min(mb, stages));
 }
 
+TEST(ZeroBubbleH2, HoldsTwiceTheStagesLessOneInFlight) {
+  // Note [zero bubble H2]: min(M, 2S-1) on every stage, counted on the action list.
+  for (int stages = 1; stages <= 6; ++stages)
+    for (int mb = 1; mb <= 12; ++mb)
+      for (int s = 0; s < stages; ++s)
+        EXPECT_EQ(peakMicrobatchesInFlight(build(Schedule::ZBH2, s, stages, mb)), std::min(mb, 2 * stages - 1));
+}
+
 /// Plays every stage's action list against the others with blocking receives
 /// (sends never block) and checks that all of them run to the end: no
 /// deadlock, and every micro-batch's forward precedes its backward.

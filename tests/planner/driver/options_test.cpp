@@ -76,8 +76,8 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   EXPECT_EQ(o.schedule, pipeline::Schedule::OneFOneB);
   flags.schedule = "zb";
   EXPECT_EQ(finishPlanOptions(flags, o).message(),
-            "--schedule must be gpipe, 1f1b, zb-h1 or interleaved-1f1b (got 'zb')");
-  EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}));
+            "--schedule must be gpipe, 1f1b, zb-h1, zb-h2 or interleaved-1f1b (got 'zb')");
+  EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b"}));
 }
 
 TEST(PlanOptions, TensorParallelLikeReplicas) {

@@ -524,16 +524,24 @@ std::optional<SolveResult> expectMatchesExhaustive(const Problem &p, const std::
   return std::move(*dp);
 }
 
-TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH1) {
-  // Note [split backward DP]: random small problems with ZB-H1 pinned, each
-  // block's W a random share of its backward and a random W queue; the DP's
-  // plan is what exhaustive search finds, and evaluate() agrees with it.
-  std::mt19937 rng(2028);
-  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+/// What the split-backward DP-vs-exhaustive trials reached.
+struct SplitReach {
   int feasible = 0, several_stages = 0, queued = 0;
+  int filled = 0; ///< plans of several stages with M >= 2S-1 (ZB-H2's closed form and credit)
+};
+
+/// Note [split backward DP]: 300 random small problems with `schedule`
+/// pinned, each block's W a random share of its backward and a random W
+/// queue; the DP's plan is what exhaustive search finds, and evaluate()
+/// agrees with it.
+SplitReach expectSplitScheduleMatchesExhaustive(Schedule schedule, unsigned seed) {
+  std::mt19937 rng(seed);
+  auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  SplitReach reach;
+  int &feasible = reach.feasible, &several_stages = reach.several_stages, &queued = reach.queued;
   for (int trial = 0; trial < 300; ++trial) {
     Problem p = randomProblem(rng, trial);
-    p.constraints.schedule = Schedule::ZBH1;
+    p.constraints.schedule = schedule;
     p.constraints.power_of_two_replicas = false;
     p.constraints.tensor_parallel.clear();
     p.force_recompute = false;
@@ -541,7 +549,7 @@ TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH1) {
       b.wgrad = {b.bwd.fixed_s * uni(0, 1), b.bwd.per_sample_s * uni(0, 1)};
       b.wgrad_bytes_per_sample = std::floor(uni(0, 30));
     }
-    ASSERT_TRUE(validate(p).ok()) << validate(p).message();
+    EXPECT_TRUE(validate(p).ok()) << validate(p).message();
     std::ostringstream where;
     where << "trial " << trial << "\n";
     p.print(where);
@@ -552,11 +560,27 @@ TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH1) {
     several_stages += dp->solution.stages.size() > 1;
     queued += std::any_of(ev.stages.begin(), ev.stages.end(),
                           [](const StageCost &c) { return c.memory.weight_queue > 0; });
+    const int S = static_cast<int>(dp->solution.stages.size());
+    reach.filled += S > 1 && dp->solution.microbatches >= 2 * S - 1;
   }
+  return reach;
+}
+
+TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH1) {
+  const SplitReach reach = expectSplitScheduleMatchesExhaustive(Schedule::ZBH1, 2028);
   // The instances reach what the test is about.
-  EXPECT_GT(feasible, 150);
-  EXPECT_GT(several_stages, 50);
-  EXPECT_GT(queued, 30);
+  EXPECT_GT(reach.feasible, 150);
+  EXPECT_GT(reach.several_stages, 50);
+  EXPECT_GT(reach.queued, 30);
+}
+
+TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH2) {
+  // ZB-H2's credit min(G, 3W) and its 2S-1 micro-batches in flight.
+  const SplitReach reach = expectSplitScheduleMatchesExhaustive(Schedule::ZBH2, 2029);
+  EXPECT_GT(reach.feasible, 150);
+  EXPECT_GT(reach.several_stages, 50);
+  EXPECT_GT(reach.queued, 30);
+  EXPECT_GT(reach.filled, 20);
 }
 
 TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {

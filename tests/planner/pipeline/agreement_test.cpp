@@ -5,7 +5,8 @@
 // - the simulated step time equals evaluate()'s closed form wherever the
 //   closed form claims to be exact (Note [partition cost model]): GPipe with
 //   any per-stage costs, 1F1B with equal stages or one micro-batch, ZB-H1
-//   with equal stages and M >= S (Note [zero bubble H1]);
+//   with equal stages and M >= S (Note [zero bubble H1]), ZB-H2 with equal
+//   stages and M >= 2S-1 (Note [zero bubble H2]);
 // - the micro-batches a stage holds at once in the action list and in the
 //   timeline are the count evaluate()'s memory model charges;
 // - `rannc-plan show`'s bubble fraction comes from the same pipeline time.
@@ -141,7 +142,9 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
                 << where << ", stage " << s;
           }
 
-          const bool exact = schedule == Schedule::ZBH1 ? equal && M >= S : schedule == Schedule::GPipe || equal || M == 1;
+          const bool exact = schedule == Schedule::ZBH1   ? equal && M >= S
+                             : schedule == Schedule::ZBH2 ? equal && M >= 2 * S - 1
+                                                          : schedule == Schedule::GPipe || equal || M == 1;
           if (exact) {
             EXPECT_NEAR(sim->step_time_s, ev.step_time_s, 1e-9 * ev.step_time_s) << where;
             ++exact_cases;
@@ -154,8 +157,9 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
           EXPECT_NEAR(plan::pipelineBubbleFraction(planOf(sol, ev)), 1 - busy / (S * pipe), 1e-12) << where;
         }
   // GPipe and 1F1B x 6 x 8 equal cases, GPipe's 48 varied ones, 1F1B's 6
-  // varied ones with M = 1, ZB-H1's equal ones with M >= S: 8+7+6+5+4+3 = 33.
-  EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6 + 33);
+  // varied ones with M = 1, ZB-H1's equal ones with M >= S: 8+7+6+5+4+3 = 33,
+  // ZB-H2's with M >= 2S-1: 8+6+4+2 = 20.
+  EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6 + 33 + 20);
 }
 
 /// "F0@2 B1@0 ": one rank's forwards and backwards with their stages, on the timeline.

@@ -25,16 +25,17 @@ TEST(Schedule, NamesParseBack) {
   EXPECT_STREQ(scheduleName(Schedule::GPipe), "gpipe");
   EXPECT_STREQ(scheduleName(Schedule::OneFOneB), "1f1b");
   EXPECT_STREQ(scheduleName(Schedule::ZBH1), "zb-h1");
+  EXPECT_STREQ(scheduleName(Schedule::ZBH2), "zb-h2");
   EXPECT_STREQ(scheduleName(Schedule::Interleaved1F1B), "interleaved-1f1b");
   auto bad = parseSchedule("1F1B");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().message, "must be gpipe, 1f1b, zb-h1 or interleaved-1f1b (got '1F1B')");
+  EXPECT_EQ(bad.error().message, "must be gpipe, 1f1b, zb-h1, zb-h2 or interleaved-1f1b (got '1F1B')");
   EXPECT_FALSE(parseSchedule("").ok());
 }
 
 TEST(Schedule, ChoicesJoinEveryName) {
-  EXPECT_EQ(scheduleChoices(), "gpipe, 1f1b, zb-h1 or interleaved-1f1b");
-  EXPECT_EQ(scheduleChoices([](Schedule s) { return s == Schedule::GPipe ? "G" : "O"; }), "G, O, O or O");
+  EXPECT_EQ(scheduleChoices(), "gpipe, 1f1b, zb-h1, zb-h2 or interleaved-1f1b");
+  EXPECT_EQ(scheduleChoices([](Schedule s) { return s == Schedule::GPipe ? "G" : "O"; }), "G, O, O, O or O");
 }
 
 TEST(StageOrder, GPipeAndOneFOneB) {
@@ -54,6 +55,28 @@ TEST(StageOrder, ZeroBubbleH1DelaysEachStagesWeightsByItsIndex) {
   EXPECT_TRUE(splitsBackward(Schedule::ZBH1));
   EXPECT_FALSE(splitsBackward(Schedule::OneFOneB));
   EXPECT_FALSE(splitsBackward(Schedule::GPipe));
+}
+
+TEST(StageOrder, ZeroBubbleH2WarmsUpTwiceAsLongAndDelaysWeightsByTwiceTheIndex) {
+  // Note [zero bubble H2]: stage s of S warms up with 2(S-s-1) forwards, its W lags its B by 2s.
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH2, 0, 2, 4)), "F0 F1 F2 B0 W0 F3 B1 W1 B2 W2 B3 W3 ");
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH2, 1, 2, 4)), "F0 B0 F1 B1 F2 B2 W0 F3 B3 W1 W2 W3 ");
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH2, 0, 4, 8)),
+            "F0 F1 F2 F3 F4 F5 F6 B0 W0 F7 B1 W1 B2 W2 B3 W3 B4 W4 B5 W5 B6 W6 B7 W7 ");
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH2, 3, 4, 8)),
+            "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 W0 F7 B7 W1 W2 W3 W4 W5 W6 W7 ");
+  // Fewer micro-batches than the warm-up: every forward, then every B with its W.
+  EXPECT_EQ(str(stageOrder(Schedule::ZBH2, 0, 4, 3)), "F0 F1 F2 B0 W0 B1 W1 B2 W2 ");
+  EXPECT_TRUE(splitsBackward(Schedule::ZBH2));
+  // 2S-1 micro-batches held on every stage; the W queue is the lag 2s.
+  EXPECT_EQ(microbatchesInFlight(Schedule::ZBH2, 3, 4, 8), 7);
+  EXPECT_EQ(microbatchesInFlight(Schedule::ZBH2, 0, 4, 5), 5);
+  EXPECT_EQ(weightQueuePeak(Schedule::ZBH2, 2, 4, 8), 4);
+  EXPECT_EQ(weightQueuePeak(Schedule::ZBH2, 3, 4, 4), 3);
+  // Its warm-up's sends are not awaited before a backward; ZB-H1's are.
+  EXPECT_FALSE(waitsForSendsBeforeBackward(Schedule::ZBH2, 1));
+  EXPECT_TRUE(waitsForSendsBeforeBackward(Schedule::ZBH1, 1));
+  EXPECT_FALSE(waitsForSendsBeforeBackward(Schedule::Interleaved1F1B, 2));
 }
 
 TEST(StageOrder, EveryMicrobatchOnceEachWayForwardFirstAndInFlightIsItsPeak) {
@@ -200,6 +223,17 @@ TEST(PipelineTime, HandComputed) {
   const std::vector<StageSlots> equal(4, StageSlots{1, 2, 1});
   EXPECT_DOUBLE_EQ(pipelineTime(Schedule::ZBH1, equal, 8).total(), 27);
   EXPECT_DOUBLE_EQ(pipelineTime(Schedule::OneFOneB, equal, 8).total(), 33);
+  // ZB-H2 there: M (F+B+W) + (S-1) max(F, F+B-2W) = 24 + 3 max(1, 0) = 27, ZB-H1's.
+  EXPECT_DOUBLE_EQ(pipelineTime(Schedule::ZBH2, equal, 8).total(), 27);
+  // With B = 2 > W = 1 (G = 3): 32 + 3 max(1, 1) = 35, where ZB-H1 takes
+  // 32 + 3 (1+2-1) = 38; the last stage's whole slot 4 plus 3 x 1 fills.
+  const std::vector<StageSlots> heavy_b(4, StageSlots{1, 3, 1});
+  PipelineTime h2 = pipelineTime(Schedule::ZBH2, heavy_b, 8);
+  EXPECT_DOUBLE_EQ(h2.fill_drain_s, 4 + 3);
+  EXPECT_DOUBLE_EQ(h2.steady_s, 7 * 4);
+  EXPECT_DOUBLE_EQ(pipelineTime(Schedule::ZBH1, heavy_b, 8).total(), 38);
+  // M = 5 < 2S-1 = 7: the warm-up never fills; ZB-H1's form, 20 + 3 x 2 = 26.
+  EXPECT_DOUBLE_EQ(pipelineTime(Schedule::ZBH2, heavy_b, 5).total(), 26);
   // Ties go to the first stage.
   EXPECT_EQ(pipelineTime(Schedule::OneFOneB, {{1, 1}, {0.5, 1.5}}, 2).bottleneck_stage, 0);
   // Interleaved, p = 2 ranks of v = 2 chunks, f = 1, b = 2, M = 4:

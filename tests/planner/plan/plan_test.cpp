@@ -179,7 +179,7 @@ TEST(Plan, ScheduleFieldConvertsBothWays) {
   EXPECT_EQ(scheduleToProto(pipeline::Schedule::OneFOneB), proto::ONE_F_ONE_B);
   auto none = scheduleFromProto(proto::SCHEDULE_UNSPECIFIED);
   ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.error().message, "schedule: must be GPIPE, ONE_F_ONE_B, ZB_H1 or INTERLEAVED_1F1B");
+  EXPECT_EQ(none.error().message, "schedule: must be GPIPE, ONE_F_ONE_B, ZB_H1, ZB_H2 or INTERLEAVED_1F1B");
   EXPECT_STREQ(scheduleName(proto::SCHEDULE_UNSPECIFIED), "unspecified");
   proto::Plan p = gptPlan(2);
   p.set_schedule(proto::SCHEDULE_UNSPECIFIED);
