@@ -95,7 +95,15 @@ struct Pass {
 /// charges that stage; a rank's memory is the sum of its chunks', which may
 /// exceed the rank's true peak (the chunks' peaks need not coincide, and each
 /// chunk's working memory counts): an upper bound, by at most one
-/// micro-batch of a chunk on the cases the tests replay.
+/// micro-batch of a chunk on the cases the tests replay. A recomputing chunk
+/// keeps its inputs for each of its k_c micro-batches and rebuilds one in its
+/// backward (Note [recomputing stage's peak] in planner/partition/evaluate.cpp);
+/// the sum charges every recomputing chunk its rebuilt micro-batch, though
+/// the rank runs one backward at a time: an upper bound again.
+/// What chunks do not do yet is refused (rannc-plan, check, rannc-exec's
+/// interleavedRefusals): ZeRO-1, tensor-parallel chunks, checkpoints,
+/// clipping, a skipped step, fp16, --batchnorm exact, tied weights across
+/// stages.
 
 /// Note [zero bubble H1]
 /// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24) splits a

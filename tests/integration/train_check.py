@@ -219,6 +219,12 @@ def check_training(args):
             sys.exit(f"--zero 1: the plan's replicated stages have zero {sharded}")
         if "optimizer state sharded in stage(s)" not in p.stderr:
             sys.exit("--zero 1: rannc-exec did not say it shards the optimizer state")
+    if "--recompute on" in args.plan_args:
+        # Every stage recomputes: the plan says so, and the log does (a plan
+        # that silently did not would pass the comparison unnoticed).
+        recomputing = [st.get("recompute") for st in json.loads(shown.stdout)["stages"]]
+        if not all(recomputing) or "recomputing stage(s) " + ",".join(map(str, range(stages))) not in p.stderr:
+            sys.exit(f"--recompute on: the plan's stages recompute {recomputing}, or rannc-exec did not say so")
     tensor_parallel = "--tensor-parallel" in args.plan_args or args.edit_tensor_parallel
     if tensor_parallel and "tensor-parallel stage(s)" not in p.stderr:
         # Note [tensor parallel ranks]: a plan without a tensor-parallel stage would pass unnoticed.

@@ -158,10 +158,13 @@ TEST(Plan, InterleavedPlanPutsTwoChunksOnEachRankAndShowsItsBubble) {
   o.virtual_stages = 1;
   EXPECT_FALSE(planner::finishPlanOptions(flags, o).ok());
   o.virtual_stages = 2;
-  flags.recompute = "on";
+  flags.recompute = "on"; // recomputing chunks (Note [interleaved 1F1B])
+  EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
+  flags.zero = "1";
   auto refused = planner::finishPlanOptions(flags, o);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.message(), "--recompute on: interleaved-1f1b does not recompute yet");
+  EXPECT_EQ(refused.message(), "--zero 1: interleaved-1f1b does not shard the optimizer state yet");
+  flags.zero = "auto";
   flags.recompute = "auto";
   EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
   flags.schedule = "1f1b";
