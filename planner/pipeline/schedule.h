@@ -100,10 +100,12 @@ struct Pass {
 /// backward (Note [recomputing stage's peak] in planner/partition/evaluate.cpp);
 /// the sum charges every recomputing chunk its rebuilt micro-batch, though
 /// the rank runs one backward at a time: an upper bound again.
-/// What chunks do not do yet is refused (rannc-plan, check, rannc-exec's
-/// interleavedRefusals): ZeRO-1, tensor-parallel chunks, checkpoints,
-/// clipping, a skipped step, fp16, --batchnorm exact, tied weights across
-/// stages.
+/// Clipping, a skipped step and fp16's loss scale are decided once over a
+/// rank's chunks (Note [one step over a rank's chunks] in
+/// executor/train/parameter_update.cpp). What chunks do not do yet is
+/// refused (rannc-plan, check, rannc-exec's interleavedRefusals): ZeRO-1,
+/// tensor-parallel chunks, checkpoints, --batchnorm exact, tied weights
+/// across stages.
 
 /// Note [zero bubble H1]
 /// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24) splits a
