@@ -633,16 +633,15 @@ namespace {
 // stage s % p and evaluated under the interleaved schedule. Every replica
 // count up to devices / p and every micro-batch count that p divides is
 // tried, the fastest folded plan that fits kept: a plan that fits, not the
-// best one (docs/partitioner.md). Recomputation is the 1F1B search's choice
-// per stage (--recompute auto) or every stage's (on): a stage recomputes
-// where the 1F1B layout needs it on 1/v of a device, and the fold is then
-// evaluated with each chunk's own in-flight count.
+// best one (docs/partitioner.md). Recomputation and ZeRO-1 are the 1F1B
+// search's choice per stage (auto) or every stage's (on, 1): a stage takes
+// them where the 1F1B layout needs them on 1/v of a device, and the fold is
+// then evaluated with each chunk's own in-flight count.
 Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) {
   const Constraints &c = p.constraints;
   const int v = c.virtual_stages, P = c.stages;
   const char *name = pipeline::scheduleName(*c.schedule);
   if (P < 1) return Error{std::string(name) + " needs the pipeline ranks pinned (--stages N)"};
-  if (p.force_zero) return Error{std::string(name) + " does not shard the optimizer state yet (--zero 1)"};
   for (int t : c.tensor_parallel)
     if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
   if (c.replicas.size() > 1 && static_cast<int>(c.replicas.size()) != P)
@@ -665,7 +664,6 @@ Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) 
       q.constraints.microbatches = m;
       q.constraints.schedule = Schedule::OneFOneB;
       for (int k = 0; k < v; ++k) q.constraints.replicas.insert(q.constraints.replicas.end(), replicas.begin(), replicas.end());
-      q.allow_zero = false;
       q.tp_degrees = {1};
       q.devices.count = p.devices.count * v;
       q.devices.memory_bytes = p.devices.memory_bytes / v;

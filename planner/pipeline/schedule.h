@@ -103,9 +103,10 @@ struct Pass {
 /// Clipping, a skipped step and fp16's loss scale are decided once over a
 /// rank's chunks (Note [one step over a rank's chunks] in
 /// executor/train/parameter_update.cpp). What chunks do not do yet is
-/// refused (rannc-plan, check, rannc-exec's interleavedRefusals): ZeRO-1,
+/// refused (rannc-plan, check, rannc-exec's interleavedRefusals):
 /// tensor-parallel chunks, checkpoints, --batchnorm exact, tied weights
-/// across stages.
+/// across stages. A chunk may recompute and shard its optimizer state over
+/// its own replica group.
 
 /// Note [zero bubble H1]
 /// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24) splits a

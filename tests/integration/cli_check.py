@@ -159,8 +159,8 @@ def case_interleaved(env):
            1, ["virtual_stages 2 (interleaved-1f1b) does not yet train with checkpoints"],
            "rannc-exec refuses what the interleaved plan does not train with")
     for extra, needle in ((["--virtual-stages", "2"], "needs --schedule interleaved-1f1b"),
-                          (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--zero", "1"],
-                           "interleaved-1f1b does not shard the optimizer state yet"),
+                          (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--tensor-parallel", "2"],
+                           "interleaved-1f1b does not run tensor-parallel stages yet"),
                           (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--microbatches", "1"],
                            "must be a multiple of 2")):
         p = run([env.args.plan_tool, env.model, "--gpus", "2", "--device-type", "cpu", "--batch-size", "8",
