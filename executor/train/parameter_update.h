@@ -58,6 +58,9 @@ public:
 
   /// The OptimizerStep action: fills rec.grad_norm and rec.skipped.
   Status step(StepRecord &rec, std::ostream &log);
+  /// The OptimizerStep action of a rank's chunks together, the first's loss
+  /// scaler theirs (Note [one step over a rank's chunks]).
+  static Status step(const std::vector<ParameterUpdate *> &updates, StepRecord &rec, std::ostream &log);
 
   /// After a checkpoint was loaded into optimizer(): keep this replica's share.
   void afterLoad() {
@@ -73,6 +76,10 @@ public:
   }
 
 private:
+  /// Clipping by rec.grad_norm, the learning rate and the optimizer step
+  /// (none when rec.skipped), then the gradients zeroed.
+  void apply(const StepRecord &rec);
+
   const TrainOptions &opts_;
   comm::Communicator &comm_;
   int stage_, replica_;

@@ -128,18 +128,16 @@ Status loadWeights(Setup &s, const ir::Graph &whole, const std::string &model, c
 }
 
 /// Note [interleaved 1F1B]: what a rank running several stages does not do
-/// yet is refused here, never run differently: each chunk keeps its own
-/// replica all-reduce and optimizer step, so nothing that needs one view of
-/// the rank's whole gradient (clipping, a skipped step, fp16's loss scale),
-/// its state on disk (checkpoints) or one batch-statistics group.
+/// yet is refused here, never run differently. Each chunk keeps its own
+/// replica all-reduce and optimizer; what needs one view of the rank's whole
+/// gradient (clipping, a skipped step, fp16's loss scale) is decided once
+/// over all chunks (Note [one step over a rank's chunks]). Not yet: its
+/// state on disk (checkpoints) and one batch-statistics group.
 Status interleavedRefusals(const TrainOptions &opts, const proto::Plan &plan) {
   if (plan::virtualStages(plan) <= 1) return Status::success();
   const std::string what = "virtual_stages " + std::to_string(plan::virtualStages(plan)) + " (interleaved-1f1b)";
   auto refuse = [&](const std::string &why) { return Error{what + " does not yet train with " + why}; };
   if (!opts.checkpoint_dir.empty() || opts.resume) return refuse("checkpoints (--checkpoint-dir, --resume)");
-  if (opts.clip_grad_norm > 0) return refuse("--clip-grad-norm");
-  if (opts.on_nonfinite != "stop") return refuse("--on-nonfinite " + opts.on_nonfinite);
-  if (plan.precision() == "fp16") return refuse("fp16 (its loss scale is one per rank); plan bf16 or fp32");
   if (plan.batchnorm() == "exact") return refuse("--batchnorm exact");
   return Status::success();
 }

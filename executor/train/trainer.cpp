@@ -144,14 +144,18 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   // Mixed precision: forward under autocast; values cross stages in the
   // dtype autocast gave them (their header carries it), and their gradients
   // come back in it (Note [autocast dtypes] in planner/cost/precision.cpp).
-  std::optional<LossScaler> scaler; // fp16 only (Note [loss scaling]; prepare() refused it interleaved)
+  // fp16 only (Note [loss scaling]): one scaler, the first chunk's update's,
+  // for all of a rank's chunks (Note [one step over a rank's chunks]).
+  std::optional<LossScaler> scaler;
   if (precision == cost::Precision::FP16) scaler.emplace(LossScaler::Options{opts.loss_scale.value_or(65536.0)});
   const auto kind = *plan::scheduleFromProto(s.plan.schedule()); // prepare() refused a plan naming none
+  std::vector<ParameterUpdate *> updates;
   for (Chunk &ch : chunks) {
     if (precision != cost::Precision::FP32) ch.runner->setAutocast(runtime::scalarTypeFor(precision));
     ch.update = std::make_unique<ParameterUpdate>(
-        opts, comm, *ch.group, *ch.setup, *ch.runner, std::move(scaler),
+        opts, comm, *ch.group, *ch.setup, *ch.runner, updates.empty() ? std::move(scaler) : std::optional<LossScaler>(),
         [&gpu](std::unique_ptr<comm::Communicator> c) { return gpu.onDevice(std::move(c)); });
+    updates.push_back(ch.update.get());
     // Note [split backward]: B and W apart; prepare() refused what cannot split.
     ch.runner->setSplitBackward(pipeline::splitsBackward(kind));
   }
@@ -308,17 +312,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
       case schedule::ActionKind::AllReduce:
         for (Chunk &c : chunks) c.update->reduce();
         break;
-      case schedule::ActionKind::OptimizerStep: {
-        // Each chunk's step; the norm is over them all (every chunk's is a
-        // sum over the stages of its wave, Note [interleaved 1F1B]).
-        double squared = 0;
-        for (Chunk &c : chunks) {
-          if (Status st = c.update->step(rec, log); !st) return st;
-          squared += rec.grad_norm * rec.grad_norm;
-        }
-        rec.grad_norm = std::sqrt(squared);
+      case schedule::ActionKind::OptimizerStep:
+        if (Status st = ParameterUpdate::step(updates, rec, log); !st) return st; // Note [one step over a rank's chunks]
         break;
-      }
       }
       rec.phase_s[phaseOf(a.kind)] += secondsSince(a0);
       timeline.action(a, a0);

@@ -109,8 +109,6 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
       return Error{"--schedule " + std::string(name) + " needs --virtual-stages 2 or more (with one chunk per rank "
                    "it is 1f1b)"};
     if (opts.stages < 1) return Error{"--schedule " + std::string(name) + " needs --stages N (the pipeline ranks)"};
-    if (opts.recompute == Recompute::On) return Error{"--recompute on: " + std::string(name) + " does not recompute yet"};
-    if (opts.zero == Zero::On) return Error{"--zero 1: " + std::string(name) + " does not shard the optimizer state yet"};
     if (std::any_of(opts.tensor_parallel.begin(), opts.tensor_parallel.end(), [](int t) { return t > 1; }))
       return Error{"--tensor-parallel: " + std::string(name) + " does not run tensor-parallel stages yet"};
     if (opts.microbatches > 0 && opts.microbatches % opts.stages != 0)

@@ -638,14 +638,18 @@ namespace {
 // stage s % p and evaluated under the interleaved schedule. Every replica
 // count up to devices / p and every micro-batch count that p divides is
 // tried, the fastest folded plan that fits kept: a plan that fits, not the
-// best one (docs/partitioner.md).
+// best one (docs/partitioner.md). Recomputation and ZeRO-1 are the 1F1B
+// search's choice per stage (auto) or every stage's (on, 1): a stage takes
+// them where the 1F1B layout needs them on 1/v of a device, and the fold is
+// then evaluated with each chunk's own in-flight count. The fold's chunks
+// hold other counts than the 1F1B stages they were (more on late stages,
+// fewer on early ones), so a fold that does not fit is searched again on
+// 90%, 80%, 70%, 60% of 1/v of a device.
 Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) {
   const Constraints &c = p.constraints;
   const int v = c.virtual_stages, P = c.stages;
   const char *name = pipeline::scheduleName(*c.schedule);
   if (P < 1) return Error{std::string(name) + " needs the pipeline ranks pinned (--stages N)"};
-  if (p.force_recompute) return Error{std::string(name) + " does not recompute activations yet (--recompute on)"};
-  if (p.force_zero) return Error{std::string(name) + " does not shard the optimizer state yet (--zero 1)"};
   for (int t : c.tensor_parallel)
     if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
   if (c.replicas.size() > 1 && static_cast<int>(c.replicas.size()) != P)
@@ -668,26 +672,32 @@ Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) 
       q.constraints.microbatches = m;
       q.constraints.schedule = Schedule::OneFOneB;
       for (int k = 0; k < v; ++k) q.constraints.replicas.insert(q.constraints.replicas.end(), replicas.begin(), replicas.end());
-      q.allow_recompute = false;
-      q.allow_zero = false;
       q.tp_degrees = {1};
       q.devices.count = p.devices.count * v;
-      q.devices.memory_bytes = p.devices.memory_bytes / v;
       q.devices.reserve_bytes = p.devices.reserve_bytes / v;
-      auto solved = solveDP(q, opts);
-      if (!solved) {
-        why = solved.error().message;
-        continue;
+      // A 1F1B stage's in-flight count is not its chunk's: a late stage
+      // holds more micro-batches as a chunk (103.6B BERT, 32 ranks x 2, M =
+      // 128: rank 12's second chunk, 43.65 GiB against its 35.79). Where
+      // the fold does not fit, the layout is searched again on less of a
+      // device, down to 60%, and the first that folds is kept.
+      for (double share : {1.0, 0.9, 0.8, 0.7, 0.6}) {
+        q.devices.memory_bytes = p.devices.memory_bytes * share / v;
+        auto solved = solveDP(q, opts);
+        if (!solved) {
+          why = solved.error().message;
+          break; // less memory finds nothing either
+        }
+        solved->solution.schedule = *c.schedule;
+        solved->solution.virtual_stages = v;
+        const Evaluation ev = evaluate(p, solved->solution);
+        if (!ev.feasible()) {
+          why = ev.violations.front();
+          continue;
+        }
+        solved->step_time_s = ev.step_time_s;
+        if (!best || ev.step_time_s < best->step_time_s) best = std::move(*solved);
+        break;
       }
-      solved->solution.schedule = *c.schedule;
-      solved->solution.virtual_stages = v;
-      const Evaluation ev = evaluate(p, solved->solution);
-      if (!ev.feasible()) {
-        why = ev.violations.front();
-        continue;
-      }
-      solved->step_time_s = ev.step_time_s;
-      if (!best || ev.step_time_s < best->step_time_s) best = std::move(*solved);
     }
   }
   if (!best) return Error{"no " + std::to_string(P * v) + "-stage 1F1B layout folds onto " + std::to_string(P) +

@@ -458,9 +458,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                                                          "stage must"));
     if (std::string why = tensorParallelProblem(p, st, c.first_rank); !why.empty())
       ev.violations.push_back(stageName(s) + " " + why);
-    if (v > 1 && (st.recompute || st.tensor_parallel > 1 || st.zero))
-      ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes" : st.zero ? " shards its optimizer state" : " is tensor-parallel") +
-                              " under " + pipeline::scheduleName(sol.schedule) + ", which does not yet");
+    if (v > 1 && st.tensor_parallel > 1)
+      ev.violations.push_back(stageName(s) + " is tensor-parallel under " + pipeline::scheduleName(sol.schedule) +
+                              ", which does not run tensor-parallel chunks yet");
     if (pipeline::splitsBackward(sol.schedule) && (st.recompute || st.tensor_parallel > 1))
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes" : " is tensor-parallel") + " under " +
                               pipeline::scheduleName(sol.schedule) + ", which splits the backward and does not");

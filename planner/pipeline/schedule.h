@@ -95,7 +95,18 @@ struct Pass {
 /// charges that stage; a rank's memory is the sum of its chunks', which may
 /// exceed the rank's true peak (the chunks' peaks need not coincide, and each
 /// chunk's working memory counts): an upper bound, by at most one
-/// micro-batch of a chunk on the cases the tests replay.
+/// micro-batch of a chunk on the cases the tests replay. A recomputing chunk
+/// keeps its inputs for each of its k_c micro-batches and rebuilds one in its
+/// backward (Note [recomputing stage's peak] in planner/partition/evaluate.cpp);
+/// the sum charges every recomputing chunk its rebuilt micro-batch, though
+/// the rank runs one backward at a time: an upper bound again.
+/// Clipping, a skipped step and fp16's loss scale are decided once over a
+/// rank's chunks (Note [one step over a rank's chunks] in
+/// executor/train/parameter_update.cpp). What chunks do not do yet is
+/// refused (rannc-plan, check, rannc-exec's interleavedRefusals):
+/// tensor-parallel chunks, checkpoints, --batchnorm exact, tied weights
+/// across stages. A chunk may recompute and shard its optimizer state over
+/// its own replica group.
 
 /// Note [zero bubble H1]
 /// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR'24) splits a

@@ -238,10 +238,9 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
     problems.push_back("virtual_stages: " + why);
   } else if (virtualStages(plan) > 1) { // Note [interleaved 1F1B]: what it does not combine with yet
     for (int i = 0; i < plan.stages_size(); ++i)
-      if (plan.stages(i).recompute() || tensorParallel(plan.stages(i)) > 1 || plan.stages(i).zero() > 0)
+      if (tensorParallel(plan.stages(i)) > 1)
         problems.push_back("stages[" + std::to_string(i) + "]: " + pipeline::scheduleName(*schedule) +
-                           " does not recompute, shard the optimizer state or run tensor-parallel stages yet" +
-                           " (plan with --recompute off --zero 0 --tensor-parallel 1)");
+                           " does not run tensor-parallel stages yet (plan with --tensor-parallel 1)");
   } else if (pipeline::splitsBackward(*schedule)) { // Note [split backward] in executor/runtime/stage.cpp
     for (int i = 0; i < plan.stages_size(); ++i) {
       if (plan.stages(i).recompute())

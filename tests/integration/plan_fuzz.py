@@ -8,7 +8,7 @@ a random micro-batch count that divides the batch and gives every replica a
 sample, a random schedule (GPipe, 1F1B or ZB-H1; ZB-H2 with --schedules ZB_H2), and activation recomputation on a
 random third of the stages (not under ZB-H1 or ZB-H2, which split the backward: check refuses it). With --schedules INTERLEAVED_1F1B
 the plans are interleaved 1F1B instead (Note [interleaved 1F1B]): p pipeline ranks of 2 chunks each,
-stage k on the ranks of stage k % p, M a multiple of p, no recomputation. Models with BatchNorm get one replica per stage
+stage k on the ranks of stage k % p, M a multiple of p, recomputation on a random third of the stages. Models with BatchNorm get one replica per stage
 and one micro-batch (SPEC: the only layouts where batch statistics are one
 device's). Each plan must pass `rannc-plan check` and train to PyTorch's losses
 and trained parameters (relative 1e-4; reference_sgd*.json and .npz written by
@@ -110,7 +110,8 @@ def random_interleaved_plan(rng, base, model, batch, max_ranks, chunks=2):
     microbatches = 1 if batchnorm else rng.choice(counts)
     first = [sum(replicas[:r]) for r in range(p)]
     plan["stages"] = [{"id": s, "ranks": list(range(first[s % p], first[s % p] + replicas[s % p])),
-                       "op_begin": bounds[s], "op_end": bounds[s + 1]} for s in range(p * chunks)]
+                       "op_begin": bounds[s], "op_end": bounds[s + 1], "recompute": rng.random() < 0.3}
+                      for s in range(p * chunks)]
     ranks = sum(replicas)
     plan["cluster"]["devices_per_node"] = ranks
     plan["microbatches"] = microbatches
@@ -118,8 +119,9 @@ def random_interleaved_plan(rng, base, model, batch, max_ranks, chunks=2):
     plan["virtual_stages"] = chunks
     plan["format_version"] = max(plan.get("format_version", 1), 5)  # Note [plan format versions]
     plan.pop("estimates", None)
+    recomputing = [s["id"] for s in plan["stages"] if s["recompute"]]
     desc = (f"{model}: {p} rank(s) x {chunks} chunks at ops {bounds}, replicas {replicas}, "
-            f"{microbatches} micro-batch(es), INTERLEAVED_1F1B")
+            f"{microbatches} micro-batch(es), INTERLEAVED_1F1B" + (f", recomputing {recomputing}" if recomputing else ""))
     return plan, ranks, desc
 
 

@@ -219,6 +219,12 @@ def check_training(args):
             sys.exit(f"--zero 1: the plan's replicated stages have zero {sharded}")
         if "optimizer state sharded in stage(s)" not in p.stderr:
             sys.exit("--zero 1: rannc-exec did not say it shards the optimizer state")
+    if "--recompute on" in args.plan_args:
+        # Every stage recomputes: the plan says so, and the log does (a plan
+        # that silently did not would pass the comparison unnoticed).
+        recomputing = [st.get("recompute") for st in json.loads(shown.stdout)["stages"]]
+        if not all(recomputing) or "recomputing stage(s) " + ",".join(map(str, range(stages))) not in p.stderr:
+            sys.exit(f"--recompute on: the plan's stages recompute {recomputing}, or rannc-exec did not say so")
     tensor_parallel = "--tensor-parallel" in args.plan_args or args.edit_tensor_parallel
     if tensor_parallel and "tensor-parallel stage(s)" not in p.stderr:
         # Note [tensor parallel ranks]: a plan without a tensor-parallel stage would pass unnoticed.
@@ -491,7 +497,7 @@ def check_nonfinite(args, model_dir, work):
     --on-nonfinite skip, the run finishes and logs those steps as skipped."""
     plan_path = os.path.join(work, "plan2.pb")
     p = run([args.plan_tool, os.path.join(model_dir, "model.onnx"), "--gpus", "2", "--batch-size", "8",
-             "--profile", "analytic", "--stages", "2", "-o", plan_path])
+             "--profile", "analytic", "-o", plan_path] + (args.plan_args.split() or ["--stages", "2"]))
     if p.returncode != 0:
         sys.exit(p.stderr)
     explode = [args.exec_tool, plan_path,
@@ -659,6 +665,9 @@ def main():
                          "rannc-exec --device cpu scatters between tensor-parallel stages")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
+    ap.add_argument("--nonfinite", action="store_true",
+                    help="only the non-finite gradient check (stop, then --on-nonfinite skip) on 2 ranks planned "
+                         "with --plan-args (default --stages 2)")
     ap.add_argument("--summary", help="write step time, memory and loss difference as JSON here")
     ap.add_argument("--torchscript", action="store_true",
                     help="plan and train DIR/model.pt (make_model.py --torchscript) instead of model.onnx")
@@ -681,7 +690,11 @@ def main():
     ap.add_argument("--check-state", action="store_true",
                     help="also compare the trained parameters and BatchNorm buffers (--export-onnx) with PyTorch's")
     args = ap.parse_args()
-    if args.errors:
+    if args.nonfinite:
+        work = os.path.join(args.work, f"{args.model}-nonfinite-" + args.plan_args.replace("--", "").replace(" ", "_"))
+        os.makedirs(work, exist_ok=True)
+        check_nonfinite(args, os.path.join(args.models, args.model), work)
+    elif args.errors:
         check_errors(args)
     else:
         check_training(args)

@@ -30,9 +30,9 @@ section 5.1): where this rannc-plan accepts `--schedule interleaved-1f1b` and
 with P > 1 is planned with them, V being the smallest number of model chunks
 above 1 that divides the row's layers per stage (2 for 1008B: 128 layers on
 64 stages; the table does not list Megatron's own V). Where rannc-plan
-refuses the interleaved plan (it does not yet recompute or run tensor-parallel
-chunks interleaved, which Megatron's rows use), the row is planned under 1F1B
-and the script says so.
+refuses the interleaved plan (it recomputes and shards chunks, but does not
+yet run tensor-parallel chunks interleaved, and every row of Megatron's table
+with P > 1 has T = 8), the row is planned under 1F1B and the script says so.
 
 --terms prints, per forced plan, what its step consists of (from `show
 --json`): the pipeline's slots per micro-batch, its fill and drain, its
@@ -187,7 +187,7 @@ def main():
             j, seconds = plan(a.plan_tool, model, row, os.path.join(a.work, f"gpt{name}-megatron.pb"), forced)
             if isinstance(j, str) and interleave and v > 1:
                 # rannc's interleaved schedule refuses part of Megatron's configuration
-                # (recomputation, tensor parallelism): the configuration under 1F1B,
+                # (tensor-parallel chunks): the configuration under 1F1B,
                 # whose interleaved estimate --terms gives (Note [interleaved estimate]).
                 print(f"megatron_table: {name}: interleaved-1f1b refused ({j}); Megatron's configuration under 1f1b",
                       file=sys.stderr)

@@ -95,6 +95,41 @@ TEST(SolveDP, RecomputesOnlyTheStageThatDoesNotFit) {
   EXPECT_NE(none.error().message.find("needs"), std::string::npos) << none.error().message;
 }
 
+TEST(SolveDP, InterleavedChunksRecomputeWhereTheyDoNotFit) {
+  // The blocks above as 2 chunks on 1 pipeline rank (interleaved-1f1b,
+  // v = 2), M = 2 of b = 1, a device of 160 B. The rank's order is F(0,c0)
+  // F(0,c1) B(0,c1) F(1,c0) B(0,c0) F(1,c1) B(1,c1) B(1,c0): chunk 0 holds 2
+  // micro-batches, chunk 1 one. Chunk 0 without recomputation: 20 + 2*50 =
+  // 120, with: 20 + 50 = 70; chunk 1: 20 + 30 = 50. The rank holds its
+  // chunks together: 120 + 50 = 170 > 160, 70 + 50 = 120 fits (Note
+  // [interleaved layouts]: the 2-stage 1F1B layout on 160/2 = 80 B a
+  // device, where stage 0 keeps 2 and must recompute, is what folds).
+  Problem p = computeOnly({block(1, 10, 50), block(1, 10, 30)}, 1, 2);
+  p.devices.memory_bytes = 160;
+  p.constraints.stages = 1;
+  p.constraints.virtual_stages = 2;
+  p.constraints.microbatches = 2;
+  p.constraints.schedule = Schedule::Interleaved1F1B;
+  auto r = solveDP(p);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(str(r->solution), "interleaved-1f1b v=2 M=2 [0,1)x1r [1,2)x1");
+  // One device runs everything: 2 micro-batches x (chunk 0: 1 + 2 + 1
+  // recomputed, chunk 1: 1 + 2) = 2 x 7 = 14.
+  EXPECT_DOUBLE_EQ(r->step_time_s, 14);
+  const Evaluation ev = evaluate(p, r->solution);
+  EXPECT_TRUE(ev.feasible());
+  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 120);
+  // --recompute on: both chunks, 70 + 20 + 30 = 120 again (chunk 1 keeps
+  // one micro-batch either way); --recompute off: nothing fits.
+  p.force_recompute = true;
+  auto all = solveDP(p);
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  EXPECT_EQ(str(all->solution), "interleaved-1f1b v=2 M=2 [0,1)x1r [1,2)x1r");
+  p.force_recompute = false;
+  p.allow_recompute = false;
+  EXPECT_FALSE(solveDP(p).ok());
+}
+
 TEST(StageMemory, ShardedAdamStepCanBeThePeak) {
   // Adam's sharded step allocates two temporaries of the block it updates
   // (Note [partition cost model]): P = 100, r = 2, no activations: 100 + 100

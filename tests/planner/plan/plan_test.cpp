@@ -158,10 +158,16 @@ TEST(Plan, InterleavedPlanPutsTwoChunksOnEachRankAndShowsItsBubble) {
   o.virtual_stages = 1;
   EXPECT_FALSE(planner::finishPlanOptions(flags, o).ok());
   o.virtual_stages = 2;
-  flags.recompute = "on";
+  flags.recompute = "on"; // recomputing chunks (Note [interleaved 1F1B])
+  EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
+  flags.zero = "1"; // sharding chunks
+  EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
+  flags.zero = "auto";
+  flags.tensor_parallel = "2";
   auto refused = planner::finishPlanOptions(flags, o);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.message(), "--recompute on: interleaved-1f1b does not recompute yet");
+  EXPECT_EQ(refused.message(), "--tensor-parallel: interleaved-1f1b does not run tensor-parallel stages yet");
+  flags.tensor_parallel = "auto";
   flags.recompute = "auto";
   EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
   flags.schedule = "1f1b";
