@@ -214,6 +214,29 @@ def print_table(rows, key, count, noun, steps, layout="2 stages, 2 micro-batches
     measured = f"; rannc {', '.join(commits)}" if commits else ""
     print(f"\n{of}: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
           f"({layout}, {steps} steps, rel 1e-4{measured})")
+    kinds = {}
+    for r in rows:
+        if r["reason"]:
+            kinds.setdefault(failure_kind(r["reason"]), []).append(r)
+    if kinds:
+        print("failures: " + "; ".join(f"{k} {len(v)} file{'s' if len(v) != 1 else ''} "
+                                       f"({len({r[key] for r in v})} of the {noun})"
+                                       for k, v in sorted(kinds.items(), key=lambda kv: -len(kv[1]))))
+
+
+def failure_kind(reason):
+    """A failure's kind, for the coverage line's counts."""
+    if reason.startswith("export:"):
+        return "the exporter's own"
+    if reason.startswith("PyTorch run:"):
+        return "the harness's small config"
+    if "timed out" in reason:
+        return "timed out"
+    if "torch.onnx.export's optimizer" in reason:  # Note [export signature]: what it folded, refused
+        return "folded parameters"
+    if reason.startswith("loss off"):
+        return "loss off"
+    return "refused by rannc" if reason.startswith(("plan:", "train:")) else "other"
 
 
 def cell(row):
