@@ -197,7 +197,6 @@ bool sameTensor(const ir::Tensor &a, const ir::Tensor &b) {
   return a.dtype == b.dtype && a.dims == b.dims && a.data == b.data;
 }
 
-/// The FX node's batch-norm `momentum` argument when it is training-mode batch norm, else a negative number.
 /// An FX node's `aten.embedding` padding_idx (its third argument), or -1
 /// (none, or not an embedding) (Note [embedding padding row]).
 int64_t embeddingPadding(const std::string &fx) {
@@ -207,6 +206,7 @@ int64_t embeddingPadding(const std::string &fx) {
   return std::regex_search(fx, m, embedding) ? std::stoll(m[1]) : -1;
 }
 
+/// The FX node's batch-norm `momentum` argument when it is training-mode batch norm, else a negative number.
 double trainingBatchNormMomentum(const std::string &fx) {
   static const std::regex bn(R"(_native_batch_norm_legit(?:_functional)?\.default\]\(args = \(.*, True, ([0-9.e+-]+), [0-9.e+-]+\))");
   std::smatch m;
