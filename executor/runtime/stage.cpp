@@ -17,10 +17,6 @@
 namespace rannc::runtime {
 namespace {
 
-/// A received value whose gradient goes back upstream: floating point, or
-/// complex (a rotary embedding's view_as_complex, ir::DType::C64).
-bool carriesGradient(const torch::Tensor &t) { return t.is_floating_point() || t.is_complex(); }
-
 /// Enables LibTorch's autocast for `device` at `dtype` for one forward, as
 /// Python's `with torch.autocast(...)` does, and restores the state after.
 /// Its cache of low-precision weight copies is on only while autograd
@@ -101,7 +97,7 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
   for (const auto &r : program_.recvs) {
     auto it = feeds.find(r.value);
     if (it == feeds.end()) throw std::runtime_error("value '" + g_.values[r.value].name + "' was not received");
-    if (carriesGradient(it->second)) it->second.requires_grad_(true);
+    if (it->second.is_floating_point()) it->second.requires_grad_(true);
   }
   auto &env = envs_[mb];
   if (!recompute_) {
@@ -370,7 +366,7 @@ void StageRunner::setSplitBackward(bool on) {
 
 torch::Tensor StageRunner::inputGrad(int mb, ir::ValueId v) const {
   const torch::Tensor &t = receivedLeaf(mb, v);
-  if (!carriesGradient(t)) return {};
+  if (!t.is_floating_point()) return {};
   torch::Tensor g;
   if (!split_) {
     g = t.grad();

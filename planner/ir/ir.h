@@ -23,8 +23,11 @@ namespace rannc::ir {
 /// Element types, named as ONNX names them. C64 and C128 (complex, two
 /// float32 or float64) only come from torch.export graphs, where a rotary
 /// embedding computed with torch.polar and view_as_complex holds them
-/// between ops; they are never parameters. New types go at the end: the
-/// executor's tensor headers carry the number.
+/// between ops; they are never parameters, and like integer values they
+/// never cross stages: the consuming stage rebuilds them from the float
+/// values they derive from (Note [recomputed values] in
+/// executor/schedule/schedule.cpp), whose gradients go back. New types go at
+/// the end: the executor's tensor headers carry the number.
 enum class DType : uint8_t { Undefined, F32, F64, F16, BF16, I64, I32, I16, I8, U8, Bool, C64, C128 };
 
 /// Short lowercase name ("f32", "i64", "bool", ...).
