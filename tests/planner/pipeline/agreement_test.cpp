@@ -257,12 +257,17 @@ TEST(PipelineAgreement, InterleavedChunksShareTheirRanksMemoryAndRefuseWhatTheyD
   EXPECT_NE(ev.violations.front().find("pipeline rank 0 (stages 0, 2) needs"), std::string::npos)
       << ev.violations.front();
   p.devices.memory_bytes = 1e15;
-  sol.stages[1].recompute = true;
+  sol.stages[1].recompute = true; // chunks recompute (rannc-exec runs them, recompute_interleaved_*)
+  ev = partition::evaluate(p, sol);
+  EXPECT_TRUE(ev.feasible()) << (ev.violations.empty() ? "" : ev.violations.front());
+  sol.stages[1].recompute = false;
+  sol.stages[1].tensor_parallel = 2; // not yet: refused, never run otherwise
   ev = partition::evaluate(p, sol);
   ASSERT_FALSE(ev.feasible());
-  EXPECT_NE(ev.violations.front().find("stage 1 recomputes under interleaved-1f1b"), std::string::npos)
-      << ev.violations.front();
-  sol.stages[1].recompute = false;
+  EXPECT_TRUE(std::any_of(ev.violations.begin(), ev.violations.end(), [](const std::string &v) {
+    return v.find("stage 1 is tensor-parallel under interleaved-1f1b") != std::string::npos;
+  })) << ev.violations.front();
+  sol.stages[1].tensor_parallel = 1;
   sol.microbatches = 3; // not a multiple of the 2 ranks
   EXPECT_FALSE(partition::evaluate(p, sol).well_formed);
   sol.microbatches = 4;
