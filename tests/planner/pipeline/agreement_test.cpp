@@ -261,13 +261,13 @@ TEST(PipelineAgreement, InterleavedChunksShareTheirRanksMemoryAndRefuseWhatTheyD
   ev = partition::evaluate(p, sol);
   EXPECT_TRUE(ev.feasible()) << (ev.violations.empty() ? "" : ev.violations.front());
   sol.stages[1].recompute = false;
-  sol.stages[1].tensor_parallel = 2; // not yet: refused, never run otherwise
+  sol.stages[1].tensor_parallel = sol.stages[3].tensor_parallel = 2; // rank 1's chunks: refused, never run otherwise
   ev = partition::evaluate(p, sol);
   ASSERT_FALSE(ev.feasible());
   EXPECT_TRUE(std::any_of(ev.violations.begin(), ev.violations.end(), [](const std::string &v) {
     return v.find("stage 1 is tensor-parallel under interleaved-1f1b") != std::string::npos;
   })) << ev.violations.front();
-  sol.stages[1].tensor_parallel = 1;
+  sol.stages[1].tensor_parallel = sol.stages[3].tensor_parallel = 1;
   sol.microbatches = 3; // not a multiple of the 2 ranks
   EXPECT_FALSE(partition::evaluate(p, sol).well_formed);
   sol.microbatches = 4;
