@@ -90,6 +90,11 @@ def model_class(family):
 def small_config(family):
     from transformers import AutoConfig
     cfg = AutoConfig.for_model(family)
+    # A composite config (text and vision) whose causal-LM class takes its text part alone.
+    wants = getattr(model_class(family), "config_class", None)
+    text = getattr(cfg, "get_text_config", lambda: cfg)()
+    if wants is not None and not isinstance(cfg, wants) and isinstance(text, wants):
+        cfg = text
     text = getattr(cfg, "get_text_config", lambda: cfg)()
     for c in {id(cfg): cfg, id(text): text}.values():
         for keys, v in SMALL.items():
