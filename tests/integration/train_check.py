@@ -212,6 +212,13 @@ def check_training(args):
     steps = [json.loads(line) for line in open(log)]
     shown = run([args.plan_tool, "show", plan_path, "--json"])
     stages = json.loads(shown.stdout)["num_stages"]
+    if args.schedule:
+        got = json.loads(shown.stdout)
+        if got["schedule"] != args.schedule or got["virtual_stages"] != max(1, args.virtual_stages):
+            sys.exit(f"--schedule {args.schedule}: the plan runs {got['schedule']} with {got['virtual_stages']} "
+                     f"virtual stage(s)")
+        if f", {args.schedule}, " not in p.stderr:
+            sys.exit(f"--schedule {args.schedule}: rannc-exec's start-up line names another schedule")
     if "--zero 1" in args.plan_args:
         # Sharded optimizer state: every replicated stage says so, and the log does.
         sharded = [st["zero"] for st in json.loads(shown.stdout)["stages"] if len(st["ranks"]) > 1]
@@ -468,16 +475,24 @@ def check_memory(args, plan_path, model_dir, ref, steps):
     print("as expected, one rank cannot hold it:", one.stderr.strip().splitlines()[-1])
     shown = json.loads(run([args.plan_tool, "show", plan_path, "--json"]).stdout)
     capacity = {r: st["memory_capacity_bytes"] for st in shown["stages"] for r in st["ranks"]}
-    predicted = {r: st["peak_memory_bytes"] for st in shown["stages"] for r in st["ranks"]}
+    # Note [interleaved 1F1B] (planner/pipeline/schedule.h): a rank holds
+    # each of its chunks (stages), and the plan's figure for it is their sum.
+    predicted = {}
+    for st in shown["stages"]:
+        for r in st["ranks"]:
+            predicted[r] = predicted.get(r, 0) + st["peak_memory_bytes"]
     measured = [max(s["peak_memory_bytes_per_rank"][r] for s in steps) for r in range(len(steps[0]["peak_memory_bytes_per_rank"]))]
+    failures = []  # every rank's figures first, then what failed
     for r, m in enumerate(measured):
         print(f"rank {r}: measured peak {m} bytes, predicted {predicted[r]:.0f}, capacity {capacity[r]}")
         if m > capacity[r]:
-            sys.exit(f"rank {r} used {m} bytes, more than its capacity {capacity[r]}")
+            failures.append(f"rank {r} used {m} bytes, more than its capacity {capacity[r]}")
         ratio = m / predicted[r]
         print(f"rank {r}: measured / predicted {ratio:.3f}")
         if abs(ratio - 1) > MEMORY_TOL:
-            sys.exit(f"rank {r}: the measured peak is {ratio:.3f}x the plan's, not within {MEMORY_TOL:.0%}")
+            failures.append(f"rank {r}: the measured peak is {ratio:.3f}x the plan's, not within {MEMORY_TOL:.0%}")
+    if failures:
+        sys.exit("\n".join(failures))
 
 
 def expect_failure(p, needle, what):
@@ -664,6 +679,11 @@ def main():
                     help="write the plan as text and make its cluster two nodes of cuda devices by hand, so that "
                          "rannc-exec --device cpu scatters between tensor-parallel stages")
     ap.add_argument("--plan-args", default="", help="more rannc-plan flags, e.g. '--stages 3 --replicas 2,1,1'")
+    ap.add_argument("--schedule", help="plan under this pipeline schedule (rannc-plan --schedule) and check that "
+                                       "the plan names it; with --device-memory, each rank's measured peak against "
+                                       "the sum of its stages' (an interleaved rank's chunks)")
+    ap.add_argument("--virtual-stages", type=int, default=0,
+                    help="with --schedule interleaved-1f1b: the chunks per rank (rannc-plan --virtual-stages)")
     ap.add_argument("--errors", action="store_true", help="check start-up error handling instead of training")
     ap.add_argument("--nonfinite", action="store_true",
                     help="only the non-finite gradient check (stop, then --on-nonfinite skip) on 2 ranks planned "
@@ -690,6 +710,12 @@ def main():
     ap.add_argument("--check-state", action="store_true",
                     help="also compare the trained parameters and BatchNorm buffers (--export-onnx) with PyTorch's")
     args = ap.parse_args()
+    if args.schedule:  # a flag of its own so that the check knows what to expect of the plan
+        args.plan_args = (args.plan_args + f" --schedule {args.schedule}").strip()
+    if args.virtual_stages:
+        if not args.schedule:
+            sys.exit("--virtual-stages needs --schedule interleaved-1f1b")
+        args.plan_args += f" --virtual-stages {args.virtual_stages}"
     if args.nonfinite:
         work = os.path.join(args.work, f"{args.model}-nonfinite-" + args.plan_args.replace("--", "").replace(" ", "_"))
         os.makedirs(work, exist_ok=True)

@@ -19,7 +19,11 @@
 5. ZB-H1 and ZB-H2 vs 1F1B (issue 28): the 2-stage, 8-micro-batch plan of 2.
    run under 1F1B and each of --schedules (the same stages: only the plan's
    schedule field differs), alternately, --rounds times each; throughput
-   ratio of the medians, goal > 1. --schedules-only runs this one alone.
+   ratio of the medians, goal > 1. Beside it, each schedule's measured step
+   against its own bound, the closed form of its order (pipelineTime, as
+   `show` computes it) on the same run's median forward, B and W per stage
+   (its --trace) plus its all-reduce and optimizer step: goal >= 0.95.
+   --schedules-only runs this one alone.
 
   .venv/bin/python tools/bench/exec_bench.py [--build build] [--steps 12] [--schedules-only]
 """
@@ -55,10 +59,11 @@ def exec_run(a, work, name, plan_args, ranks, model="model.onnx"):
     return exec_plan(a, work, name, plan, ranks)
 
 
-def exec_plan(a, work, name, plan, ranks):
+def exec_plan(a, work, name, plan, ranks, extra=()):
     log = os.path.join(work, f"{name}.jsonl")
     run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), a.exec_tool, plan, "--data",
-         os.path.join(work, "data"), "--steps", str(a.steps), "--optimizer", "sgd", "--lr", "0.01", "--log", log])
+         os.path.join(work, "data"), "--steps", str(a.steps), "--optimizer", "sgd", "--lr", "0.01", "--log", log]
+        + list(extra))
     t, steps = median_step(log)
     shown = json.loads(run([a.plan_tool, "show", plan, "--json"]).stdout)
     return t, steps, shown
@@ -82,8 +87,46 @@ def concurrent_runs(a, work, name, copies):
     return [median_step(log)[0] for log in logs]
 
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else 0.0
+
+
+def own_bound(a, work, name, plan_json, trace):
+    """A schedule's own bound for one run: the closed form of its order
+    (pipeline::pipelineTime, through `show`'s bubble fraction) with the run's
+    own median forward, B and W per stage, plus its own all-reduce and
+    optimizer step, from its --trace (steps 2.. as median_step)."""
+    events = [e for e in json.load(open(trace))["traceEvents"]
+              if e.get("ph") == "X" and e.get("args", {}).get("step", 0) >= 2]
+    plan = json.load(open(plan_json))
+    slots = {}  # stage -> kind -> durations (s)
+    after = {}  # rank -> all-reduce and optimizer seconds per step
+    for e in events:
+        st, dur = e["args"]["stage"], e["dur"] * 1e-6
+        kind = {"forward": "f", "backward": "w" if e["args"].get("what") == "weights" else "b"}.get(e["cat"])
+        if kind:
+            slots.setdefault(st, {}).setdefault(kind, []).append(dur)
+        elif e["cat"] in ("all-reduce", "optimizer"):
+            after.setdefault(e["pid"], {}).setdefault(e["args"]["step"], 0.0)
+            after[e["pid"]][e["args"]["step"]] += dur
+    M = plan["microbatches"]
+    busy = 0.0
+    for i, stage in enumerate(plan["stages"]):
+        f, b, w = (median(slots.get(i, {}).get(k, [])) for k in "fbw")
+        stage["estimates"].update(fwd_time_s=f, bwd_time_s=b + w, weight_time_s=w)
+        busy += M * (f + b + w)
+    edited = os.path.join(work, f"{name}_measured.json")
+    json.dump(plan, open(edited, "w"))
+    shown = json.loads(run([a.plan_tool, "show", edited, "--json"]).stdout)
+    ranks = len(plan["stages"])  # one stage per rank here
+    pipe = busy / (ranks * (1 - shown["predicted_bubble_fraction"]))
+    return pipe + max(median(list(steps.values())) for steps in after.values())
+
+
 def compare_schedules(a, work):
-    """5.: the pipe plan under 1F1B and under each of --schedules (its schedule field changed), alternately."""
+    """5.: the pipe plan under 1F1B and under each of --schedules (its schedule field changed), alternately;
+    and each run's measured step against its schedule's own bound (own_bound)."""
     plans = {"1F1B": os.path.join(work, "pipe.pb")}
     for name in a.schedules.split(","):
         as_json = os.path.join(work, f"{name.lower()}.json")
@@ -94,18 +137,31 @@ def compare_schedules(a, work):
         plans[name] = os.path.join(work, f"{name.lower()}.pb")
         run([a.plan_tool, "convert", as_json, "-o", plans[name]])
     times = {name: [] for name in plans}
+    bounds = {name: [] for name in plans}
     for k in range(a.rounds):
         for name, plan in plans.items():
-            times[name].append(exec_plan(a, work, f"{name.lower()}_{k}", plan, 2)[0])
-    median = {name: sorted(t)[a.rounds // 2] for name, t in times.items()}
-    ob = median["1F1B"]
+            run_name = f"{name.lower()}_{k}"
+            trace = os.path.join(work, f"{run_name}.trace.json")
+            times[name].append(exec_plan(a, work, run_name, plan, 2, ["--trace", trace])[0])
+            plan_json = os.path.join(work, f"{run_name}_plan.json")
+            run([a.plan_tool, "convert", plan, "-o", plan_json])
+            bounds[name].append(own_bound(a, work, run_name, plan_json, trace))
+    med = {name: sorted(t)[a.rounds // 2] for name, t in times.items()}
+    ob = med["1F1B"]
     for name in plans:
         if name == "1F1B":
             continue
         print(f"| 2-stage pipeline, 8 micro-batches, {name} vs 1F1B (medians of {a.rounds} alternating runs: "
               f"{name} {', '.join(f'{t * 1e3:.1f}' for t in times[name])} ms, 1F1B "
-              f"{', '.join(f'{t * 1e3:.1f}' for t in times['1F1B'])} ms) | {BATCH / median[name]:.1f} samples/s "
-              f"| 1F1B {BATCH / ob:.1f} samples/s | {ob / median[name]:.3f}x | > 1x |")
+              f"{', '.join(f'{t * 1e3:.1f}' for t in times['1F1B'])} ms) | {BATCH / med[name]:.1f} samples/s "
+              f"| 1F1B {BATCH / ob:.1f} samples/s | {ob / med[name]:.3f}x | > 1x |")
+    for name in plans:  # each run against its own bound, then the median ratio
+        ratios = [b / t for b, t in zip(bounds[name], times[name])]
+        print(f"| {name}: measured step vs its own bound (closed form of its order on the run's own median F, B, "
+              f"W per stage, plus its all-reduce and optimizer step; runs: "
+              f"{', '.join(f'{t * 1e3:.1f} vs {b * 1e3:.1f}' for t, b in zip(times[name], bounds[name]))} ms) "
+              f"| {med[name] * 1e3:.1f} ms | bound {median(bounds[name]) * 1e3:.1f} ms | {median(ratios):.3f} "
+              f"| >= 0.95 |")
 
 
 def main():
