@@ -249,10 +249,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
-    want = set(filter(None, a.expect_exact.split(",")))
-    bad = [r for r in rows if r["format"] in want and (r["reason"] or r.get("max_loss_diff") is None)]
-    if bad:
-        sys.exit("hf_survey: not exact: " + "; ".join(f"{r['family']} {r['format']}: {r['reason']}" for r in bad))
+    sc.expect_exact(rows, "family", a.expect_exact, "hf_survey")
 
 
 if __name__ == "__main__":

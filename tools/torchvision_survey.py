@@ -22,7 +22,16 @@ steps (SGD, lr 0.01, 16 images in batches of 8) against PyTorch's own
 single-device run; the table says whether it planned, the largest relative
 loss difference and why it failed.
 
+--dtype float64 trains the same in double, model and data (PyTorch's
+`model.double()`), and rannc's collectives sum in double too (Note [float64
+collectives]). Rounding then moves the losses some 1e-12 where it moves
+float32 ones 1e-2 in models this sensitive, while a wrong formula (a
+replica's own statistics, a missed term) moves them as much in both: the
+float64 rows tell a float32 row's gap from a fault. --expect-exact pt2 exits
+non-zero unless every .pt2 row is exact within --tolerance (a ctest).
+
   .venv/bin/python tools/torchvision_survey.py [--build build] [--only resnet18,vit_b_16] [--train]
+  .venv/bin/python tools/torchvision_survey.py --train --dtype float64 --only mnasnet0_5 --expect-exact pt2 --tolerance 1e-6
 """
 
 import argparse
@@ -77,9 +86,11 @@ import sys, numpy as np, torch, torchvision, copy
 import torch.nn as nn, torch.nn.functional as F
 sys.path.insert(0, sys.argv[4])
 import survey_common as sc
-name, size, folder = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+name, size, folder, dtype = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[5]
 ''' + MODEL + r'''rng = np.random.RandomState(1)
-data = {"x": rng.standard_normal((16, 3, size, size)).astype(np.float32), "y": rng.randint(0, 10, 16).astype(np.int64)}
+data = {"x": rng.standard_normal((16, 3, size, size)).astype(dtype), "y": rng.randint(0, 10, 16).astype(np.int64)}
+if dtype == "float64":
+    m = m.double()
 names = ["x", "y"]
 initial = copy.deepcopy(m.state_dict())
 losses = sc.train_reference(m, data, names, 8, 8, LR)
@@ -93,8 +104,10 @@ def train_rows(name, size, tmp, a, kept=None):
     """--train: one row per default export of model `name` (appended to `kept`, a RowsFile, too)."""
     folder = os.path.join(tmp, name)
     os.makedirs(folder, exist_ok=True)
-    child = [sys.executable, "-c", TRAIN_CHILD, name, str(size), folder, os.path.dirname(os.path.abspath(__file__))]
-    return sc.case_rows("model", name, folder, child, a.build, timeout=a.timeout, rows_file=kept, **LAYOUT)
+    child = [sys.executable, "-c", TRAIN_CHILD, name, str(size), folder, os.path.dirname(os.path.abspath(__file__)),
+             a.dtype]
+    return sc.case_rows("model", name, folder, child, a.build, a.mpirun, a.timeout, rows_file=kept,
+                        tolerance=a.tolerance, **LAYOUT)
 
 
 def size_for(name):
@@ -130,6 +143,13 @@ def main():
     ap.add_argument("--rows", help="with --train, resume: a JSON-lines file of rows; models with rows in it are "
                     "skipped, new rows are appended as they come, and the table covers the whole file")
     ap.add_argument("--table", action="store_true", help="with --train --rows: print the file's table, run nothing")
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                    help="with --train: the model's and the data's dtype (see above)")
+    ap.add_argument("--tolerance", type=float, default=1e-4, help="with --train: exact means every step's relative "
+                    "loss difference is within this")
+    ap.add_argument("--expect-exact", default="", help="with --train: comma-separated formats (onnx, pt2): exit 1 "
+                    "unless every model trains exactly from them (a ctest's assertion)")
+    ap.add_argument("--mpirun", default="mpirun")
     a = ap.parse_args()
     import torch  # noqa: F401
     import torchvision
@@ -155,7 +175,9 @@ def main():
                 rows += train_rows(name, size_for(name), tmp, a, kept)
         if kept:
             rows = kept.ordered(names)
-        sc.print_table(rows, "model", len(names), "models", 8, "2 stages x 2 replicas, --batchnorm exact")
+        sc.print_table(rows, "model", len(names), "models", 8,
+                       f"2 stages x 2 replicas, --batchnorm exact, {a.dtype}", a.tolerance)
+        sc.expect_exact(rows, "model", a.expect_exact, "torchvision_survey")
         return
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:

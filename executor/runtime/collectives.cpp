@@ -6,14 +6,19 @@
 namespace rannc::runtime {
 
 comm::Buffer floatBuffer(const comm::Communicator &group, const torch::Tensor &t) {
-  return comm::Buffer{t.data_ptr<float>(), t.numel(), comm::DType::Float32, comm::tensorMemory(group, t.is_cuda())};
+  const comm::Memory memory = comm::tensorMemory(group, t.is_cuda());
+  if (t.scalar_type() == torch::kDouble) // Note [float64 collectives]
+    return comm::Buffer{t.data_ptr<double>(), t.numel(), comm::DType::Float64, memory};
+  return comm::Buffer{t.data_ptr<float>(), t.numel(), comm::DType::Float32, memory};
 }
+
+torch::ScalarType collectiveType(torch::ScalarType t) { return t == torch::kDouble ? t : torch::kFloat; }
 
 namespace {
 torch::Tensor allReduce(comm::Communicator &group, const torch::Tensor &t, comm::ReduceOp op) {
   torch::NoGradGuard no_grad;
   // A fresh buffer: the collective overwrites it in place.
-  torch::Tensor res = t.to(torch::kFloat).contiguous().clone();
+  torch::Tensor res = t.to(collectiveType(t.scalar_type())).contiguous().clone();
   group.allReduce(floatBuffer(group, res), op);
   return res.to(t.scalar_type());
 }
@@ -30,7 +35,7 @@ torch::Tensor allReduceMax(comm::Communicator &group, const torch::Tensor &t) {
 torch::Tensor allGather(comm::Communicator &group, const torch::Tensor &t, int64_t axis) {
   torch::NoGradGuard no_grad;
   const int n = group.size();
-  torch::Tensor blocks = torch::empty({n, t.numel()}, t.options().dtype(torch::kFloat));
+  torch::Tensor blocks = torch::empty({n, t.numel()}, t.options().dtype(collectiveType(t.scalar_type())));
   blocks[group.rank()].copy_(t.reshape({-1}));
   group.startAllGather(floatBuffer(group, blocks))->wait();
   std::vector<int64_t> shape{n};

@@ -15,10 +15,13 @@ GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<to
   std::vector<int64_t> numel;
   for (auto it = params.rbegin(); it != params.rend(); ++it) {
     const torch::Tensor &p = *it;
-    if (p.scalar_type() != torch::kFloat)
-      throw std::runtime_error("gradient all-reduce supports float32 parameters only");
+    if (p.scalar_type() != torch::kFloat && p.scalar_type() != torch::kDouble) // Note [float64 collectives]
+      throw std::runtime_error("gradient all-reduce supports float32 and float64 parameters only, not " +
+                               std::string(c10::toString(p.scalar_type())));
     const int64_t n = p.numel();
-    if (buckets_.empty() || (numel.back() + n) * int64_t(sizeof(float)) > bucket_bytes) {
+    // A bucket holds one dtype: a model in double sums in double.
+    if (buckets_.empty() || buckets_.back().params.front().scalar_type() != p.scalar_type() ||
+        (numel.back() + n) * int64_t(p.element_size()) > bucket_bytes) {
       buckets_.emplace_back();
       numel.push_back(0);
     }
@@ -38,7 +41,7 @@ GradientBuckets::GradientBuckets(comm::Communicator &group, const std::vector<to
     Bucket &b = buckets_[i];
     const int64_t size = sharded() ? (numel[i] + r - 1) / r * r : numel[i];
     // On the parameters' device: on a GPU the group sums device memory.
-    const auto opts = torch::TensorOptions(torch::kFloat).device(b.params.front().device());
+    const auto opts = torch::TensorOptions(b.params.front().scalar_type()).device(b.params.front().device());
     b.flat = torch::zeros({size}, opts);
     adopt(b);
     if (!sharded()) continue;

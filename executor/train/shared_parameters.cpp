@@ -15,8 +15,11 @@ namespace {
 void allReduceGradients(comm::Communicator &group, const std::vector<torch::Tensor> &params, bool contribute) {
   std::vector<torch::Tensor> flat;
   for (const auto &p : params) {
-    if (p.scalar_type() != torch::kFloat)
-      throw std::runtime_error("gradient all-reduce supports float32 parameters only");
+    if (p.scalar_type() != params.front().scalar_type() ||
+        (p.scalar_type() != torch::kFloat && p.scalar_type() != torch::kDouble)) // Note [float64 collectives]
+      throw std::runtime_error("gradient all-reduce supports float32 and float64 parameters only, not " +
+                               std::string(c10::toString(p.scalar_type())) + " beside " +
+                               std::string(c10::toString(params.front().scalar_type())));
     flat.push_back(contribute && p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   }
   if (flat.empty()) return;
