@@ -215,7 +215,7 @@ def print_table(rows, key, count, noun, steps, layout="2 stages, 2 micro-batches
     commits = sorted({r["rannc"] for r in rows if "rannc" in r})
     measured = f"; rannc {', '.join(commits)}" if commits else ""
     print(f"\n{of}: {exact['onnx']} train exactly from ONNX, {exact['pt2']} from .pt2 "
-          f"({layout}, {steps} steps, rel {tolerance:g}{measured})")
+          f"({layout}, {steps} steps, rel {tolerance:.0e}{measured})".replace("e-0", "e-"))
     kinds = {}
     for r in rows:
         if r["reason"]:
