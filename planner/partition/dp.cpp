@@ -764,6 +764,10 @@ namespace {
 // pinned either (a plan that fits, not the best one).
 constexpr int64_t kAutoSplitStates = int64_t{1} << 24;
 constexpr int kAutoChunks[] = {2, 4};
+// A schedule must beat the plan before it by more than rounding: with one
+// stage or one micro-batch ZB-H1's sums equal 1F1B's up to the last bits,
+// and 1F1B plans must stay what they were.
+constexpr double kTieTolerance = 1e-9;
 
 /// The split-backward search of Note [split backward DP] under `schedule`.
 /// Alone (`rival` null) it searches every stage count, seeded with the best
@@ -787,8 +791,8 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   q.constraints.tensor_parallel.clear();
   q.constraints.schedule = schedule;
   std::optional<SolveResult> best;
-  // Only plans faster than this matter: the rival's, or the seed's.
-  double beat = rival ? rival->step_time_s : kInf;
+  // Only plans faster than this matter: the rival's (by more than rounding), or the seed's.
+  double beat = rival ? rival->step_time_s * (1 - kTieTolerance) : kInf;
   {
     // The seed: a 1F1B layout in the same space, where it fits under this
     // schedule, prunes every count's search from the start (on BERT 4.9B on
@@ -965,7 +969,7 @@ Expected<SolveResult> searchInterleavedAuto(const Problem &p, int v, const DPOpt
       for (const Block &blk : p.blocks) work += blk.fwd.at(b) + blk.bwd.at(b);
       const double lb = m * work / P;
       least = std::min(least, lb);
-      if (lb < rival.step_time_s) {
+      if (lb < rival.step_time_s * (1 - kTieTolerance)) {
         pairs.emplace_back(m, r);
         states += double(P * v + 1) * (p.numBlocks() + 1) * (double(v) * p.devices.count + 1);
       }
@@ -992,7 +996,7 @@ Expected<SolveResult> searchInterleavedAuto(const Problem &p, int v, const DPOpt
   q.constraints.stages = P;
   auto solved = solveInterleaved(q, opts, &pairs);
   if (!solved) return refuse(ScheduleTried::Outcome::NoPlan, std::to_string(P) + " ranks: " + solved.error().message);
-  if (!(solved->step_time_s < rival.step_time_s)) {
+  if (!(solved->step_time_s < rival.step_time_s * (1 - kTieTolerance))) {
     std::snprintf(text, sizeof text, "%d ranks: its plan takes %.6g s", P, solved->step_time_s);
     tried.step_time_s = solved->step_time_s;
     return refuse(ScheduleTried::Outcome::Slower, text);
@@ -1012,8 +1016,8 @@ Expected<SolveResult> solveAuto(const Problem &p, const DPOptions &opts) {
   tried[0].schedule = best.solution.schedule;
   tried[0].step_time_s = best.step_time_s;
   size_t chosen = 0;
-  auto take = [&](Expected<SolveResult> &found) {
-    if (!found || !(found->step_time_s < best.step_time_s)) return;
+  auto take = [&](Expected<SolveResult> &found) { // ties, up to rounding, stay with the earlier schedule
+    if (!found || !(found->step_time_s < best.step_time_s * (1 - kTieTolerance))) return;
     best = std::move(*found);
     chosen = tried.size() - 1;
   };
