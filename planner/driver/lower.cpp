@@ -376,6 +376,10 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   }
   if (Status st = lowerTensorParallel(g, costs, cluster, opts, analysis, made, crosses, tied_values, p); !st)
     return Error{st.message()};
+  // Note [automatic schedule] in planner/partition/dp.cpp: what chunks do not
+  // run and the numeric problem does not show (tied weights it does: Problem::tied).
+  if (!opts.schedule && opts.exact_batchnorm && ir::hasBatchStatistics(g))
+    p.no_interleave = "--batchnorm exact is not run in chunks yet";
   if (Status st = partition::validate(p); !st) return Error{st.message()};
   return p;
 }

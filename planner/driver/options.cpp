@@ -62,7 +62,7 @@ std::vector<std::string> zeroNames() { return wordList(kZero); }
 std::vector<std::string> batchNormNames() { return wordList(kBatchNorm); }
 
 std::vector<std::string> scheduleNames() {
-  std::vector<std::string> out;
+  std::vector<std::string> out{"auto"};
   for (pipeline::Schedule s : pipeline::kSchedules) out.push_back(pipeline::scheduleName(s));
   return out;
 }
@@ -94,9 +94,10 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   if (!batchnorm) return Error{"--batchnorm must be local or exact (got '" + flags.batchnorm + "')"};
   opts.exact_batchnorm = *batchnorm;
   opts.schedule.reset();
-  if (!flags.schedule.empty()) {
+  if (!flags.schedule.empty() && flags.schedule != "auto") { // auto: the partitioner chooses (Note [automatic schedule])
     auto schedule = pipeline::parseSchedule(flags.schedule);
-    if (!schedule) return Error{"--schedule " + schedule.error().message};
+    if (!schedule)
+      return Error{"--schedule must be auto, " + pipeline::scheduleChoices() + " (got '" + flags.schedule + "')"};
     opts.schedule = *schedule;
   }
   // Note [interleaved 1F1B]: chunks need the schedule that runs them, and it needs chunks.

@@ -11,6 +11,7 @@
 #include "planner/import/fuse.h"
 #include "planner/import/model_format.h"
 #include "planner/ir/batch_norm.h"
+#include "planner/ir/weight_gradients.h"
 #include "planner/driver/lower.h"
 #include "planner/driver/progress.h"
 #include "planner/driver/tooling.h"
@@ -159,6 +160,24 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   auto solved = *strategy == partition::Strategy::Auto ? partition::solveDP(blocks->problem, dp)
                                                        : partition::solve(blocks->problem, *strategy);
   if (!solved) return solved.error();
+  // Note [automatic schedule] in planner/partition/dp.cpp: a split backward
+  // the executor could not run (a stage whose parameter two ops read, which
+  // `check` refuses) is searched again without the split schedules.
+  if (!opts.schedule && pipeline::splitsBackward(solved->solution.schedule)) {
+    const partition::Solution chosen = partition::expandToUnits(*blocks, solved->solution);
+    for (const partition::Stage &stage : chosen.stages) {
+      std::vector<ir::NodeId> nodes;
+      for (int n = costs.units[stage.block_begin].op_begin; n < costs.units[stage.block_end - 1].op_end; ++n)
+        nodes.push_back(n);
+      const ir::StageWeightRoots roots = ir::stageWeightRoots(g, nodes);
+      if (roots.conflict.empty()) continue;
+      blocks->problem.no_split_backward = "its plan's stages would split a backward the executor runs op by op, but " +
+                                          roots.conflict + " (tied weights in one stage)";
+      solved = partition::solveDP(blocks->problem, dp);
+      if (!solved) return solved.error();
+      break;
+    }
+  }
   const partition::SolveStats &st = solved->stats;
   // The DP's loss against every stage width, when it had to restrict them (Note [device quantum]).
   const double gap = st.lower_bound_s > 0 ? solved->step_time_s / st.lower_bound_s - 1 : 0;
@@ -174,6 +193,14 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
          << " devices in " << st.seconds << " s (" << st.microbatch_counts << " micro-batch counts, "
          << st.microbatch_counts_pruned << " skipped by their bound, " << st.allreduce_thresholds << " DP passes, "
          << st.states << " states, " << st.points << " front points" << bound << ")\n";
+    for (const partition::ScheduleTried &t : st.schedules) { // Note [automatic schedule] in planner/partition/dp.cpp
+      *log << "rannc-plan: schedule " << partition::scheduleName(t.schedule)
+           << (t.virtual_stages > 1 ? " v=" + std::to_string(t.virtual_stages) : std::string()) << ": "
+           << partition::outcomeName(t.outcome);
+      if (t.step_time_s > 0) *log << " (" << t.step_time_s << " s)";
+      if (!t.why.empty()) *log << ": " << t.why;
+      *log << "\n";
+    }
   }
   const partition::Solution plan_units = partition::expandToUnits(*blocks, solved->solution);
   const partition::Evaluation ev = partition::evaluate(*units, plan_units);
@@ -191,6 +218,16 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
   plan.set_microbatches(plan_units.microbatches);
   plan.set_schedule(plan::scheduleToProto(plan_units.schedule));
   if (plan_units.virtual_stages > 1) plan.set_virtual_stages(plan_units.virtual_stages); // Note [interleaved 1F1B]
+  // Note [automatic schedule] in planner/partition/dp.cpp: 1F1B plans stay as they were.
+  if (plan_units.schedule != partition::Schedule::OneFOneB)
+    for (const partition::ScheduleTried &t : st.schedules) {
+      proto::ScheduleConsidered *sc = plan.add_schedules_considered();
+      sc->set_schedule(plan::scheduleToProto(t.schedule));
+      if (t.virtual_stages > 1) sc->set_virtual_stages(t.virtual_stages);
+      sc->set_outcome(partition::outcomeName(t.outcome));
+      sc->set_step_time_s(t.step_time_s);
+      sc->set_why(t.why);
+    }
   plan.set_planner(std::string(partition::strategyName(*strategy)) + " (" + costs.source + " costs" + bound + ")");
   if (opts.precision != cost::Precision::FP32) // fp32 plans stay as before
     plan.set_precision(cost::precisionName(opts.precision));

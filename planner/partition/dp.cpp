@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -320,6 +321,14 @@ public:
     for (int k = 1; k <= kmax_; ++k)
       if (source_[k]) best = std::min(best, std::max(boundAt(sid(k, 0, 0), 0, nullptr), lb_w_[sid(k, 0, 0)]));
     return best;
+  }
+
+  /// After lowerBound: the bound on T over plans of `stages` stages (of
+  /// every count from kmax_ up, in the open class; Note [stage count classes]).
+  double boundFrom(int stages) const {
+    const int k = std::min(stages, kmax_);
+    if (k < 1 || !source_[k] || (stages > kmax_ && !top_open_)) return kInf;
+    return std::max(boundAt(sid(k, 0, 0), 0, nullptr), lb_w_[sid(k, 0, 0)]);
   }
 
   /// A lower bound on T over every plan, from the devices' work (Note [work
@@ -645,7 +654,9 @@ namespace {
 // hold other counts than the 1F1B stages they were (more on late stages,
 // fewer on early ones), so a fold that does not fit is searched again on
 // 90%, 80%, 70%, 60% of 1/v of a device.
-Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) {
+/// `only`, when given, restricts the (micro-batch count, replicas per rank) pairs tried.
+Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts,
+                                       const std::vector<std::pair<int, int>> *only = nullptr) {
   const Constraints &c = p.constraints;
   const int v = c.virtual_stages, P = c.stages;
   const char *name = pipeline::scheduleName(*c.schedule);
@@ -666,6 +677,7 @@ Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) 
   for (int m : microbatchCandidates(p)) {
     if (m % P != 0) continue;
     for (const std::vector<int> &replicas : replica_choices) {
+      if (only && std::find(only->begin(), only->end(), std::make_pair(m, replicas[0])) == only->end()) continue;
       Problem q = p;
       q.constraints = {};
       q.constraints.stages = P * v;
@@ -707,65 +719,363 @@ Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts) 
 
 } // namespace
 
-Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
+namespace {
+
+// Note [automatic schedule]
+// With no schedule pinned (--schedule auto), solveDP searches 1F1B first
+// (GPipe never wins, Note [exact stage DP]), then weighs the others against
+// that plan, T1, each only as far as it could beat it:
+// - ZB-H1 and ZB-H2: refused where the problem forces recomputation or pins
+//   tensor-parallel degrees, or where the driver says the executor could not
+//   split a backward (Problem::no_split_backward: a parameter two ops read).
+//   Otherwise the 1F1B plan's layout, when it has neither recomputation nor
+//   tensor parallelism and fits under the schedule, is a plan of it; then a
+//   bound per stage count S: the DP of Note [split backward DP] with S left
+//   open (StageTable::S_ = 0) charges each stage the in-flight count of a
+//   pipeline of k stages, the k still to place (min(M, k) or min(M, 2k-1),
+//   never more than S's), no W queue, and the largest credit any S gives it
+//   (2W; ZB-H2 max(min(G, 3W), 2W)) wherever it is not the last stage. Every
+//   plan of S stages is a path of that DP at no more than its own cost, so
+//   its bound from the source of S is a bound on every such plan. A count
+//   whose bound over every micro-batch count does not beat the best plan
+//   known is not searched; the others are, by increasing bound, each pruned
+//   by the best plan so far. The bound passes run at the finest quantum within
+//   kWarmStates (the quantum relaxation is a bound too).
+// - Where the remaining searches would visit more than kAutoSplitStates DP
+//   states (the sum over the counts and micro-batch counts left, at every
+//   width), the schedule is not searched and says so: the 103.6B BERT's
+//   ZB-H1 search took 52 minutes pinned (docs/partitioner.md). Pinned, the
+//   same search runs whatever it costs.
+// - Interleaved 1F1B with v in kAutoChunks: the fold of Note [interleaved
+//   layouts] onto the 1F1B plan's stage count p (or the pinned --stages),
+//   where p >= 2, p v <= the blocks, and the problem allows chunks (no
+//   tensor-parallel degree pinned, Problem::no_interleave empty). A rank runs
+//   its chunks' M forwards and backwards one after another, so with r
+//   replicas a rank the step is at least M (sum over blocks of F + G at
+//   ceil(B / (M r)) samples) / p (the closed form's M T_r* of Note
+//   [interleaved 1F1B], T_r* at least the ranks' mean); the fold tries only
+//   the (M, r) whose bound beats the best plan known, and only when their
+//   DP states stay within kAutoSplitStates.
+// The schedule whose plan is fastest wins; ties go to the earlier in
+// kSchedules (1F1B before the others). Over ZB-H1, ZB-H2 and 1F1B this is
+// exact: the answer is the best of the three pinned searches, whenever no
+// schedule is skipped for its size (partition_solver_test,
+// AutoScheduleMatchesBestPinnedSearch). The interleaved fold is not exact
+// pinned either (a plan that fits, not the best one).
+constexpr int64_t kAutoSplitStates = int64_t{1} << 24;
+constexpr int kAutoChunks[] = {2, 4};
+// A schedule must beat the plan before it by more than rounding: with one
+// stage or one micro-batch ZB-H1's sums equal 1F1B's up to the last bits,
+// and 1F1B plans must stay what they were.
+constexpr double kTieTolerance = 1e-9;
+
+/// The split-backward search of Note [split backward DP] under `schedule`.
+/// Alone (`rival` null) it searches every stage count, seeded with the best
+/// 1F1B layout that fits; weighed against `rival` (Note [automatic
+/// schedule]) it looks only for plans faster than it, seeded with its layout,
+/// and `tried` says what it did. No plan faster than the rival is an Error.
+Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPOptions &opts,
+                                  const SolveResult *rival = nullptr, ScheduleTried *tried = nullptr) {
   const auto start = std::chrono::steady_clock::now();
-  if (Status st = validate(p); !st) return Error{st.message()};
-  if (p.constraints.schedule && pipeline::interleaves(*p.constraints.schedule) && p.constraints.virtual_stages > 1)
-    return solveInterleaved(p, opts); // Note [interleaved layouts]
-  if (!p.constraints.schedule || !pipeline::splitsBackward(*p.constraints.schedule)) return searchStages(p, opts);
-  // Note [split backward DP]: the stage count is pinned for each search.
-  const char *name = pipeline::scheduleName(*p.constraints.schedule);
-  if (p.force_recompute) return Error{std::string(name) + " does not recompute activations (--recompute on)"};
+  const char *name = pipeline::scheduleName(schedule);
+  auto refuse = [&](ScheduleTried::Outcome outcome, const std::string &why) -> Error {
+    if (tried) tried->outcome = outcome, tried->why = why;
+    return Error{std::string(name) + ": " + why};
+  };
+  if (p.force_recompute) return refuse(ScheduleTried::Outcome::Refused, "does not recompute activations (--recompute on)");
   for (int t : p.constraints.tensor_parallel)
-    if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
+    if (t > 1) return refuse(ScheduleTried::Outcome::Refused, "does not run tensor-parallel stages yet");
   Problem q = p;
   q.allow_recompute = false;
   q.tp_degrees = {1};
   q.constraints.tensor_parallel.clear();
+  q.constraints.schedule = schedule;
   std::optional<SolveResult> best;
-  std::optional<Error> refused; // a search that could not run (too many states), not one without a plan
-  SolveStats total;
-  double lower = kInf;
+  // Only plans faster than this matter: the rival's (by more than rounding), or the seed's.
+  double beat = rival ? rival->step_time_s * (1 - kTieTolerance) : kInf;
   {
-    // The seed: the best 1F1B layout in the same space, where it fits under
-    // this schedule, prunes every count's search from the start (on BERT
-    // 4.9B on 32 devices it is the optimum, and the searches still cost
-    // their lower-bound passes: docs/partitioner.md).
-    Problem one = q;
-    one.constraints.schedule = Schedule::OneFOneB;
-    if (auto solved = searchStages(one, opts); solved.ok()) {
-      solved->solution.schedule = *p.constraints.schedule;
-      if (const Evaluation ev = evaluate(q, solved->solution); ev.feasible()) {
-        solved->step_time_s = ev.step_time_s;
-        best = std::move(*solved);
+    // The seed: a 1F1B layout in the same space, where it fits under this
+    // schedule, prunes every count's search from the start (on BERT 4.9B on
+    // 32 devices it is the optimum, and the searches still cost their
+    // lower-bound passes: docs/partitioner.md).
+    std::optional<SolveResult> layout;
+    if (rival) {
+      layout = *rival;
+    } else {
+      Problem one = q;
+      one.constraints.schedule = Schedule::OneFOneB;
+      if (auto solved = searchStages(one, opts); solved.ok()) layout = std::move(*solved);
+    }
+    const bool plain = layout && layout->solution.virtual_stages == 1 &&
+                       std::none_of(layout->solution.stages.begin(), layout->solution.stages.end(),
+                                    [](const Stage &st) { return st.recompute || st.tensor_parallel > 1; });
+    if (plain) {
+      layout->solution.schedule = schedule;
+      if (const Evaluation ev = evaluate(q, layout->solution); ev.feasible() && ev.step_time_s < beat) {
+        layout->step_time_s = ev.step_time_s;
+        beat = ev.step_time_s;
+        best = std::move(*layout);
       }
     }
   }
-  for (int stages : detail::stageCountsToSearch(q)) {
-    q.constraints.stages = stages;
-    if (opts.doing) opts.doing("stage DP: " + std::string(name) + " on " + std::to_string(stages) + " stage(s)");
+  // Note [automatic schedule]: a bound per stage count, with the count left open.
+  const std::vector<int> counts = detail::stageCountsToSearch(q);
+  std::vector<double> bound(counts.size(), 0.0); // 0: not bounded, searched
+  std::vector<double> states(counts.size(), 0.0); // what searching it would visit, at every width
+  const int64_t warm = std::min({kWarmStates, opts.max_states, kMaxStates});
+  // Before the bounds: a search that would stay too large even if they
+  // pruned nine of ten micro-batch counts and stage counts is not bounded
+  // either (the bound passes alone took 35 s of GPT 145.6B's planning).
+  if (rival) {
+    double most = 0;
+    for (int s : counts) most += double(s + 1) * (q.numBlocks() + 1) * (q.devices.count + 1);
+    most *= static_cast<double>(microbatchCandidates(q).size());
+    if (most > 100.0 * double(kAutoSplitStates)) {
+      char text[400];
+      std::snprintf(text, sizeof text, "its search would visit up to %.3g DP states over %zu stage counts, more "
+                    "than 100 times what the automatic search allows (%.3g), so it was not bounded either; pin "
+                    "--schedule %s to search it", most, counts.size(), double(kAutoSplitStates), name);
+      if (tried && !best) tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+      if (!best) return Error{std::string(name) + ": " + text};
+      if (tried) tried->step_time_s = best->step_time_s; // the seed stands
+      return std::move(*best);
+    }
+  }
+  if (q.constraints.stages == 0 && counts.size() > 1 && beat < kInf) {
+    if (opts.doing) opts.doing("stage DP: bounding " + std::string(name) + " per stage count");
+    bound.assign(counts.size(), kInf);
+    const std::vector<int> quanta = detail::deviceQuanta(q, opts.device_quantum);
+    for (int m : microbatchCandidates(q)) {
+      std::optional<MicrobatchDP> dp;
+      for (int quantum : quanta) {
+        dp.emplace(q, m, schedule, counts, quantum, /*relaxed=*/quantum > 1);
+        if (dp->numStates() <= warm) break;
+      }
+      if (dp->numStates() > kMaxStates) { // cannot bound this count: every stage count stays open
+        for (size_t i = 0; i < counts.size(); ++i)
+          bound[i] = 0, states[i] += double(counts[i] + 1) * (q.numBlocks() + 1) * (q.devices.count + 1);
+        continue;
+      }
+      dp->setIncumbent(beat); // Note [stage floor]
+      if (q.devices.count >= kWorkBoundDevices && !(dp->workBound() < beat)) continue;
+      if (!(dp->lowerBound() < beat)) continue;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const double b = dp->boundFrom(counts[i]);
+        bound[i] = std::min(bound[i], b);
+        if (b < beat) states[i] += double(counts[i] + 1) * (q.numBlocks() + 1) * (q.devices.count + 1);
+      }
+    }
+  } else {
+    for (size_t i = 0; i < counts.size(); ++i)
+      states[i] = double(counts[i] + 1) * (q.numBlocks() + 1) * (q.devices.count + 1) * microbatchCandidates(q).size();
+  }
+  std::vector<size_t> order;
+  double total = 0, least = kInf;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    least = std::min(least, bound[i]);
+    if (bound[i] < beat) order.push_back(i), total += states[i];
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bound[x] < bound[y]; });
+  if (rival && total > double(kAutoSplitStates)) {
+    if (tried) {
+      char text[400];
+      std::snprintf(text, sizeof text, "its search would visit about %.3g DP states over %zu stage counts (the "
+                    "automatic search stops at %.3g); pin --schedule %s to search it", total, order.size(),
+                    double(kAutoSplitStates), name);
+      tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+    }
+    order.clear(); // the seed, if it beat the rival, still stands
+  }
+  std::optional<Error> refused; // a search that could not run (too many states), not one without a plan
+  SolveStats total_stats;
+  double lower = kInf;
+  for (size_t i : order) {
+    if (!(bound[i] < beat)) continue; // the plans found since beat it
+    q.constraints.stages = counts[i];
+    if (opts.doing) opts.doing("stage DP: " + std::string(name) + " on " + std::to_string(counts[i]) + " stage(s)");
     bool too_large = false;
-    auto solved = searchStages(q, opts, best ? best->step_time_s : kInf, &too_large); // pruned by the best so far
+    auto solved = searchStages(q, opts, beat, &too_large); // pruned by the best so far
     if (!solved) {
       if (!refused && too_large) refused = solved.error();
       continue;
     }
-    total.states += solved->stats.states;
-    total.transitions += solved->stats.transitions;
-    total.points += solved->stats.points;
+    total_stats.states += solved->stats.states;
+    total_stats.transitions += solved->stats.transitions;
+    total_stats.points += solved->stats.points;
     lower = std::min(lower, solved->stats.lower_bound_s);
-    if (!best || solved->step_time_s < best->step_time_s) best = std::move(*solved);
+    if (solved->step_time_s < beat) beat = solved->step_time_s, best = std::move(*solved);
   }
   if (!best) {
+    if (rival) {
+      if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) { // not marked too large
+        char text[240];
+        if (least < kInf)
+          std::snprintf(text, sizeof text, "no plan beats %.6g s (its bound over every stage count: %.6g s)",
+                        rival->step_time_s, least);
+        else
+          std::snprintf(text, sizeof text, "no plan beats %.6g s (every micro-batch count's bound reaches it)",
+                        rival->step_time_s);
+        tried->outcome = order.empty() ? ScheduleTried::Outcome::Bounded : ScheduleTried::Outcome::Slower;
+        tried->step_time_s = order.empty() && least < kInf ? least : 0;
+        tried->why = text;
+      }
+      return Error{std::string(name) + ": no plan faster than " + scheduleName(rival->solution.schedule)};
+    }
     if (refused) return *refused;
     return detail::noFeasiblePlan(p);
   }
-  best->stats.states = total.states;
-  best->stats.transitions = total.transitions;
-  best->stats.points = total.points;
-  best->stats.lower_bound_s = lower; // over every stage count searched
+  best->stats.states = total_stats.states;
+  best->stats.transitions = total_stats.transitions;
+  best->stats.points = total_stats.points;
+  // Over every stage count searched; the others could not beat the plan.
+  best->stats.lower_bound_s = std::min(lower, best->step_time_s);
   best->stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) tried->step_time_s = best->step_time_s;
   return std::move(*best);
+}
+
+/// Note [automatic schedule]: the interleaved fold with `v` chunks, where it
+/// could beat `rival`.
+Expected<SolveResult> searchInterleavedAuto(const Problem &p, int v, const DPOptions &opts,
+                                            const SolveResult &rival, const SolveResult &one_f_one_b,
+                                            ScheduleTried &tried) {
+  const char *name = pipeline::scheduleName(Schedule::Interleaved1F1B);
+  auto refuse = [&](ScheduleTried::Outcome outcome, const std::string &why) -> Error {
+    tried.outcome = outcome, tried.why = why;
+    return Error{std::string(name) + ": " + why};
+  };
+  if (!p.no_interleave.empty()) return refuse(ScheduleTried::Outcome::Refused, p.no_interleave);
+  if (!p.tied.empty()) return refuse(ScheduleTried::Outcome::Refused, "tied weights across chunks are not trained yet");
+  for (int t : p.constraints.tensor_parallel)
+    if (t > 1) return refuse(ScheduleTried::Outcome::Refused, "does not run tensor-parallel stages yet");
+  if (p.constraints.replicas.size() > 1)
+    return refuse(ScheduleTried::Outcome::Refused, "per-stage replica counts are pinned");
+  const int P = p.constraints.stages > 0 ? p.constraints.stages : one_f_one_b.solution.numStages();
+  if (P < 2) return refuse(ScheduleTried::Outcome::Refused, "the 1F1B plan has one stage: no pipeline to interleave");
+  if (P * v > p.numBlocks())
+    return refuse(ScheduleTried::Outcome::Refused, std::to_string(P * v) + " chunks for " +
+                                                       std::to_string(p.numBlocks()) + " blocks");
+  // Per (M, r) the bound M (sum of F + G) / P; only pairs under the rival stay.
+  double least = kInf, states = 0;
+  std::vector<std::pair<int, int>> pairs;
+  bool any_count = false;
+  for (int m : microbatchCandidates(p)) {
+    if (m % P != 0) continue;
+    any_count = true;
+    for (int r = p.devices.count / P; r >= 1; --r) {
+      if (!p.constraints.replicas.empty() && r != p.constraints.replicas[0]) continue;
+      const double b = static_cast<double>(replicaSamples(p.batch_size, m, r));
+      double work = 0;
+      for (const Block &blk : p.blocks) work += blk.fwd.at(b) + blk.bwd.at(b);
+      const double lb = m * work / P;
+      least = std::min(least, lb);
+      if (lb < rival.step_time_s * (1 - kTieTolerance)) {
+        pairs.emplace_back(m, r);
+        states += double(P * v + 1) * (p.numBlocks() + 1) * (double(v) * p.devices.count + 1);
+      }
+    }
+  }
+  if (!any_count)
+    return refuse(ScheduleTried::Outcome::Refused,
+                  "no micro-batch count is a multiple of the " + std::to_string(P) + " pipeline ranks");
+  char text[400];
+  if (pairs.empty()) {
+    std::snprintf(text, sizeof text, "%d ranks: no plan beats %.6g s (its bound: %.6g s)", P, rival.step_time_s, least);
+    tried.step_time_s = least;
+    return refuse(ScheduleTried::Outcome::Bounded, text);
+  }
+  if (states > double(kAutoSplitStates)) {
+    std::snprintf(text, sizeof text, "%d ranks: its fold would visit about %.3g DP states over %zu (micro-batch, "
+                  "replica) pairs (the automatic search stops at %.3g); pin --schedule %s --stages %d "
+                  "--virtual-stages %d to search it", P, states, pairs.size(), double(kAutoSplitStates), name, P, v);
+    return refuse(ScheduleTried::Outcome::TooLarge, text);
+  }
+  Problem q = p;
+  q.constraints.schedule = Schedule::Interleaved1F1B;
+  q.constraints.virtual_stages = v;
+  q.constraints.stages = P;
+  auto solved = solveInterleaved(q, opts, &pairs);
+  if (!solved) return refuse(ScheduleTried::Outcome::NoPlan, std::to_string(P) + " ranks: " + solved.error().message);
+  if (!(solved->step_time_s < rival.step_time_s * (1 - kTieTolerance))) {
+    std::snprintf(text, sizeof text, "%d ranks: its plan takes %.6g s", P, solved->step_time_s);
+    tried.step_time_s = solved->step_time_s;
+    return refuse(ScheduleTried::Outcome::Slower, text);
+  }
+  tried.step_time_s = solved->step_time_s;
+  return solved;
+}
+
+/// Note [automatic schedule].
+Expected<SolveResult> solveAuto(const Problem &p, const DPOptions &opts) {
+  const auto start = std::chrono::steady_clock::now();
+  auto first = searchStages(p, opts);
+  if (!first) return first; // under 1F1B nothing fits (the others hold more), or the search is too large
+  const SolveResult one_f_one_b = *first;
+  SolveResult best = std::move(*first);
+  std::vector<ScheduleTried> tried(1);
+  tried[0].schedule = best.solution.schedule;
+  tried[0].step_time_s = best.step_time_s;
+  size_t chosen = 0;
+  auto take = [&](Expected<SolveResult> &found) { // ties, up to rounding, stay with the earlier schedule
+    if (!found || !(found->step_time_s < best.step_time_s * (1 - kTieTolerance))) return;
+    best = std::move(*found);
+    chosen = tried.size() - 1;
+  };
+  for (Schedule s : {Schedule::ZBH1, Schedule::ZBH2}) {
+    tried.emplace_back();
+    tried.back().schedule = s;
+    if (!p.no_split_backward.empty()) {
+      tried.back().outcome = ScheduleTried::Outcome::Refused, tried.back().why = p.no_split_backward;
+      continue;
+    }
+    SolveResult rival = best;
+    auto found = searchSplit(p, s, opts, &rival, &tried.back());
+    take(found);
+  }
+  for (int v : kAutoChunks) {
+    tried.emplace_back();
+    tried.back().schedule = Schedule::Interleaved1F1B;
+    tried.back().virtual_stages = v;
+    SolveResult rival = best;
+    auto found = searchInterleavedAuto(p, v, opts, rival, one_f_one_b, tried.back());
+    take(found);
+  }
+  for (size_t i = 0; i < tried.size(); ++i) {
+    ScheduleTried &t = tried[i];
+    if (i == chosen) {
+      t.outcome = ScheduleTried::Outcome::Chosen, t.why.clear();
+    } else if (t.outcome == ScheduleTried::Outcome::Chosen) { // found a plan that a later schedule beat
+      char text[200];
+      std::snprintf(text, sizeof text, "its plan takes %.6g s against %.6g s", t.step_time_s, best.step_time_s);
+      t.outcome = ScheduleTried::Outcome::Slower, t.why = text;
+    }
+  }
+  best.stats.schedules = std::move(tried);
+  best.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return best;
+}
+
+} // namespace
+
+const char *outcomeName(ScheduleTried::Outcome o) {
+  switch (o) {
+  case ScheduleTried::Outcome::Chosen: return "chosen";
+  case ScheduleTried::Outcome::Slower: return "slower";
+  case ScheduleTried::Outcome::Bounded: return "bounded";
+  case ScheduleTried::Outcome::Refused: return "refused";
+  case ScheduleTried::Outcome::TooLarge: return "too-large";
+  case ScheduleTried::Outcome::NoPlan: return "no-plan";
+  }
+  return "?";
+}
+
+Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
+  if (Status st = validate(p); !st) return Error{st.message()};
+  if (p.constraints.schedule && pipeline::interleaves(*p.constraints.schedule) && p.constraints.virtual_stages > 1)
+    return solveInterleaved(p, opts); // Note [interleaved layouts]
+  if (!p.constraints.schedule) return solveAuto(p, opts); // Note [automatic schedule]
+  if (!pipeline::splitsBackward(*p.constraints.schedule)) return searchStages(p, opts);
+  return searchSplit(p, *p.constraints.schedule, opts); // Note [split backward DP]
 }
 
 static Expected<SolveResult> searchStages(const Problem &p, const DPOptions &opts, double bound, bool *too_large) {

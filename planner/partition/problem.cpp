@@ -51,7 +51,9 @@ void Problem::print(std::ostream &os) const {
      << devices.inter_node.bandwidth << " B/s + " << devices.inter_node.latency_s << " s, optimizer x"
      << optimizer_bytes_per_param_byte
      << (force_recompute ? ", recompute forced" : allow_recompute ? ", recompute allowed" : "")
-     << (force_zero ? ", zero forced" : allow_zero ? ", zero allowed" : "") << "\n";
+     << (force_zero ? ", zero forced" : allow_zero ? ", zero allowed" : "")
+     << (no_split_backward.empty() ? "" : ", no split backward") << (no_interleave.empty() ? "" : ", no interleaving")
+     << "\n";
   for (size_t i = 0; i < blocks.size(); ++i) {
     const Block &b = blocks[i];
     os << "  block " << i << ": fwd " << b.fwd.fixed_s << "+" << b.fwd.per_sample_s << "b s, bwd " << b.bwd.fixed_s

@@ -148,6 +148,10 @@ struct Problem {
   bool force_recompute = false;              ///< must every stage recompute (--recompute on); needs allow_recompute
   bool allow_zero = true;                    ///< may a replicated stage shard its optimizer state (ZeRO-1)
   bool force_zero = false;                   ///< must every replicated stage shard it (--zero 1); needs allow_zero
+  /// Why the automatic schedule search may not split the backward (ZB-H1,
+  /// ZB-H2) or interleave chunks, for what the problem does not see (a
+  /// parameter two ops read); empty: it may (Note [automatic schedule] in dp.cpp).
+  std::string no_split_backward, no_interleave;
   /// The tensor-parallel degrees a stage may take, ascending, 1 first (the
   /// sharding analysis's valid degrees up to devices per node); empty: {1}.
   std::vector<int> tp_degrees;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "planner/partition/problem.h"
 #include "planner/support/status.h"
@@ -25,6 +26,26 @@ const char *strategyName(Strategy s);
 /// Parses a strategy name; the error lists the valid names.
 Expected<Strategy> parseStrategy(const std::string &name);
 
+/// One schedule the automatic search weighed (Note [automatic schedule] in dp.cpp).
+struct ScheduleTried {
+  enum class Outcome {
+    Chosen,   ///< its plan is the answer
+    Slower,   ///< searched; its best plan was slower than the answer
+    Bounded,  ///< not searched: a lower bound on its plans could not beat the answer
+    Refused,  ///< not legal for this problem (recomputation forced, tensor parallelism pinned, tied weights...)
+    TooLarge, ///< not searched: the search would exceed the automatic search's budget (pin it to search it)
+    NoPlan,   ///< searched; nothing fits
+  };
+  Schedule schedule = Schedule::OneFOneB;
+  int virtual_stages = 1;
+  Outcome outcome = Outcome::Chosen;
+  double step_time_s = 0; ///< Chosen, Slower: its best plan's step; Bounded: the bound; else 0
+  std::string why;        ///< for every outcome but Chosen: one line
+};
+
+/// "chosen", "slower", "bounded", "refused", "too-large", "no-plan".
+const char *outcomeName(ScheduleTried::Outcome o);
+
 /// What a solver did, for logs and benchmarks (not part of the answer).
 struct SolveStats {
   int microbatch_counts = 0;        ///< candidates considered
@@ -38,6 +59,9 @@ struct SolveStats {
   double seconds = 0;               ///< all of it
   int device_quantum = 1;           ///< DP: the coarsest stage-width quantum of a micro-batch count (1: every width)
   double lower_bound_s = 0;         ///< DP: no plan over every stage width beats this (the step time when exact)
+  /// DP with the schedule searched: every schedule weighed, in kSchedules
+  /// order (interleaved by chunk count), and what became of it.
+  std::vector<ScheduleTried> schedules;
 };
 
 /// Knobs of solveDP (Note [device quantum] in dp.cpp).

@@ -308,8 +308,11 @@ protected:
   double splitCredit(int k, int a, int e, size_t ri,
                      double g = std::numeric_limits<double>::infinity()) const {
     if (!split_ || k <= 1) return 0.0;
-    if (sched_ == Schedule::ZBH2 && M_ >= 2 * S_ - 1) return std::min(g, 3 * weightTime(a, e, ri));
-    return M_ >= S_ ? 2 * weightTime(a, e, ri) : 0.0;
+    const double w = weightTime(a, e, ri);
+    // S_ = 0: the stage count is not known (the bound of Note [automatic
+    // schedule] in dp.cpp), so the most any count would take off.
+    if (sched_ == Schedule::ZBH2 && M_ >= 2 * S_ - 1) return S_ > 0 ? std::min(g, 3 * w) : std::max(std::min(g, 3 * w), 2 * w);
+    return M_ >= S_ ? 2 * w : 0.0;
   }
 
   /// The least stageFloor of [a, e) over the degrees and replica counts a
@@ -373,7 +376,7 @@ protected:
   const int q_, Dq_;    // device quantum and the quanta on the devices (Note [device quantum])
   const bool relaxed_;  // the relaxation: widths rounded down to quanta, any placement
   const bool split_;    // a schedule that splits the backward (Note [split backward DP])
-  const int S_;         // its stage count, pinned by solveDP (0 otherwise)
+  const int S_;         // its stage count, pinned by solveDP (0 otherwise: a bound over every count)
   double fill_floor_ = 0; // the least the fill and drain sum to under it (stageFloor)
   const int later_ = relaxed_ ? 0 : 1; // quanta each later stage needs at least
   int nc_ = 1; // the maxima in a plan's value: 2 for GPipe (F, G), else 1

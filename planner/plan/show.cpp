@@ -154,6 +154,16 @@ void printPlanTable(const proto::Plan &plan, std::ostream &os) {
   const bool lowp = !plan.precision().empty() && plan.precision() != "fp32";
   if (lowp)
     os << "precision    " << plan.precision() << " compute under autocast; fp32 weights, gradients and optimizer state\n";
+  // Note [automatic schedule] in planner/partition/dp.cpp (only plans it chose other than 1F1B carry them).
+  for (int i = 0; i < plan.schedules_considered_size(); ++i) {
+    const proto::ScheduleConsidered &sc = plan.schedules_considered(i);
+    os << (i ? "             " : "schedules    ") << scheduleName(sc.schedule())
+       << (sc.virtual_stages() > 1 ? " v=" + std::to_string(sc.virtual_stages()) : std::string()) << ": "
+       << sc.outcome();
+    if (sc.outcome() == "chosen") os << ", step " << formatFixed(sc.step_time_s(), 6) << " s";
+    if (!sc.why().empty()) os << " (" << sc.why() << ")";
+    os << "\n";
+  }
   os << "\n";
 
   const TimeUnit unit = timeUnitFor(step);
@@ -279,6 +289,19 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
   j["microbatch_size"] = microbatchSize(plan);
   j["bubble_fraction"] = pipelineBubbleFraction(plan);
   j["predicted_bubble_fraction"] = pipelineBubbleFraction(plan); // issue 28's name for it, every schedule
+  if (plan.schedules_considered_size() > 0) { // Note [automatic schedule] in planner/partition/dp.cpp
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const proto::ScheduleConsidered &sc : plan.schedules_considered()) {
+      nlohmann::ordered_json one;
+      one["schedule"] = scheduleName(sc.schedule());
+      one["virtual_stages"] = std::max(1, sc.virtual_stages());
+      one["outcome"] = sc.outcome();
+      one["step_time_s"] = sc.step_time_s();
+      one["why"] = sc.why();
+      list.push_back(std::move(one));
+    }
+    j["schedules_considered"] = std::move(list);
+  }
   j["format_version"] = plan.format_version();
   j["model"] = plan.model().path();
   j["model_sha256"] = plan.model().sha256();

@@ -76,8 +76,11 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   EXPECT_EQ(o.schedule, pipeline::Schedule::OneFOneB);
   flags.schedule = "zb";
   EXPECT_EQ(finishPlanOptions(flags, o).message(),
-            "--schedule must be gpipe, 1f1b, zb-h1, zb-h2 or interleaved-1f1b (got 'zb')");
-  EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b"}));
+            "--schedule must be auto, gpipe, 1f1b, zb-h1, zb-h2 or interleaved-1f1b (got 'zb')");
+  flags.schedule = "auto"; // the default, said
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_FALSE(o.schedule.has_value());
+  EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"auto", "gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b"}));
 }
 
 TEST(PlanOptions, TensorParallelLikeReplicas) {
