@@ -1073,7 +1073,7 @@ Expected<SolveResult> solveDP(const Problem &p, const DPOptions &opts) {
   if (Status st = validate(p); !st) return Error{st.message()};
   if (p.constraints.schedule && pipeline::interleaves(*p.constraints.schedule) && p.constraints.virtual_stages > 1)
     return solveInterleaved(p, opts); // Note [interleaved layouts]
-  if (!p.constraints.schedule) return solveAuto(p, opts); // Note [automatic schedule]
+  if (!p.constraints.schedule && p.auto_schedule) return solveAuto(p, opts); // Note [automatic schedule]
   if (!pipeline::splitsBackward(*p.constraints.schedule)) return searchStages(p, opts);
   return searchSplit(p, *p.constraints.schedule, opts); // Note [split backward DP]
 }

@@ -77,9 +77,14 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   flags.schedule = "zb";
   EXPECT_EQ(finishPlanOptions(flags, o).message(),
             "--schedule must be auto, gpipe, 1f1b, zb-h1, zb-h2 or interleaved-1f1b (got 'zb')");
-  flags.schedule = "auto"; // the default, said
+  flags.schedule = "auto"; // opt-in (Note [schedule opt-in]): every schedule weighed
   ASSERT_TRUE(finishPlanOptions(flags, o).ok());
   EXPECT_FALSE(o.schedule.has_value());
+  EXPECT_TRUE(o.auto_schedule);
+  flags.schedule.clear(); // the default: 1F1B's search
+  ASSERT_TRUE(finishPlanOptions(flags, o).ok());
+  EXPECT_FALSE(o.schedule.has_value());
+  EXPECT_FALSE(o.auto_schedule);
   EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"auto", "gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b"}));
 }
 

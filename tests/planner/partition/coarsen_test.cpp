@@ -117,6 +117,10 @@ TEST(Coarsen, BlockPlansMapBackToTheSameUnitPlan) {
     p.devices.intra_node = {1e9, 1e-6};
     p.devices.inter_node = {1e8, 1e-5};
     p.optimizer_bytes_per_param_byte = 2;
+    // One schedule: "the DP on the units can only do better" holds for an
+    // exact search; the automatic choice bounds and caps the split schedules'
+    // searches (Note [automatic schedule] in dp.cpp), on blocks and units alike.
+    p.constraints.schedule = Schedule::OneFOneB;
     const int K = 4 + static_cast<int>(rng() % 12);
     auto c = coarsen(p, CoarsenOptions{K, 8});
     ASSERT_TRUE(c.ok()) << c.error().message;
