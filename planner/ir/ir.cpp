@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "planner/ir/op_set.h"
+
 namespace rannc::ir {
 
 namespace {
@@ -241,10 +243,31 @@ std::vector<BufferUpdate> bufferUpdates(const Graph &g) {
   return out;
 }
 
+// Note [in-place ops keep their place]
+// An in-place ATen op (`zero_`, `add_`) on a computed tensor writes what
+// later nodes may read through another value: torchvision's Swin V2 clones its qkv bias,
+// zeroes a slice of the clone in place (aten.slice, aten.zero_) and hands
+// the clone, not zero_'s output, to aten.linear. No edge orders zero_
+// before that linear; the export's node order does. Such an op is never
+// parameter-only, so sinkParameterOps leaves it where the export put it
+// (sunk to its first reader, a zero_ that nobody reads went last, and
+// Swin V2 trained with its key bias unzeroed: 0.23 off from step 1).
+namespace {
+/// An in-place ATen op writing a computed tensor (a view of a clone), not a
+/// parameter or buffer itself (BatchNorm's `num_batches_tracked.add_(1)`
+/// stays free to sink: nothing else reads the buffer in the step).
+bool writesIntermediateInPlace(const Graph &g, const Node &node) {
+  const std::string &op = node.op_type;
+  return isAten(node) && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_' && !node.inputs.empty() &&
+         node.inputs[0] != kNoValue && g.values[node.inputs[0]].kind == ValueKind::Intermediate;
+}
+} // namespace
+
 std::vector<bool> parameterOnlyNodes(const Graph &g) {
   const auto n = static_cast<NodeId>(g.nodes.size());
   std::vector<bool> param_side(n, false);
   for (NodeId i = 0; i < n; ++i) {
+    if (writesIntermediateInPlace(g, g.nodes[i])) continue; // Note [in-place ops keep their place]
     bool only_weights = true;
     for (ValueId in : g.nodes[i].inputs) {
       if (in == kNoValue) continue;
