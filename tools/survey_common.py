@@ -234,6 +234,8 @@ def failure_kind(reason):
         return "the harness's small config"
     if "timed out" in reason:
         return "timed out"
+    if "BatchNorm fused into its convolution" in reason or "training-mode BatchNorm" in reason:
+        return "training BatchNorm folded by the exporter"  # Note [fused training BatchNorm]
     if "torch.onnx.export's optimizer" in reason:  # Note [export signature]: what it folded, refused
         return "folded parameters"
     if reason.startswith("loss off"):
