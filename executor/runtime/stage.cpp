@@ -65,10 +65,7 @@ StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
   for (ir::ValueId b : program_.buffers)
     if (!buffers_.count(b)) throw std::runtime_error("buffer '" + g.values[b].name + "' was not loaded");
   for (const ir::BufferUpdate &u : ir::bufferUpdates(g)) updates_[u.node].push_back(u);
-  for (ir::NodeId n : program_.nodes) {
-    const std::string &op = g.nodes[n].op_type;
-    in_place_ |= ir::isAten(g.nodes[n]) && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_';
-  }
+  for (ir::NodeId n : program_.nodes) in_place_ |= ir::isInPlaceAten(g.nodes[n]);
   // Note [last use]: where each value is read for the last time.
   std::unordered_map<ir::ValueId, size_t> last;
   for (size_t i = 0; i < program_.nodes.size(); ++i) {
