@@ -788,6 +788,11 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   Problem q = p;
   q.allow_recompute = false;
   q.tp_degrees = {1};
+  // Degrees pinned per stage (all 1 here) also pin the stage count; the
+  // constraint goes, the count stays (a one-stage plan of a problem pinned to
+  // two stages is no plan of it).
+  if (q.constraints.tensor_parallel.size() > 1)
+    q.constraints.stages = static_cast<int>(q.constraints.tensor_parallel.size());
   q.constraints.tensor_parallel.clear();
   q.constraints.schedule = schedule;
   std::optional<SolveResult> best;

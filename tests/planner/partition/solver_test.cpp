@@ -540,12 +540,10 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
 }
 
 /// Note [automatic schedule]: with the schedule searched, the best of the
-/// pinned searches: exhaustive search over 1F1B and GPipe, the DP pinned to
-/// ZB-H1 and to ZB-H2 where they are legal (the DP, not exhaustive search:
-/// on a few instances exhaustive search misses a one-stage plan that
-/// evaluate() accepts, see docs/partitioner.md), and the interleaved folds
-/// with 2 and 4 chunks onto the 1F1B DP's stage count (the fold is not exact
-/// pinned either). Ties go to the earlier, as in solveDP.
+/// pinned searches: exhaustive search over 1F1B and GPipe, and pinned to
+/// ZB-H1 and to ZB-H2 where they are legal, and the interleaved folds with 2
+/// and 4 chunks onto the 1F1B DP's stage count (the fold is not exact pinned
+/// either). Ties go to the earlier, as in solveDP.
 Expected<SolveResult> bestPinnedSearch(const Problem &p) {
   auto best = solveExhaustive(p);
   if (!best) return best;
@@ -559,7 +557,7 @@ Expected<SolveResult> bestPinnedSearch(const Problem &p) {
     for (Schedule s : {Schedule::ZBH1, Schedule::ZBH2}) {
       Problem q = p;
       q.constraints.schedule = s;
-      consider(solveDP(q));
+      consider(solveExhaustive(q));
     }
   Problem one = p;
   one.constraints.schedule = Schedule::OneFOneB;
