@@ -12,7 +12,9 @@ exported with the defaults PyTorch's docs show:
   * op names carry the module path;
   * a non-finite float argument (a mask's -inf, which the archive's JSON
     holds as the string "-Infinity") is read as the number;
-  * a planned program's plan passes `rannc-plan check` (it reads back)."""
+  * a planned program's plan passes `rannc-plan check` (it reads back);
+  * ops that draw random numbers in training (dropout with p > 0) are a
+    warning of the audit; dropout with p = 0 is not."""
 import argparse
 import os
 import re
@@ -67,6 +69,18 @@ class Masked(nn.Module):
         return F.cross_entropy(s.masked_fill(torch.arange(4) > 1, float("-inf")), y)
 
 
+class Noisy(nn.Module):
+    """Dropout as a module calls it in training, p > 0 or 0."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.p = p
+
+    def forward(self, x, y):
+        return F.cross_entropy(F.dropout(self.lin(x), p=self.p, training=self.training), y)
+
+
 def export(model, path, decompose=False):
     batch = torch.export.Dim("batch", min=2)
     example = (torch.randn(4, 4), torch.randint(0, 3, (4,)))
@@ -115,6 +129,7 @@ def main():
            "op names carry the module path")
     expect("audit: fixed: no_grad region" in text, "the audit names the no_grad region")
     expect("wrap_with_autocast" not in text and "higher_order" not in text, "regions are inlined")
+    expect("random numbers" not in text, "a model without random ops has no random-numbers warning")
 
     # Gradients stop at the region: what the frozen layer computes reaches
     # the rest of the graph only through a detach.
@@ -155,6 +170,15 @@ def main():
     p = run([a.plan_tool, "import", path])
     expect(p.returncode == 0, f"a program with a -inf argument imports ({p.stderr.strip()[-300:]})")
     expect(re.search(r"masked_fill.*-inf", p.stdout), "masked_fill reads -inf")
+
+    for p_drop, warned in ((0.1, True), (0.0, False)):
+        path = os.path.join(a.work, f"noisy_{p_drop}.pt2")
+        export(Noisy(p_drop).train(), path)
+        p = run([a.plan_tool, "import", path])
+        expect(p.returncode == 0, f"dropout {p_drop} imports ({p.stderr.strip()[-300:]})")
+        found = re.search(r"audit: warning: random numbers \(1\):.*dropout", p.stdout) is not None
+        expect(found == warned, f"dropout {p_drop}: the audit {'warns' if warned else 'does not warn'} of random "
+               f"numbers ({[l for l in p.stdout.splitlines() if l.startswith('audit')]})")
 
     path = os.path.join(a.work, "autocast.pt2")
     export(Model(autocast=True).train(), path)
