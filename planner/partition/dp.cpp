@@ -75,19 +75,20 @@ namespace {
 // search once per stage count with S pinned, where k (stages still to place)
 // is exact and s = S - k; the best plan over the counts wins. The closed form
 // (pipeline::pipelineTime) stays additive: with M >= S every stage but the
-// last (k = 1) takes 2 W off the sum A, and the bottleneck term C is 1F1B's.
+// last (k = 1) takes min(G, 2W) off the sum A (it adds max(F, F+G-2W), not
+// F+G), G its backward slot as placed, and the bottleneck term C is 1F1B's.
 // ZB-H2 (Note [zero bubble H2]) is searched the same way: min(M, 2S-1) in
 // flight, the W queue min(M-1, 2s), and with M >= 2S-1 every stage but the
 // last takes min(G, 3W) off A (it adds max(F, F+G-3W) in place of F+G), G
 // its backward slot as placed (StageVals::g); the bound passes, which know
-// no G, credit 3W, which is never less. With M < 2S-1 the credit is ZB-H1's.
+// no G, credit 2W or 3W, which is never less. With M < 2S-1 the credit is
+// ZB-H1's.
 // Two of the exact reductions change with it:
 //   - a stage that does not fit at k may fit at a larger k (its W queue is
 //     shorter), so the lower-bound pass does not stop at the first misfit;
-//   - a stage's floor (Note [stage floor]) is (M-1) times its slot plus the
-//     least the fill and drain can sum to (fill_floor_: F + G - 2W, block by
-//     block at the replica count that makes it least, when negative), since a
-//     stage whose W outweighs its F + B takes more off the sum than it adds.
+//   - a stage's floor (Note [stage floor]) is (M-1) times its slot, since
+//     the fill and drain may take less than a stage's slot (each stage adds
+//     at least its F, the last its F + G).
 // Recomputation and tensor-parallel stages are left out of the search: the
 // executor's split backward runs neither (Note [split backward] in
 // executor/runtime/stage.cpp). The DP against exhaustive search under ZB-H1

@@ -69,17 +69,6 @@ protected:
       sync_[i + 1] = sync_[i] + b.stat_sync_bytes;
       nsync_[i + 1] = nsync_[i] + b.stat_sync_collectives;
     }
-    // Note [split backward DP]: the least the stages' fill and drain can sum
-    // to, F + G - 2W at the replica count that makes it least, block by block.
-    if (split_) {
-      double least = 0;
-      for (const Block &blk : p.blocks) {
-        double block_least = std::numeric_limits<double>::infinity();
-        for (double b : samples_) block_least = std::min(block_least, blk.fwd.at(b) + blk.bwd.at(b) - 2 * blk.wgrad.at(b));
-        least += block_least;
-      }
-      fill_floor_ = std::min(0.0, least);
-    }
     // stageWorking from range maxima, one pair of sparse tables per
     // micro-batch size and degree: of w_u, and of w_u + b kept_[u+1], where
     // S_u = act_[e] - kept_[u+1] and kept_[k] = act_[k] - X_k.
@@ -290,8 +279,8 @@ protected:
       ar = ringAllReduce(stageParams(a, e, ti), r, fastest, 2.0 * (r - 1));
     }
     // Note [split backward DP]: under a split backward the stages' fill and
-    // drain may sum to less than this stage's slot, but to no less than fill_floor_.
-    if (split_ && M_ >= S_) return (M_ - 1) * slot + fill_floor_ + ar;
+    // drain may sum to less than this stage's slot, but each adds at least its F.
+    if (split_ && M_ >= S_) return (M_ - 1) * slot + ar;
     return M_ * slot + ar;
   }
 
@@ -302,9 +291,10 @@ protected:
 
   /// What a stage with k stages still to place, itself included, and
   /// backward slot `g` takes off the step under a split backward
-  /// (pipeline::pipelineTime), nothing if it is the last stage: ZB-H1's 2 W
-  /// where M >= S; ZB-H2's min(G, 3W) where M >= 2S-1 (it adds max(F, F+G-3W),
-  /// not F+G), at most 3W for an unknown G (the bound passes).
+  /// (pipeline::pipelineTime), nothing if it is the last stage: ZB-H1's
+  /// min(G, 2W) where M >= S (it adds max(F, F+G-2W), not F+G); ZB-H2's
+  /// min(G, 3W) where M >= 2S-1; at most 2W or 3W for an unknown G (the
+  /// bound passes: F + G less the credit never falls as G does).
   double splitCredit(int k, int a, int e, size_t ri,
                      double g = std::numeric_limits<double>::infinity()) const {
     if (!split_ || k <= 1) return 0.0;
@@ -312,7 +302,7 @@ protected:
     // S_ = 0: the stage count is not known (the bound of Note [automatic
     // schedule] in dp.cpp), so the most any count would take off.
     if (sched_ == Schedule::ZBH2 && M_ >= 2 * S_ - 1) return S_ > 0 ? std::min(g, 3 * w) : std::max(std::min(g, 3 * w), 2 * w);
-    return M_ >= S_ ? 2 * w : 0.0;
+    return M_ >= S_ ? std::min(g, 2 * w) : 0.0;
   }
 
   /// The least stageFloor of [a, e) over the degrees and replica counts a
@@ -377,7 +367,6 @@ protected:
   const bool relaxed_;  // the relaxation: widths rounded down to quanta, any placement
   const bool split_;    // a schedule that splits the backward (Note [split backward DP])
   const int S_;         // its stage count, pinned by solveDP (0 otherwise: a bound over every count)
-  double fill_floor_ = 0; // the least the fill and drain sum to under it (stageFloor)
   const int later_ = relaxed_ ? 0 : 1; // quanta each later stage needs at least
   int nc_ = 1; // the maxima in a plan's value: 2 for GPipe (F, G), else 1
   int64_t per_microbatch_ = 0;

@@ -190,13 +190,12 @@ PipelineTime interleavedTime(const std::vector<StageSlots> &stages, int microbat
 PipelineTime pipelineTime(Schedule s, const std::vector<StageSlots> &stages, int microbatches, int virtual_stages) {
   if (interleaves(s) && virtual_stages > 1 && !stages.empty())
     return interleavedTime(stages, microbatches, virtual_stages);
-  double sum_f = 0, sum_g = 0, sum_w = 0, max_f = 0, max_g = 0, max_fg = -1;
+  double sum_f = 0, sum_g = 0, max_f = 0, max_g = 0, max_fg = -1;
   PipelineTime t;
   for (size_t i = 0; i < stages.size(); ++i) {
     const double f = stages[i].forward_s, g = stages[i].backward_s;
     sum_f += f;
     sum_g += g;
-    sum_w += stages[i].weight_s;
     max_f = std::max(max_f, f);
     max_g = std::max(max_g, g);
     if (f + g > max_fg) {
@@ -237,13 +236,17 @@ PipelineTime pipelineTime(Schedule s, const std::vector<StageSlots> &stages, int
     // Note [zero bubble H1]: 1F1B's form, less the W's that fill the drain:
     // every stage's W but the last stage's moves out of the fill and drain
     // into the bubbles, and every stage but the last is spared another W of
-    // waiting, as B reaches it without W behind it; with equal stages
-    // M (F+B+W) + (S-1)(F+B-W). Exact for equal stages and M >= S (the
-    // simulator's replay); otherwise an estimate, and with M < S the stages
-    // never reach the steady state, so 1F1B's form is kept.
+    // waiting, as B reaches it without W behind it. A stage never adds less
+    // than its forward, which the last stage waits for: it adds max(F, F+B-W)
+    // (F + G less min(G, 2W), B = G - W), so with equal stages
+    // M (F+B+W) + (S-1) max(F, F+B-W). Exact for equal stages and M >= S
+    // (the simulator's replay, W above or below B); otherwise an estimate,
+    // and with M < S the stages never reach the steady state, so 1F1B's form
+    // is kept.
     t.steady_s = rest * std::max(max_fg, 0.0);
-    if (microbatches >= static_cast<int>(stages.size()) && !stages.empty())
-      t.fill_drain_s -= 2 * (sum_w - stages.back().weight_s);
+    if (microbatches >= static_cast<int>(stages.size()))
+      for (size_t i = 0; i + 1 < stages.size(); ++i)
+        t.fill_drain_s -= std::min(stages[i].backward_s, 2 * stages[i].weight_s);
     break;
   }
   return t;

@@ -116,8 +116,10 @@ struct Pass {
 /// by the W of the micro-batch s B's back, and the W's left at the end: W
 /// lags B by s passes on stage s. The upstream stage's B then waits for B
 /// alone, not B+W, and the late W's fill the drain. With F, B, W the same on
-/// every stage and M >= S, the step is M (F+B+W) + (S-1)(F+B-W) (1F1B's:
-/// M (F+B+W) + (S-1)(F+B+W)); the paper writes the same bubble, (p-1)(F+B-W).
+/// every stage and M >= S, the step is M (F+B+W) + (S-1) max(F, F+B-W)
+/// (1F1B's: M (F+B+W) + (S-1)(F+B+W)); the paper writes the bubble
+/// (p-1)(F+B-W), the same where B >= W. Where W > B the last stage still
+/// waits (S-1) F for its first forward, and the replay says so.
 /// A micro-batch holds its activations until its W (B retains autograd's
 /// graph for it): min(M, S) micro-batches on every stage, where 1F1B holds
 /// min(M, S-s), plus the W queue: the micro-batches whose B has run keep the

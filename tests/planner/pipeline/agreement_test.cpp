@@ -37,9 +37,10 @@ constexpr int kMaxMicrobatches = 8;
 
 /// S one-block stages on one device each. Equal stages move nothing between
 /// them (the slots are then equal too); varied ones differ in compute, cut
-/// sizes and links, and stage 1 has two replicas (an all-reduce).
+/// sizes and links, and stage 1 has two replicas (an all-reduce). An equal
+/// stage's W is `w_share` of its backward (0.4: B > W; above 0.5, W > B).
 std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedule, int S, int M, bool equal,
-                                                                int virtual_stages = 1) {
+                                                                int virtual_stages = 1, double w_share = 0.4) {
   const int P = S / virtual_stages; // pipeline ranks: stage s runs on those of s % P
   partition::Problem p;
   for (int s = 0; s < S; ++s) {
@@ -47,7 +48,7 @@ std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedul
     b.fwd = equal ? partition::Affine{0.5, 0.01} : partition::Affine{0.1 * (s % 3 + 1), 0.01 * (s + 1)};
     b.bwd = equal ? partition::Affine{1.0, 0.02} : partition::Affine{0.3 * ((s + 2) % 4 + 1), 0.015 * (S - s)};
     // The weight gradients' part of it (a split backward's W).
-    b.wgrad = equal ? partition::Affine{0.4, 0.008} : partition::Affine{0.1 * ((s + 1) % 3 + 1), 0.005 * (S - s)};
+    b.wgrad = equal ? partition::Affine{w_share, 0.02 * w_share} : partition::Affine{0.1 * ((s + 1) % 3 + 1), 0.005 * (S - s)};
     b.param_bytes = 1000;
     b.activation_bytes_per_sample = 10;
     p.blocks.push_back(b);
@@ -120,7 +121,7 @@ proto::Plan planOf(const partition::Solution &sol, const partition::Evaluation &
 }
 
 TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
-  int exact_cases = 0;
+  int exact_cases = 0, w_heavy_cases = 0;
   for (Schedule schedule : pipeline::kSchedules)
     for (int S = 1; S <= kMaxStages && !pipeline::interleaves(schedule); ++S) // interleaved: below
       for (int M = 1; M <= kMaxMicrobatches; ++M)
@@ -149,6 +150,17 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
             EXPECT_NEAR(sim->step_time_s, ev.step_time_s, 1e-9 * ev.step_time_s) << where;
             ++exact_cases;
           }
+          // A split backward whose W outweighs its B (W = 0.7 of the backward):
+          // the stages but the last add max(F, F+B-W) under ZB-H1, max(F,
+          // F+B-2W) under ZB-H2, so both replay to M(F+B+W) + (S-1)F.
+          if (exact && equal && pipeline::splitsBackward(schedule)) {
+            auto [ph, solh] = pipelineCase(schedule, S, M, equal, 1, 0.7);
+            auto simh = partition::simulate(ph, solh);
+            ASSERT_TRUE(simh.ok()) << where << ", W > B: " << simh.error().message;
+            const partition::Evaluation evh = partition::evaluate(ph, solh);
+            EXPECT_NEAR(simh->step_time_s, evh.step_time_s, 1e-9 * evh.step_time_s) << where << ", W > B";
+            ++w_heavy_cases;
+          }
 
           // show: the idle share of the pipeline phase, from the same closed form.
           double busy = 0;
@@ -160,6 +172,7 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
   // varied ones with M = 1, ZB-H1's equal ones with M >= S: 8+7+6+5+4+3 = 33,
   // ZB-H2's with M >= 2S-1: 8+6+4+2 = 20.
   EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6 + 33 + 20);
+  EXPECT_EQ(w_heavy_cases, 33 + 20);
 }
 
 /// "F0@2 B1@0 ": one rank's forwards and backwards with their stages, on the timeline.
