@@ -22,12 +22,13 @@ largest relative loss difference to PyTorch, and why it failed if it did
 
 --dtype float64 builds, trains and exports the model in double (the data are
 tokens either way), with --tolerance for "exact". It tells a float32 gap that
-is the model's own conditioning (a mixture-of-experts router flipping on a
-near tie, say) from a fault: a fault stays, rounding shrinks by 1e-9.
+is the model's own conditioning from a fault: a fault stays, rounding
+shrinks, down to float32's where a family computes in float32 whatever its
+dtype (Llama's rotary table: 1.2e-7).
 
   .venv/bin/python tools/hf_survey.py [--build build] [--only gpt2,llama,bert] [--named] [--json out.json]
   .venv/bin/python tools/hf_survey.py --rows docs/surveys/hf_families.jsonl   # resumes the whole survey
-  .venv/bin/python tools/hf_survey.py --only phimoe --dtype float64 --tolerance 1e-6
+  .venv/bin/python tools/hf_survey.py --only llama --dtype float64 --tolerance 1e-6
 """
 
 import argparse
