@@ -240,6 +240,42 @@ struct HandOver : public torch::autograd::Function<HandOver> {
   }
 };
 
+// Note [what a queued W keeps] (planner/partition/evaluate.cpp): B has run
+// with the graph kept, and W runs, root by root, only the nodes between a
+// root's output and its own parameters. Every other node the queue's edges
+// keep alive (the data side above the roots, back to the stage's inputs)
+// lets go of what autograd saved in it now, not at W: the queued
+// micro-batch keeps only what its W reads. `params_of(n)`: the gradient
+// accumulators of root n's parameters.
+template <typename Queue, typename ParamsOf> void releaseForWeights(const Queue &queue, ParamsOf params_of) {
+  using torch::autograd::Node;
+  std::unordered_set<Node *> needed, seen;
+  std::vector<Node *> all;
+  std::function<void(Node *)> collect = [&](Node *f) {
+    if (!f || !seen.insert(f).second) return;
+    all.push_back(f);
+    for (const auto &e : f->next_edges()) collect(e.function.get());
+  };
+  for (const auto &[n, edges, grads] : queue) {
+    const std::vector<Node *> list = params_of(n);
+    const std::unordered_set<Node *> params(list.begin(), list.end());
+    std::unordered_map<Node *, bool> reaches; // whether a node leads to this root's parameters
+    std::function<bool(Node *)> walk = [&](Node *f) -> bool {
+      if (!f) return false;
+      if (auto it = reaches.find(f); it != reaches.end()) return it->second;
+      reaches[f] = false;
+      bool r = params.count(f) > 0;
+      for (const auto &e : f->next_edges()) r = walk(e.function.get()) || r;
+      reaches[f] = r;
+      if (r) needed.insert(f);
+      return r;
+    };
+    for (const auto &e : edges) walk(e.function.get()), collect(e.function.get());
+  }
+  for (Node *f : all)
+    if (!needed.count(f)) f->release_variables();
+}
+
 } // namespace
 
 void StageRunner::backward(int mb, std::vector<torch::Tensor> send_grads, double loss_weight) {
@@ -302,6 +338,12 @@ void StageRunner::backward(int mb, std::vector<torch::Tensor> send_grads, double
     }
     if (!reached.empty()) queue.emplace_back(n, std::move(reached), std::move(grads));
   }
+  releaseForWeights(queue, [this](ir::NodeId n) {
+    std::vector<torch::autograd::Node *> params;
+    for (ir::ValueId p : root_params_.at(n))
+      params.push_back(torch::autograd::impl::gradient_edge(params_.at(p)).function.get());
+    return params;
+  });
 }
 
 void StageRunner::backwardWeights(int mb) {
@@ -338,10 +380,11 @@ const torch::Tensor &StageRunner::receivedLeaf(int mb, ir::ValueId v) const {
 // each pass only the edges it needs, so a MatMul's backward computes dX in B
 // and dW in W, once each. A parameter reached by two roots of one stage
 // (a layer applied twice) could be reached again through the data side, so
-// such a stage is refused. Memory: autograd keeps the micro-batch's graph
-// from B until its W (counted as a micro-batch in flight until W) and the
-// roots' output gradients (the W queue, Block::wgrad_bytes_per_sample);
-// received gradients are handed over as in a whole backward.
+// such a stage is refused. Memory: from B until its W a micro-batch keeps
+// the roots' output gradients and what their W reads, the rest of its graph
+// released right after B (the W queue, Block::wgrad_bytes_per_sample; Note
+// [what a queued W keeps] in planner/partition/evaluate.cpp); received
+// gradients are handed over as in a whole backward.
 void StageRunner::setSplitBackward(bool on) {
   split_ = on;
   root_params_.clear();

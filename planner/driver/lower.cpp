@@ -264,6 +264,10 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
       return !readers[o].empty();
     };
     const std::vector<cost::OpCost> ops = cost::estimateOpCosts(g, cluster.device, largest);
+    // Note [what a queued W keeps]: and the inputs the roots' W reads.
+    const std::vector<std::vector<ir::ValueId>> reads = ir::weightGradientReads(g);
+    std::vector<int> read_in(g.values.size(), -1); // the last unit of a root that read the value
+    std::vector<double> read_cut(n + 1, 0.0);
     std::vector<double> wgrad(n, 0.0), bwd(n, 0.0);
     for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v) {
       const int u = unit_of[v];
@@ -274,7 +278,15 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
       for (ir::ValueId o : g.nodes[v].outputs)
         if (o != ir::kNoValue && ir::isFloating(g.values[o].dtype) && !passedOn(o))
           p.blocks[u].wgrad_bytes_per_sample += perSample(g.values[o]);
+      for (ir::ValueId in : reads[v]) { // at its first root reader, and across the cuts to its last
+        if (read_in[in] < 0) p.blocks[u].wgrad_bytes_per_sample += perSample(g.values[in]);
+        else
+          for (int i = read_in[in] + 1; i <= u; ++i) read_cut[i] += perSample(g.values[in]);
+        read_in[in] = u;
+      }
     }
+    if (std::any_of(read_cut.begin(), read_cut.end(), [](double x) { return x > 0; }))
+      p.wgrad_read_cut_bytes_per_sample = std::move(read_cut);
     for (int u = 0; u < n; ++u) {
       const double share = bwd[u] > 0 ? std::min(1.0, wgrad[u] / bwd[u]) : 0.0;
       p.blocks[u].wgrad = {p.blocks[u].bwd.fixed_s * share, p.blocks[u].bwd.per_sample_s * share};

@@ -50,6 +50,20 @@ std::vector<double> weightGradientRoots(const Graph &g) {
   return roots;
 }
 
+std::vector<std::vector<ValueId>> weightGradientReads(const Graph &g) {
+  const Sides s = sides(g);
+  const std::vector<double> roots = weightGradientRoots(g);
+  std::vector<std::vector<ValueId>> reads(g.nodes.size());
+  for (NodeId n = 0; n < NodeId(g.nodes.size()); ++n) {
+    const Node &node = g.nodes[n];
+    if (roots[n] <= 0 || node.op_type == "Add" || node.op_type == "Sub") continue;
+    for (ValueId in : node.inputs)
+      if (in != kNoValue && s.data[in] && std::find(reads[n].begin(), reads[n].end(), in) == reads[n].end())
+        reads[n].push_back(in);
+  }
+  return reads;
+}
+
 StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nodes) {
   const Sides s = sides(g);
   const std::vector<double> share = weightGradientRoots(g);

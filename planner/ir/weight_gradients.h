@@ -19,6 +19,13 @@ namespace rannc::ir {
 /// gradients to the parameters, through nothing that depends on the data.
 std::vector<double> weightGradientRoots(const Graph &g);
 
+/// Per node: what a weight-gradient root's W reads besides its output's
+/// gradient, the data-side inputs autograd saved for it (x of x W, an
+/// embedding's token ids); none for an Add or Sub, whose weight gradient is
+/// the output's, nor for other nodes (Note [what a queued W keeps] in
+/// planner/partition/evaluate.cpp).
+std::vector<std::vector<ValueId>> weightGradientReads(const Graph &g);
+
 /// The weight-gradient roots among `nodes` (a stage's), each with the
 /// parameters it reaches through its weight-side inputs (a parameter itself,
 /// or up a chain of weight-only ops), and `conflict`, why W cannot run root

@@ -133,6 +133,7 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
   out.problem.blocks.clear();
   out.problem.cut_bytes_per_sample.clear();
   out.problem.unsaved_cut_bytes_per_sample.clear();
+  out.problem.wgrad_read_cut_bytes_per_sample.clear();
   out.problem.cut_whole.clear();
   for (int b = 0; b < K; ++b) {
     Block blk;
@@ -176,12 +177,16 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
     out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[chosen[b]]);
     if (!units.unsaved_cut_bytes_per_sample.empty())
       out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(chosen[b]));
+    if (!units.wgrad_read_cut_bytes_per_sample.empty())
+      out.problem.wgrad_read_cut_bytes_per_sample.push_back(units.wgradReadCutAt(chosen[b]));
   }
   for (Problem::Tied &x : out.problem.tied) // Note [tied parameters]: the blocks of the reading units
     for (int &u : x.blocks) u = static_cast<int>(std::upper_bound(chosen.begin(), chosen.end(), u) - chosen.begin()) - 1;
   out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[n]);
   if (!units.unsaved_cut_bytes_per_sample.empty())
     out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(n));
+  if (!units.wgrad_read_cut_bytes_per_sample.empty())
+    out.problem.wgrad_read_cut_bytes_per_sample.push_back(units.wgradReadCutAt(n));
   if (!units.cut_whole.empty()) out.problem.cut_whole.push_back(units.cut_whole[n]);
   return out;
 }

@@ -84,8 +84,12 @@ namespace {
 // no G, credit 2W or 3W, which is never less. With M < 2S-1 the credit is
 // ZB-H1's.
 // Two of the exact reductions change with it:
-//   - a stage that does not fit at k may fit at a larger k (its W queue is
-//     shorter), so the lower-bound pass does not stop at the first misfit;
+//   - a stage that does not fit at k may fit at another k (its W queue is
+//     another length, and a queued micro-batch holds less or more than a
+//     waiting one: Note [what a queued W keeps] in evaluate.cpp), so the
+//     lower-bound pass does not stop at the first misfit, and where the
+//     stage count is open (the bound per stage count) a stage fits if it
+//     fits at some queue length (queueFor, memoryChoice);
 //   - a stage's floor (Note [stage floor]) is (M-1) times its slot, since
 //     the fill and drain may take less than a stage's slot (each stage adds
 //     at least its F, the last its F + G).
@@ -547,8 +551,12 @@ private:
   int inflightFor(int k) const {
     return pipeline::microbatchesInFlight(sched_, S_ > 0 ? S_ - k : 0, S_ > 0 ? S_ : k, M_);
   }
-  /// The W queue beside a backward of a stage with k stages still to place (Note [split backward DP]).
-  int queueFor(int k) const { return split_ ? pipeline::weightQueuePeak(sched_, S_ - k, S_, M_) : 0; }
+  /// The W queue beside a backward of a stage with k stages still to place
+  /// (Note [split backward DP]); -1 where the stage count is open (a bound
+  /// pass): memoryChoice then takes the least over every queue length.
+  int queueFor(int k) const {
+    return !split_ ? 0 : S_ > 0 ? pipeline::weightQueuePeak(sched_, S_ - k, S_, M_) : -1;
+  }
 
   /// Calls fn(target state, stage numbers) for every stage that can follow state (k, a, d).
   template <typename Fn> void forEachStage(int k, int a, int d, Fn &&fn) const {

@@ -200,7 +200,9 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
     m.activations = b * in.act_per_sample;
     m.stash = k * b * in.cut_in; // Note [recomputing stage's peak]
   } else {
-    m.activations = k * b * (in.cut_in + in.act_per_sample);
+    // Note [what a queued W keeps]: of the k, the q queued hold only what their W reads.
+    const double queued = std::min(in.weight_queue, std::max(0.0, k - 1));
+    m.activations = (k - queued) * b * (in.cut_in + in.act_per_sample);
   }
   m.working = in.working;
   m.buffers = in.model_buffers;
@@ -209,9 +211,17 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   if (zero && in.optimizer_bytes >= 2 * in.param_bytes && in.replicas > 1)
     m.step = 2 * std::min(in.param_bytes, kGradientBucketBytes) / in.replicas;
   // Note [zero bubble H1]: the queue beside a B's working bytes, or one
-  // micro-batch more right after it, when no backward works.
-  m.weight_queue = std::max(in.weight_queue * b * in.wgrad_per_sample,
-                            std::min(in.weight_queue + 1, k) * b * in.wgrad_per_sample - in.working);
+  // micro-batch more right after it, when no backward works and the one
+  // just done has let go of what its W does not read (Note [what a queued
+  // W keeps]; a split backward never recomputes, Note [split backward]).
+  if (recompute) {
+    m.weight_queue = std::max(in.weight_queue * b * in.wgrad_per_sample,
+                              std::min(in.weight_queue + 1, k) * b * in.wgrad_per_sample - in.working);
+  } else if (in.wgrad_per_sample > 0) {
+    const double q = std::min(in.weight_queue, std::max(0.0, k - 1)), held = b * in.wgrad_per_sample;
+    m.weight_queue = std::max(q * held, (q + 1) * held - b * (in.cut_in + in.act_per_sample) +
+                                            std::max(0.0, in.weight_working - in.working));
+  }
   return m;
 }
 
@@ -227,6 +237,36 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
   }
   return working;
 }
+
+// Note [what a queued W keeps]
+// Under a split backward a micro-batch whose B has run waits for its W
+// (Note [split backward] in executor/runtime/stage.cpp). By then the runner
+// has let go of its values (sent, or their gradients sent), and right after
+// B it releases what autograd saved in every node of the micro-batch's graph
+// that W does not run (StageRunner::backward). What stays for W is, per
+// root, the gradient of its outputs and the data-side inputs its weight
+// gradient reads (x of x W, an embedding's ids; nothing for a bias Add):
+// Block::wgrad_bytes_per_sample counts both (planner/driver/lower.cpp,
+// ir::weightGradientReads). An input several roots read, as a GPT's q, k
+// and v projections read one, counts once: in its first reader's unit, and
+// in Problem::wgrad_read_cut_bytes_per_sample at every cut between its first
+// and its last reader, which a stage beginning there adds (over only where
+// the stage lies wholly between two of its readers).
+// So of the k micro-batches in flight the q queued hold w = sum
+// wgrad_bytes each, the others the whole cut[a] + K. B makes no weight
+// gradient: its working bytes are the per-sample part of the blocks' working
+// lines, b work_u; W's are their fixed part, fixed_u, a parameter's gradient
+// made whole (Note [partition cost model]); each the largest block's. The
+// peak is a B's, (k - q) b (cut[a] + K) + q b w + working_B, or a W's, once
+// the micro-batch whose B has just run has joined the queue,
+// (k - q - 1) b (cut[a] + K) + (q + 1) b w + working_W:
+//   activations  = (k - q) b (cut[a] + K),  working = working_B,
+//   weight_queue = max(q b w, (q + 1) b w - b (cut[a] + K) + max(0, working_W - working_B)).
+// Until 2026-11-29 every queued micro-batch was charged
+// whole and the graph kept whole: on the memory_split case the
+// attention-only stage (its q, k, v projections first) kept 6,144 of the
+// 21,760 B a micro-batch holds there, its roots' input, and the plan said
+// 0.833x of the measured peak.
 
 double ringAllReduce(double bytes, int n, const Link &link, double latencies) {
   return 2.0 * (n - 1) / n * bytes / link.bandwidth + latencies * link.latency_s;
@@ -346,11 +386,15 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.param_bytes -= p.tiedExcess(stage.block_begin, stage.block_end, t); // Note [tied parameters]
   whole_params -= p.tiedExcess(stage.block_begin, stage.block_end, 1);
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
+  if (pipeline::splitsBackward(schedule)) mem.wgrad_per_sample += p.wgradReadCutAt(stage.block_begin);
   mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
   if (pipeline::splitsBackward(schedule)) { // B retains autograd's graph: nothing is freed before W (Note [zero bubble H1])
-    mem.working = 0;
-    for (int i = stage.block_begin; i < stage.block_end; ++i)
-      mem.working = std::max(mem.working, p.blocks[i].workingAt(b, t));
+    mem.working = 0; // B makes no weight gradient, W makes them (Note [what a queued W keeps])
+    for (int i = stage.block_begin; i < stage.block_end; ++i) {
+      const double fixed = p.blocks[i].workingAt(0, t);
+      mem.working = std::max(mem.working, p.blocks[i].workingAt(b, t) - fixed);
+      mem.weight_working = std::max(mem.weight_working, fixed);
+    }
   }
   if (t > 1) c.tp_collective_s = ringAllReduce(collective_bytes * b, t, p.devices.intra_node, collectives);
   if (t > 1 && whole_params > 0) c.param_share = c.param_bytes / whole_params;

@@ -53,6 +53,10 @@ struct StageMemoryInputs {
   double inflight = 0;            ///< k
   double weight_queue = 0;        ///< micro-batches whose B ran and W has not while a B runs (Note [zero bubble H1])
   double wgrad_per_sample = 0;    ///< what each of them holds for its W, per sample
+  /// Split backward: `working` is B's (the per-sample part of the working
+  /// lines) and this W's, their fixed part, the weight gradients being made
+  /// (Note [what a queued W keeps]).
+  double weight_working = 0;
   int replicas = 1;
 };
 

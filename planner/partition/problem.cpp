@@ -150,6 +150,10 @@ Status validate(const Problem &p) {
   // bytes block i makes, X_{i+1} - X_i + fr_i, at most its activation bytes
   // (with rounding room: coarsening sums blocks), which keeps a stage's K >= 0
   // and the DP's prefix monotone.
+  if (!p.wgrad_read_cut_bytes_per_sample.empty() &&
+      p.wgrad_read_cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
+    errs.push_back("wgrad_read_cut_bytes_per_sample has " + std::to_string(p.wgrad_read_cut_bytes_per_sample.size()) +
+                   " entries, expected none or blocks+1 = " + std::to_string(n + 1));
   const bool has_unsaved = !p.unsaved_cut_bytes_per_sample.empty();
   if (has_unsaved && p.unsaved_cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
     errs.push_back("unsaved_cut_bytes_per_sample has " + std::to_string(p.unsaved_cut_bytes_per_sample.size()) +

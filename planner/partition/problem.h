@@ -141,6 +141,15 @@ struct Problem {
   double unsavedCutAt(int i) const {
     return unsaved_cut_bytes_per_sample.empty() ? 0.0 : unsaved_cut_bytes_per_sample[static_cast<size_t>(i)];
   }
+  /// Empty (none), or blocks.size()+1 entries: [i] = the bytes per sample of
+  /// the inputs weight-gradient roots read (Block::wgrad_bytes_per_sample
+  /// counts each at its first reader) that a root after cut i reads too
+  /// (Note [what a queued W keeps] in evaluate.cpp).
+  std::vector<double> wgrad_read_cut_bytes_per_sample;
+  /// wgrad_read_cut_bytes_per_sample[i], 0 where it is empty.
+  double wgradReadCutAt(int i) const {
+    return wgrad_read_cut_bytes_per_sample.empty() ? 0.0 : wgrad_read_cut_bytes_per_sample[static_cast<size_t>(i)];
+  }
   int64_t batch_size = 1;                   ///< global batch size B
   Devices devices;
   double optimizer_bytes_per_param_byte = 0; ///< SGD 0, momentum 1, Adam/AdamW 2 (gradients are always 1x)

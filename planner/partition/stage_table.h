@@ -101,6 +101,19 @@ protected:
         work_[ti].push_back(sparse(std::move(work)));
         keyed_work_[ti].push_back(sparse(std::move(keyed)));
       }
+    if (split_) { // Note [what a queued W keeps]: B's part of each working line, and W's
+      bwork_.resize(T_.size()), wwork_.resize(T_.size());
+      for (size_t ti = 0; ti < T_.size(); ++ti) {
+        std::vector<double> fixed;
+        for (int u = 0; u < n_; ++u) fixed.push_back(p.blocks[u].workingAt(0, T_[ti]));
+        for (double b : samples_) {
+          std::vector<double> per;
+          for (int u = 0; u < n_; ++u) per.push_back(p.blocks[u].workingAt(b, T_[ti]) - fixed[u]);
+          bwork_[ti].push_back(sparse(std::move(per)));
+        }
+        wwork_[ti] = sparse(std::move(fixed));
+      }
+    }
   }
 
   /// The quanta a stage of `devices` devices advances d by (rounded down in the relaxation).
@@ -217,15 +230,23 @@ protected:
     in.inflight = inflight;
     in.replicas = R_[ri];
     if (split_) { // B keeps autograd's graph for W: nothing is freed early (Note [zero bubble H1])
-      in.working = rangeMax(work_[ti][ri], a, e);
-      in.weight_queue = weight_queue;
-      in.wgrad_per_sample = wbytes_[e] - wbytes_[a];
+      in.working = rangeMax(bwork_[ti][ri], a, e);
+      in.weight_working = rangeMax(wwork_[ti], a, e);
+      in.weight_queue = std::max(0, weight_queue);
+      in.wgrad_per_sample = wbytes_[e] - wbytes_[a] + p_.wgradReadCutAt(a); // Note [what a queued W keeps]
     }
+    // weight_queue < 0: the stage index is open (a bound pass): the least
+    // over every queue length, which is at one end, the memory being linear
+    // in it (a queued micro-batch holds w where a waiting one holds cut + K).
+    StageMemoryInputs longest = in;
+    longest.weight_queue = std::max(0, inflight - 1);
     for (bool rec : {false, true}) {
       if (!p_.recomputeAllowed(rec)) continue;
       for (bool zero : {false, true}) {
         if (!p_.zeroAllowed(zero, in.replicas)) continue;
-        if (stageMemory(in, rec, zero).total() <= cap_) return (rec ? kRecompute : 0) | (zero ? kZero : 0);
+        double total = stageMemory(in, rec, zero).total();
+        if (weight_queue < 0) total = std::min(total, stageMemory(longest, rec, zero).total());
+        if (total <= cap_) return (rec ? kRecompute : 0) | (zero ? kZero : 0);
       }
     }
     return -1;
@@ -379,6 +400,8 @@ protected:
   std::vector<std::vector<double>> kept_; ///< per degree: act_[k] - X_k (Note [unsaved values])
   std::vector<std::vector<std::vector<std::vector<double>>>> work_; // work_[ti][ri][j][i] = max over blocks [i, i + 2^j)
   std::vector<std::vector<std::vector<std::vector<double>>>> keyed_work_; // the same of w_u + b kept_[u+1]
+  std::vector<std::vector<std::vector<std::vector<double>>>> bwork_; // split backward: of w_u - fixed_u (B's)
+  std::vector<std::vector<std::vector<double>>> wwork_;             // and of fixed_u (W's), per degree
   std::vector<std::vector<std::vector<Seat>>> seats_; // [ti][ri][d], see Seat
 };
 

@@ -120,12 +120,13 @@ struct Pass {
 /// (1F1B's: M (F+B+W) + (S-1)(F+B+W)); the paper writes the bubble
 /// (p-1)(F+B-W), the same where B >= W. Where W > B the last stage still
 /// waits (S-1) F for its first forward, and the replay says so.
-/// A micro-batch holds its activations until its W (B retains autograd's
-/// graph for it): min(M, S) micro-batches on every stage, where 1F1B holds
-/// min(M, S-s), plus the W queue: the micro-batches whose B has run keep the
-/// gradients W starts from (Note [split backward] in
-/// executor/runtime/stage.cpp), min(M-1, s) of them while a B runs, one more
-/// right after it, before its W (evaluate.cpp counts the larger).
+/// A micro-batch is held from its F to its W: min(M, S) micro-batches on
+/// every stage, where 1F1B holds min(M, S-s). Of them the W queue, those
+/// whose B has run, min(M-1, s) while a B runs and one more right after it,
+/// keep only what W reads: the gradients W starts from and the inputs the
+/// weight gradients need (Note [split backward] in
+/// executor/runtime/stage.cpp; Note [what a queued W keeps] in
+/// planner/partition/evaluate.cpp, which counts the larger).
 
 /// Note [zero bubble H2]
 /// ZB-H2 (same paper, Fig. 3) trades memory for the rest of ZB-H1's bubble.

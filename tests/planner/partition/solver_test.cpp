@@ -306,17 +306,19 @@ TEST(SolveDP, ZeroBubbleH1PinnedSearchesItsOwnLayouts) {
   EXPECT_DOUBLE_EQ(ex->step_time_s, r->step_time_s);
 
   // Memory (b = 1, nothing else held): activations 10, 10, 1 bytes a
-  // sample, block 1's W queue 10. On 45 bytes [0,2)|[2,3) does not fit under
-  // ZB-H1 (1F1B's would: 2 x 20 and 1): stage 0 holds 2 x 20 plus one
-  // micro-batch's queue, 10, right after a B: 50. [0,1)|[1,3) holds
-  // 2 x 10 = 20 and 2 x 11 + 2 x 10 = 42: it fits. Its time: slots 3 and 9
-  // (W 1 and 3): 12 - 2 x 1 + 3 x 9 = 37.
+  // sample, block 1's W queue 10 (Note [what a queued W keeps]: a queued
+  // micro-batch holds that alone). On 39 bytes [0,2)|[2,3) does not fit:
+  // stage 0 holds 2 x 20 (right after a B the micro-batch joining the queue
+  // drops from 20 to 10, so the queue adds nothing there). [0,1)|[1,3) holds
+  // 2 x 10 = 20 and, on stage 1, the micro-batch in B, 11, beside one queued,
+  // 10: 21 (right after that B both are queued: 20): it fits. Its time:
+  // slots 3 and 9 (W 1 and 3): 12 - 2 x 1 + 3 x 9 = 37.
   const double act[] = {10, 10, 1}, queue[] = {0, 10, 0};
   for (size_t i = 0; i < blocks.size(); ++i)
     blocks[i].activation_bytes_per_sample = act[i], blocks[i].wgrad_bytes_per_sample = queue[i];
   Problem tight = computeOnly(blocks, 2, 4);
   tight.constraints = p.constraints;
-  tight.devices.memory_bytes = 45;
+  tight.devices.memory_bytes = 39;
   auto t = solveDP(tight);
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_EQ(str(t->solution), "zb-h1 M=4 [0,1)x1 [1,3)x1");
@@ -325,8 +327,10 @@ TEST(SolveDP, ZeroBubbleH1PinnedSearchesItsOwnLayouts) {
   auto tight_ex = solveExhaustive(tight);
   ASSERT_TRUE(tight_ex.ok()) << tight_ex.error().message;
   EXPECT_DOUBLE_EQ(tight_ex->step_time_s, 37);
-  // On 25 bytes no 2-stage layout fits under ZB-H1: an error, as exhaustive search says.
-  tight.devices.memory_bytes = 25;
+  // On 20 bytes no 2-stage layout fits under ZB-H1 (1F1B's [0,1)|[1,3)
+  // would: its last stage holds one micro-batch, 11): an error, as
+  // exhaustive search says.
+  tight.devices.memory_bytes = 20;
   auto none = solveDP(tight);
   ASSERT_FALSE(none.ok());
   EXPECT_FALSE(solveExhaustive(tight).ok());
