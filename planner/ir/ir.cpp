@@ -257,8 +257,7 @@ namespace {
 /// parameter or buffer itself (BatchNorm's `num_batches_tracked.add_(1)`
 /// stays free to sink: nothing else reads the buffer in the step).
 bool writesIntermediateInPlace(const Graph &g, const Node &node) {
-  const std::string &op = node.op_type;
-  return isAten(node) && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_' && !node.inputs.empty() &&
+  return isInPlace(node) && !node.inputs.empty() &&
          node.inputs[0] != kNoValue && g.values[node.inputs[0]].kind == ValueKind::Intermediate;
 }
 } // namespace
