@@ -304,7 +304,7 @@ def check_cross_plan(args):
         # The last plan's degrees are set by hand in its .pbtxt (a plan made without TP).
         resume_elsewhere(args, ("pp2", 2, PP2), [("tp2", 2, tp2),
                                                  ("2x2-tp2", 4, "--stages 2 --replicas 2,2 --microbatches 2 "
-                                                                "--edit-tensor-parallel 2")])
+                                                                "--schedule 1f1b --edit-tensor-parallel 2")])
         return
     layouts = [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2"),
                ("3stages", 4, "--stages 3 --replicas 2,1,1 --microbatches 4")]
