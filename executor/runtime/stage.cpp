@@ -65,7 +65,7 @@ StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
   for (ir::ValueId b : program_.buffers)
     if (!buffers_.count(b)) throw std::runtime_error("buffer '" + g.values[b].name + "' was not loaded");
   for (const ir::BufferUpdate &u : ir::bufferUpdates(g)) updates_[u.node].push_back(u);
-  for (ir::NodeId n : program_.nodes) in_place_ |= ir::isInPlaceAten(g.nodes[n]);
+  for (ir::NodeId n : program_.nodes) in_place_ |= ir::isInPlace(g.nodes[n]);
   // Note [last use]: where each value is read for the last time.
   std::unordered_map<ir::ValueId, size_t> last;
   for (size_t i = 0; i < program_.nodes.size(); ++i) {
@@ -94,7 +94,8 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
   for (const auto &r : program_.recvs) {
     auto it = feeds.find(r.value);
     if (it == feeds.end()) throw std::runtime_error("value '" + g_.values[r.value].name + "' was not received");
-    if (it->second.is_floating_point()) it->second.requires_grad_(true);
+    // Note [gradient-free values]: a leaf that requires a gradient only where PyTorch's could.
+    if (it->second.is_floating_point() && r.gradient) it->second.requires_grad_(true);
   }
   auto &env = envs_[mb];
   if (!recompute_) {

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include "planner/ir/op_set.h"
+
 namespace rannc::schedule {
 
 std::string toString(const Action &a) {
@@ -145,6 +147,40 @@ Routing route(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges
   return r;
 }
 
+/// Note [gradient-free values]: per value, whether it may carry a gradient.
+std::vector<char> mayCarryGradient(const ir::Graph &g) {
+  std::vector<char> carries(g.values.size(), 0);
+  auto differentiable = [&](ir::ValueId v) {
+    if (v == ir::kNoValue) return false;
+    const ir::DType t = g.values[v].dtype;
+    return ir::isFloating(t) || t == ir::DType::C64 || t == ir::DType::C128;
+  };
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v)
+    carries[v] = g.values[v].kind == ir::ValueKind::Parameter && differentiable(v);
+  // Nodes are in topological order; an in-place op marks earlier values,
+  // whose readers are then visited again: repeat until nothing changes.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const ir::Node &node : g.nodes) {
+      bool any = false;
+      for (ir::ValueId in : node.inputs) any |= in != ir::kNoValue && carries[in];
+      if (!any) continue;
+      for (ir::ValueId out : node.outputs)
+        if (differentiable(out) && !carries[out]) carries[out] = 1, changed = true;
+      if (!ir::isInPlace(node) || node.inputs.empty()) continue;
+      // What it writes may be a view (a slice of a zeros): up the first
+      // inputs, every value it may alias (more than it does: harmless).
+      for (ir::ValueId v = node.inputs[0]; differentiable(v) && !carries[v];) {
+        carries[v] = 1, changed = true;
+        const ir::Value &val = g.values[v];
+        if (val.kind != ir::ValueKind::Intermediate || g.nodes[val.producer].inputs.empty()) break;
+        v = g.nodes[val.producer].inputs[0];
+      }
+    }
+  }
+  return carries;
+}
+
 } // namespace
 
 StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage) {
@@ -176,12 +212,13 @@ StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<i
         if (in != ir::kNoValue && params.count(in)) readers[in].insert(t);
   for (const auto &[v, stages] : readers)
     if (stages.size() > 1) p.shared_parameters.push_back({v, {stages.begin(), stages.end()}});
-  for (auto [s, v] : r.recvs[stage]) p.recvs.push_back({v, s});
+  const std::vector<char> carries = mayCarryGradient(g); // Note [gradient-free values]
+  for (auto [s, v] : r.recvs[stage]) p.recvs.push_back({v, s, bool(carries[v])});
   std::set<std::pair<int, ir::ValueId>> sends;
   for (int t = 0; t < static_cast<int>(ranges.size()); ++t)
     for (auto [s, v] : r.recvs[t])
       if (s == stage) sends.insert({t, v});
-  for (auto [t, v] : sends) p.sends.push_back({v, t});
+  for (auto [t, v] : sends) p.sends.push_back({v, t, bool(carries[v])});
   p.computes_loss = g.loss != ir::kNoValue && g.values[g.loss].producer >= ranges[stage].first &&
                     g.values[g.loss].producer < ranges[stage].second;
   return p;

@@ -72,6 +72,9 @@ int peakMicrobatchesInFlight(const std::vector<Action> &actions);
 struct Transfer {
   ir::ValueId value;
   int peer_stage; ///< the producer (for receives) or the consumer (for sends)
+  /// Whether the value may carry a gradient (Note [gradient-free values]):
+  /// a receiver makes only those a leaf that requires one.
+  bool gradient = true;
 };
 
 struct StageProgram {
@@ -82,7 +85,21 @@ struct StageProgram {
   std::vector<ir::ValueId> constants;    ///< constants this stage reads
   std::vector<ir::ValueId> buffers;      ///< buffers this stage reads and updates (Note [buffers] in ir.h)
   /// The parameters of `parameters` that other stages read too (tied weights,
-  /// Note [shared parameters]), each with every stage that reads it, ascending.
+  /// Note [gradient-free values]
+/// A floating-point value crosses a stage boundary as it is, but not every
+/// one has a gradient in PyTorch: a MoE router's expert counts are a float
+/// histc of integer expert ids (Granite-MoE, MiniMax), and their cumsum
+/// with an integer dtype is legal only because no gradient reaches them.
+/// Had the receiver made every float value a leaf that requires a gradient,
+/// that cumsum would fail in autograd ("Autograd not support dtype: Int")
+/// on a stage that begins between them, which interleaved plans' narrow
+/// chunks do. A value may carry a gradient when it is a floating (or
+/// complex) parameter, or the result of an op one of whose inputs may; an
+/// in-place op's result makes its first input one too (they alias). That
+/// over-approximates PyTorch's requires_grad (it treats every op as
+/// differentiable), so no gradient PyTorch computes is lost.
+///
+/// Note [shared parameters]), each with every stage that reads it, ascending.
   std::vector<std::pair<ir::ValueId, std::vector<int>>> shared_parameters;
   std::vector<Transfer> recvs;           ///< sorted by (peer stage, value id)
   std::vector<Transfer> sends;           ///< sorted by (peer stage, value id)
@@ -101,6 +118,20 @@ struct StageProgram {
 /// right when stages have different replica counts (a Shape of a 4-sample
 /// shard must say 4, not the sender's 8), and every received value is then a
 /// floating-point activation whose batch dimension can be sliced.
+///
+/// Note [gradient-free values]
+/// A floating-point value crosses a stage boundary as it is, but not every
+/// one has a gradient in PyTorch: a MoE router's expert counts are a float
+/// histc of integer expert ids (Granite-MoE, MiniMax), and their cumsum
+/// with an integer dtype is legal only because no gradient reaches them.
+/// Had the receiver made every float value a leaf that requires a gradient,
+/// that cumsum would fail in autograd ("Autograd not support dtype: Int")
+/// on a stage that begins between them, which interleaved plans' narrow
+/// chunks do. A value may carry a gradient when it is a floating (or
+/// complex) parameter, or the result of an op one of whose inputs may; an
+/// in-place op's result makes its first input one too (they alias). That
+/// over-approximates PyTorch's requires_grad (it treats every op as
+/// differentiable), so no gradient PyTorch computes is lost.
 ///
 /// Note [shared parameters]
 /// One initializer read by ops of several stages (tied input/output

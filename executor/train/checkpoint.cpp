@@ -124,19 +124,31 @@ Status writeStateDict(const std::string &model, std::map<std::string, ir::Tensor
   return Status::success();
 }
 
-void Checkpointer::addStage(const runtime::StageRunner &runner, const ir::Graph &graph) {
+// Note [interleaved checkpoints]
+// A rank of an interleaved plan runs v stages (chunks, Note [interleaved
+// 1F1B]), each with its own optimizer. Its checkpoint file holds all of them
+// by name, exactly as v ranks of a plan without chunks would hold them
+// together, so the format stays plan-independent: any plan, interleaved or
+// not, loads it by name, and the manifest lists each rank's files once (the
+// rank leads v stages). Each parameter's optimizer state is taken from, and
+// put back into, the optimizer of its own chunk (optimizers_).
+void Checkpointer::addStage(const runtime::StageRunner &runner, const ir::Graph &graph,
+                            torch::optim::Optimizer &optimizer) {
   // runner.parameters() is in value-id order; so are the sorted ids.
   std::vector<ir::ValueId> ids = runner.program().parameters;
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   const std::vector<torch::Tensor> tensors = runner.parameters();
   if (ids.size() != tensors.size()) throw std::logic_error("checkpoint: the stage's parameters do not match its program");
-  for (size_t i = 0; i < ids.size(); ++i) params_.emplace_back(graph.values[ids[i]].name, tensors[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    params_.emplace_back(graph.values[ids[i]].name, tensors[i]);
+    optimizers_.push_back(&optimizer);
+  }
   for (const auto &[id, t] : runner.buffers()) buffers_.emplace_back(graph.values[id].name, t);
 }
 
 Checkpointer::Checkpointer(CheckpointContext ctx) : ctx_(std::move(ctx)) {
-  addStage(ctx_.runner, ctx_.graph);
+  addStage(ctx_.runner, ctx_.graph, ctx_.optimizer);
   model_path_ = trainModelPath(ctx_.opts, ctx_.plan).value(); // setup resolved it before
 }
 
@@ -326,7 +338,7 @@ Status Checkpointer::load(std::ostream &log) {
                 if (!wrong.empty())
                   return Error{where + "/" + file + ": the optimizer state of '" + name + "' holds a tensor of " +
                                wrong + ", the parameter is " + describe(p)};
-                ctx_.optimizer.state()[stateKey(p)] = std::move(mine);
+                optimizers_[i]->state()[stateKey(p)] = std::move(mine);
               }
             }
           } catch (const std::exception &e) {
@@ -425,7 +437,9 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
       buffer_names.push_back(name);
       weights.emplace_back(name, runtime::fromTorch(b));
     }
-    for (const auto &[name, p] : params_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const auto &[name, p] = params_[i];
+      const torch::optim::Optimizer &optimizer = *optimizers_[i]; // its chunk's
       names.push_back(name);
       // Whole tensors (Note [tensor parallel ranks]): every rank of the
       // first group gathers, its leader writes.
@@ -435,13 +449,13 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
       // torch::optim's own format, for a one-parameter optimizer of the run's
       // kind and options holding this parameter's state: loadable by any plan.
       auto one = ctx_.make_optimizer({w});
-      const auto &state = ctx_.optimizer.state();
+      const auto &state = optimizer.state();
       if (auto it = state.find(stateKey(p)); it != state.end())
         one->state()[stateKey(w)] = axis < 0 ? it->second->clone()
                                              : mapOptimizerState(*it->second, [&](const torch::Tensor &t) {
                                                  return whole(t, axis);
                                                });
-      for (const auto &group : ctx_.optimizer.param_groups())
+      for (const auto &group : optimizer.param_groups())
         for (const auto &q : group.params())
           if (q.is_same(p)) one->param_groups()[0].set_options(group.options().clone());
       torch::serialize::OutputArchive archive;
@@ -496,7 +510,9 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
   m.stages = layoutOf(ctx_.plan);
   m.data = data_files_;
   int64_t total = 0;
-  for (const auto &stage : ctx_.plan.stages())
+  std::set<int> listed; // an interleaved rank leads several stages: its files once
+  for (const auto &stage : ctx_.plan.stages()) {
+    if (!listed.insert(stage.ranks(0)).second) continue;
     for (const auto &f : written[size_t(stage.ranks(0))]) {
       const std::string name = f.at("name");
       m.files.push_back({name, f.at("bytes").get<int64_t>(), f.at("sha256").get<std::string>()});
@@ -506,6 +522,7 @@ void Checkpointer::save(int64_t completed, std::ostream &log) {
         for (const auto &t : names) index.emplace(t.get<std::string>(), name); // first stage wins
       }
     }
+  }
   const std::string rng_blob = checkpoint::encodeTensors(rngs);
   if (Status st = checkpoint::writeDurable(tmp + "/rng.safetensors", rng_blob); !st) fail(st.message());
   m.files.push_back({"rng.safetensors", int64_t(rng_blob.size()), sha256Hex(rng_blob)});

@@ -78,10 +78,10 @@ public:
   /// Collective: rank 0 writes --export-onnx (the ONNX model with the trained
   /// weights of every stage) and --export-state (a state dict torch.load reads).
   Status exportTrained(std::ostream &log);
-  /// Exports the weights of another stage this rank runs (an interleaved
-  /// plan's chunk, Note [interleaved 1F1B]) with its own; checkpoints of such
-  /// a rank are refused (executor/train/setup.cpp).
-  void addStage(const runtime::StageRunner &runner, const ir::Graph &graph);
+  /// Another stage this rank runs (an interleaved plan's chunk, Note
+  /// [interleaved 1F1B]), with the optimizer of its parameters: saved,
+  /// loaded and exported with the rank's own (Note [interleaved checkpoints]).
+  void addStage(const runtime::StageRunner &runner, const ir::Graph &graph, torch::optim::Optimizer &optimizer);
 
 private:
   Status load(std::ostream &log);
@@ -94,8 +94,9 @@ private:
   torch::Tensor whole(const torch::Tensor &t, int axis) const;
 
   CheckpointContext ctx_;
-  std::vector<std::pair<std::string, torch::Tensor>> params_;  ///< this stage's, by name
-  std::vector<std::pair<std::string, torch::Tensor>> buffers_; ///< this stage's (this replica's), by name
+  std::vector<std::pair<std::string, torch::Tensor>> params_;  ///< this rank's stages', by name
+  std::vector<torch::optim::Optimizer *> optimizers_;           ///< params_[i]'s: its stage's optimizer
+  std::vector<std::pair<std::string, torch::Tensor>> buffers_; ///< this rank's stages' (this replica's), by name
   std::string model_path_;
   /// Rank 0, with checkpoints and --data: each data file's size and SHA-256,
   /// recorded in the manifest and compared on --resume.

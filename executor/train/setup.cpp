@@ -131,14 +131,13 @@ Status loadWeights(Setup &s, const ir::Graph &whole, const std::string &model, c
 /// yet is refused here, never run differently. Each chunk keeps its own
 /// replica all-reduce and optimizer; what needs one view of the rank's whole
 /// gradient (clipping, a skipped step, fp16's loss scale) is decided once
-/// over all chunks (Note [one step over a rank's chunks]). Not yet: its
-/// state on disk (checkpoints) and one batch-statistics group.
-Status interleavedRefusals(const TrainOptions &opts, const proto::Plan &plan) {
+/// over all chunks (Note [one step over a rank's chunks]); its checkpoints
+/// hold all its chunks (Note [interleaved checkpoints]). Not yet: one
+/// batch-statistics group.
+Status interleavedRefusals(const proto::Plan &plan) {
   if (plan::virtualStages(plan) <= 1) return Status::success();
   const std::string what = "virtual_stages " + std::to_string(plan::virtualStages(plan)) + " (interleaved-1f1b)";
-  auto refuse = [&](const std::string &why) { return Error{what + " does not yet train with " + why}; };
-  if (!opts.checkpoint_dir.empty() || opts.resume) return refuse("checkpoints (--checkpoint-dir, --resume)");
-  if (plan.batchnorm() == "exact") return refuse("--batchnorm exact");
+  if (plan.batchnorm() == "exact") return Error{what + " does not yet train with --batchnorm exact"};
   return Status::success();
 }
 
@@ -160,7 +159,7 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
     for (const auto &p : problems) msg += "\n  " + p;
     return Error{msg};
   }
-  if (Status st = interleavedRefusals(opts, s.plan); !st) return Error{opts.plan + ": " + st.message()};
+  if (Status st = interleavedRefusals(s.plan); !st) return Error{opts.plan + ": " + st.message()};
   const bool cuda = opts.device ? *opts.device == cluster::DeviceKind::Cuda : s.plan.cluster().device().type() == "cuda";
   if (cuda) {
     const std::string what = opts.device ? "--device cuda"

@@ -185,7 +185,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, update.optimizer(),
                             update.factory(), s.samples, K * B, update.lossScaler(),
                             s.tp.degree > 1 ? tp_group.get() : nullptr, s.tp, std::move(axes)});
-  for (size_t c = 1; c < chunks.size(); ++c) checkpoints.addStage(*chunks[c].runner, chunks[c].setup->graph);
+  for (size_t c = 1; c < chunks.size(); ++c) // Note [interleaved checkpoints]
+    checkpoints.addStage(*chunks[c].runner, chunks[c].setup->graph, chunks[c].update->optimizer());
   auto first_step = checkpoints.start(log);
   if (!first_step) return first_step.error();
   for (Chunk &ch : chunks) ch.update->afterLoad();
@@ -337,9 +338,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     const int stop = stopRequested(comm); // Note [graceful stop]
     if (checkpoints.due(step + 1, steps) || (stop && !opts.checkpoint_dir.empty())) {
       watchdog.progress("writing the checkpoint of step " + std::to_string(step + 1));
-      update.beforeSave(); // the state per parameter
+      for (Chunk &ch : chunks) ch.update->beforeSave(); // the state per parameter
       checkpoints.save(step + 1, log);
-      update.afterSave();
+      for (Chunk &ch : chunks) ch.update->afterSave();
     }
     if (stop)
       return Error{rank != 0 ? "" : "stopped by signal " + std::to_string(stop) + " after step " + std::to_string(step + 1) +

@@ -94,7 +94,7 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
   if (!batchnorm) return Error{"--batchnorm must be local or exact (got '" + flags.batchnorm + "')"};
   opts.exact_batchnorm = *batchnorm;
   opts.schedule.reset();
-  opts.auto_schedule = flags.schedule == "auto"; // Note [schedule opt-in] in lower.cpp
+  opts.auto_schedule = flags.schedule.empty() || flags.schedule == "auto"; // Note [schedule default] in lower.cpp
   if (!flags.schedule.empty() && flags.schedule != "auto") { // auto: the partitioner chooses (Note [automatic schedule])
     auto schedule = pipeline::parseSchedule(flags.schedule);
     if (!schedule)

@@ -42,7 +42,7 @@ struct PlanFlags {
   std::string recompute = "auto"; ///< auto | on | off
   std::string zero = "auto";      ///< auto | 0 | 1
   std::string tensor_parallel = "auto"; ///< auto | N | N1,N2,... (--tensor-parallel, --tp)
-  std::string schedule;           ///< empty: 1F1B's search; auto: the partitioner weighs every schedule; else a pipeline::scheduleName
+  std::string schedule = "auto";  ///< auto (or empty): the partitioner weighs every schedule (Note [schedule default]); else a pipeline::scheduleName
   std::string optimizer = "adam"; ///< a cost::optimizerName
   std::string batchnorm = "local"; ///< local | exact (Note [batch statistics] in planner/plan/batch_statistics.cpp)
 };

@@ -62,9 +62,9 @@ struct PlanOptions {
   /// one degree for every stage, or one per stage.
   std::vector<int> tensor_parallel;
   std::optional<pipeline::Schedule> schedule; ///< unset: searched
-  /// --schedule auto: with `schedule` unset, the search weighs every schedule,
-  /// not 1F1B alone (Note [schedule opt-in] in planner/driver/lower.cpp).
-  bool auto_schedule = false;
+  /// With `schedule` unset, the search weighs every schedule (the default,
+  /// --schedule auto); false: 1F1B alone (Note [schedule default] in planner/driver/lower.cpp).
+  bool auto_schedule = true;
   Recompute recompute = Recompute::Auto; ///< Auto: chosen per stage where memory needs it
   Zero zero = Zero::Auto;                ///< Auto: sharded per stage where memory needs it
   cost::Precision precision = cost::Precision::FP32; ///< compute under autocast (Note [autocast dtypes])

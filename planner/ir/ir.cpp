@@ -257,7 +257,8 @@ namespace {
 /// parameter or buffer itself (BatchNorm's `num_batches_tracked.add_(1)`
 /// stays free to sink: nothing else reads the buffer in the step).
 bool writesIntermediateInPlace(const Graph &g, const Node &node) {
-  return isInPlaceAten(node) && !node.inputs.empty() && node.inputs[0] != kNoValue && g.values[node.inputs[0]].kind == ValueKind::Intermediate;
+  return isInPlace(node) && !node.inputs.empty() &&
+         node.inputs[0] != kNoValue && g.values[node.inputs[0]].kind == ValueKind::Intermediate;
 }
 } // namespace
 

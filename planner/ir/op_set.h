@@ -25,9 +25,8 @@ namespace rannc::ir {
 inline constexpr std::string_view kAtenDomain = "aten";
 /// True for an ATen or prim node (TorchScript, torch.export); false for ONNX nodes.
 inline bool isAten(const Node &n) { return n.domain == kAtenDomain; }
-/// True for an in-place ATen op (`aten::add_`, `aten::zero_`: one trailing underscore;
-/// dunder names such as `aten::__and__` are not): it writes its first input.
-inline bool isInPlaceAten(const Node &n) {
+/// True for an in-place ATen op (`add_`, `zero_`; not `__and__`): it writes its first input.
+inline bool isInPlace(const Node &n) {
   const std::string &op = n.op_type;
   return isAten(n) && op.size() > 2 && op.back() == '_' && op[op.size() - 2] != '_';
 }

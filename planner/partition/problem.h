@@ -162,8 +162,8 @@ struct Problem {
   /// parameter two ops read); empty: it may (Note [automatic schedule] in dp.cpp).
   std::string no_split_backward, no_interleave;
   /// With the schedule unset: weigh ZB-H1, ZB-H2 and interleaved 1F1B
-  /// against the 1F1B plan (Note [automatic schedule]), or search 1F1B alone
-  /// (rannc-plan's default until `--schedule auto`: Note [schedule opt-in]).
+  /// against the 1F1B plan (Note [automatic schedule]; rannc-plan's default,
+  /// Note [schedule default]), or search 1F1B alone.
   bool auto_schedule = true;
   /// The tensor-parallel degrees a stage may take, ascending, 1 first (the
   /// sharding analysis's valid degrees up to devices per node); empty: {1}.

@@ -62,6 +62,8 @@ def ok(p, what):
 # Two pipeline stages in one micro-batch: the layout where BatchNorm's batch
 # statistics are one device's (SPEC), whatever the cost model would choose.
 PP2 = "--stages 2 --replicas 1 --microbatches 1"
+# Interleaved 1F1B: 2 chunks on each of 2 ranks (stages 0 and 2 on rank 0).
+IL2 = "--stages 2 --replicas 1 --microbatches 4 --schedule interleaved-1f1b --virtual-stages 2"
 
 
 def plan(args, ranks, layout, out, precision=None):
@@ -283,6 +285,17 @@ def check_cross_plan(args):
                          [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 0")])
         resume_elsewhere(args, ("pp2", 2, PP2), [("2x2-zero", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 1")])
         return
+    if args.interleaved:
+        # Interleaved ranks hold several non-adjacent stages (Note [interleaved
+        # checkpoints]); the folder is the same by name: written under
+        # interleaving, resumed on one rank and on 1F1B; and back, with replicas.
+        one_f_one_b = PP2 + " --schedule 1f1b"
+        il2x2 = IL2.replace("--replicas 1", "--replicas 2")
+        resume_elsewhere(args, ("il2", 2, IL2), [("1rank", 1, ""), ("pp2-1f1b", 2, one_f_one_b)])
+        resume_elsewhere(args, ("pp2-1f1b", 2, one_f_one_b), [("il2x2", 4, il2x2), ("il2x2-zero", 4, il2x2 + " --zero 1")])
+        # Sharded state of every chunk gathered for the write.
+        resume_elsewhere(args, ("il2x2-zero-src", 4, il2x2 + " --zero 1"), [("1rank", 1, "")])
+        return
     if args.tensor_parallel:
         # Tensor-parallel stages (Note [tensor parallel ranks]) write whole
         # tensors: written under TP 2, resumed without it; and back.
@@ -291,7 +304,7 @@ def check_cross_plan(args):
         # The last plan's degrees are set by hand in its .pbtxt (a plan made without TP).
         resume_elsewhere(args, ("pp2", 2, PP2), [("tp2", 2, tp2),
                                                  ("2x2-tp2", 4, "--stages 2 --replicas 2,2 --microbatches 2 "
-                                                                "--edit-tensor-parallel 2")])
+                                                                "--schedule 1f1b --edit-tensor-parallel 2")])
         return
     layouts = [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2"),
                ("3stages", 4, "--stages 3 --replicas 2,1,1 --microbatches 4")]
@@ -547,6 +560,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="cross-plan: resume on 1 rank only")
     ap.add_argument("--zero", action="store_true",
                     help="cross-plan: between sharded (--zero 1) and unsharded optimizer state")
+    ap.add_argument("--interleaved", action="store_true",
+                    help="cross-plan: between interleaved-1f1b (2 chunks per rank) and 1F1B plans")
     ap.add_argument("--tensor-parallel", action="store_true",
                     help="cross-plan: between tensor-parallel (--tensor-parallel 2) and other plans")
     args = ap.parse_args()
@@ -554,7 +569,7 @@ def main():
     suffix = "_fp16_overflow" if args.case == "fp16-scale" else ""
     args.ref = json.load(open(os.path.join(args.model_dir, f"reference_{args.optimizer}{suffix}.json")))
     args.work = os.path.join(args.work, f"{args.model}-{args.optimizer}-{args.case}" + ("-zero" if args.zero else "")
-                             + ("-tp" if args.tensor_parallel else ""))
+                             + ("-tp" if args.tensor_parallel else "") + ("-il" if args.interleaved else ""))
     os.makedirs(args.work, exist_ok=True)
     {"resume": check_resume, "cross-plan": check_cross_plan, "fp16-scale": check_fp16_scale,
      "errors": check_errors}[args.case](args)

@@ -155,9 +155,13 @@ def case_interleaved(env):
     print("ok: the trace draws stages 0 and 2 on rank 0, 1 and 3 on rank 1")
     expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "2"]), 0, ["interleaved-1f1b", "rannc-exec: done"],
            "rannc-exec trains the interleaved plan")
-    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "1", "--checkpoint-dir", os.path.join(env.dir, "ckpt")]),
-           1, ["virtual_stages 2 (interleaved-1f1b) does not yet train with checkpoints"],
-           "rannc-exec refuses what the interleaved plan does not train with")
+    # Note [interleaved checkpoints]: a rank's chunks are saved and resumed together.
+    ckpt = os.path.join(env.dir, "ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "1", "--checkpoint-dir", ckpt]),
+           0, ["rannc-exec: checkpoint"], "rannc-exec checkpoints the interleaved plan")
+    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "2", "--checkpoint-dir", ckpt, "--resume"]),
+           0, ["resuming from", "step 1"], "rannc-exec resumes the interleaved plan")
     for extra, needle in ((["--virtual-stages", "2"], "needs --schedule interleaved-1f1b"),
                           (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--tensor-parallel", "2"],
                            "interleaved-1f1b does not run tensor-parallel stages yet"),

@@ -61,7 +61,7 @@ def stage_field(text, stage, field):
 
 # ----------------------------------------------------------------- the workflow
 
-def choose_boundary(plan_json, current):
+def choose_boundary(plan_json, current, limit):
     """A new boundary a few ops before `current`: at a MatMul/Gemm, before the
     weight-only ops that feed it (a weight's Transpose: the planner never cuts
     between them either; import fusion places them right before their reader)."""
@@ -82,7 +82,7 @@ def choose_boundary(plan_json, current):
         k = i
         while k > 0 and weight_only[k - 1]:
             k -= 1
-        if k >= 1 and k != current:
+        if 1 <= k < limit and k != current:
             candidates.add(k)
     if not candidates:
         fail("no other boundary to move to")
@@ -116,7 +116,7 @@ def check_format_versions(args, model, ref, plan, broken, work):
         fail(f"an fp32 plan without recomputation or sharding is written as format_version {version(plan)}, not 1")
     bf16 = os.path.join(work, "bf16.pbtxt")
     p = run([args.plan_tool, model, "--gpus", "2", "--device-type", "cpu", "--batch-size", str(ref["batch_size"]),
-             "--stages", "2", "--profile", "analytic", "--precision", "bf16", "-o", bf16])
+             "--stages", "2", "--profile", "analytic", "--precision", "bf16", "--schedule", "1f1b", "-o", bf16])
     if p.returncode != 0:
         fail(f"rannc-plan --precision bf16 failed:\n{p.stderr}")
     if version(bf16) != 2:
@@ -160,6 +160,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--model", default="gpt")
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    ap.add_argument("--interleaved", type=int, default=0, metavar="V",
+                    help="edit an interleaved-1f1b plan of V chunks per rank (steps 1-4: edit, check, train)")
     args = ap.parse_args()
 
     model_dir = os.path.abspath(os.path.join(args.models, args.model))
@@ -168,11 +170,16 @@ def main():
     work = args.work
     os.makedirs(work, exist_ok=True)
 
-    # 1. A 2-stage plan in the text form.
+    # 1. A 2-stage plan in the text form: 1F1B's, whose broken edits below
+    # assume one stage per rank; or 2 ranks of --interleaved V chunks each
+    # (Note [interleaved 1F1B]), whose boundary between its first two chunks
+    # moves the same way.
+    schedule = ["--schedule", "interleaved-1f1b", "--virtual-stages", str(args.interleaved)] if args.interleaved \
+        else ["--schedule", "1f1b"]
     plan = os.path.join(work, "plan.pbtxt")
     p = run([args.plan_tool, model, "--gpus", "2", "--device-type", "cpu", "--batch-size", str(ref["batch_size"]),
              "--microbatches", "2", "--stages", "2", "--replicas", "1", "--profile", "analytic",
-             "--optimizer", args.optimizer, "-o", plan])
+             "--optimizer", args.optimizer, "-o", plan] + schedule)
     if p.returncode != 0:
         fail(f"rannc-plan failed:\n{p.stderr}")
     text = open(plan).read()
@@ -183,7 +190,8 @@ def main():
     as_json = os.path.join(work, "plan.json")
     if run([args.plan_tool, "convert", plan, "-o", as_json]).returncode != 0:
         fail("convert to .json failed")
-    boundary = choose_boundary(json.load(open(as_json)), current)
+    boundary = choose_boundary(json.load(open(as_json)), current, stage_field(text, 1, "op_end"))
+    stages = len(stage_spans(text))
     print(f"moving the boundary from op {current} to op {boundary}")
 
     # 2. The hand edit: two numbers.
@@ -197,7 +205,7 @@ def main():
     print(p.stdout, p.stderr)
     if p.returncode != 0:
         fail(f"check rejected the moved boundary:\n{p.stdout}{p.stderr}")
-    if "valid: 2 stages on 2 ranks" not in p.stdout or "plan said" not in p.stdout:
+    if f"valid: {stages} stages on 2 ranks" not in p.stdout or "plan said" not in p.stdout:
         fail("check did not re-estimate the edited plan")
     if "matches model.sha256" not in p.stdout:
         fail("check did not verify the model hash")
@@ -244,6 +252,8 @@ def main():
     print(f"max relative loss difference {worst:.3e} (tolerance {train_check.REL_TOL})")
     if worst > train_check.REL_TOL:
         fail("the edited plan's losses differ from PyTorch's")
+    if args.interleaved:
+        return
 
     # 5. Broken edits: each fails check with its own message.
     n_ops = len(json.load(open(as_json))["graph"]["ops"])

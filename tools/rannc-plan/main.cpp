@@ -135,7 +135,7 @@ Verb addPlan(CLI::App &app, bool planning) {
                  "optimizer state")
       ->check(CLI::IsMember(rannc::cost::precisionNames()))
       ->capture_default_str();
-  app.add_option("--schedule", flags->schedule, "pipeline schedule: auto (the partitioner weighs every one; Note [schedule opt-in]), " + rannc::pipeline::scheduleChoices() + " (default: 1F1B's search)")
+  app.add_option("--schedule", flags->schedule, "pipeline schedule: auto (the default: the partitioner weighs every one), " + rannc::pipeline::scheduleChoices())
       ->check(CLI::IsMember(rannc::planner::scheduleNames()));
   app.add_option("--strategy", o->strategy,
                  "auto: the memory-aware DP; uniform: equal op counts; parameters: balance parameter bytes "

@@ -274,5 +274,54 @@ TEST(StageProgram, TiedParameterIsListedByEveryStageThatReadsIt) {
   EXPECT_TRUE(buildStageProgram(*g, {{0, n}}, 0).shared_parameters.empty());
 }
 
+TEST(StageProgram, OnlyValuesAGradientCanReachAreReceivedAsLeavesThatNeedOne) {
+  // Note [gradient-free values]: a MoE router's expert counts, a float histc
+  // of integer ids, each op in a stage of its own.
+  ir::Graph g;
+  auto value = [&](const char *name, ir::DType t, ir::ValueKind kind = ir::ValueKind::Intermediate) {
+    ir::Value v;
+    v.name = name, v.dtype = t, v.kind = kind;
+    return g.addValue(v);
+  };
+  auto node = [&](const char *op, std::vector<ir::ValueId> in, ir::ValueId out) {
+    ir::Node n;
+    n.name = std::string(op) + "_" + g.values[out].name, n.op_type = op, n.domain = "aten";
+    n.inputs = std::move(in), n.outputs = {out};
+    g.addNode(n);
+  };
+  const ir::ValueId x = value("x", ir::DType::F32, ir::ValueKind::Input);
+  const ir::ValueId w = value("w", ir::DType::F32, ir::ValueKind::Parameter);
+  const ir::ValueId h = value("h", ir::DType::F32), ids = value("ids", ir::DType::I64);
+  const ir::ValueId as_float = value("as_float", ir::DType::F32), counts = value("counts", ir::DType::F32);
+  const ir::ValueId zeros = value("zeros", ir::DType::F32), view = value("view", ir::DType::F32);
+  const ir::ValueId written = value("written", ir::DType::F32), offsets = value("offsets", ir::DType::I32);
+  const ir::ValueId loss = value("loss", ir::DType::F32);
+  node("aten::mm", {x, w}, h);               // 0: carries (w)
+  node("aten::argmax", {h}, ids);            // 1: integer
+  node("aten::to", {ids}, as_float);         // 2: float of integers: none
+  node("aten::histc", {as_float}, counts);   // 3: none
+  node("aten::zeros_like", {x}, zeros);      // 4: none, until ...
+  node("aten::slice", {zeros}, view);        // 5: ... its view is written in place:
+  node("aten::copy_", {view, h}, written);   // 6: the view and zeros carry
+  node("aten::cumsum", {counts}, offsets);   // 7
+  node("aten::add", {written, zeros}, loss); // 8
+  g.loss = loss;
+  std::vector<std::pair<int, int>> ranges;
+  for (int n = 0; n < 9; ++n) ranges.emplace_back(n, n + 1);
+  std::map<ir::ValueId, bool> gradient, sent;
+  for (int s = 0; s < 9; ++s) {
+    const StageProgram p = buildStageProgram(g, ranges, s);
+    for (const Transfer &t : p.recvs) gradient[t.value] = t.gradient;
+    for (const Transfer &t : p.sends) sent[t.value] = t.gradient;
+  }
+  EXPECT_EQ(sent, gradient) << "both ends agree";
+  EXPECT_TRUE(gradient.at(h));
+  EXPECT_FALSE(gradient.at(as_float));
+  EXPECT_FALSE(gradient.at(counts)) << "cumsum with an integer dtype must receive it without a gradient";
+  EXPECT_TRUE(gradient.at(view));
+  EXPECT_TRUE(gradient.at(zeros)) << "copy_ into its slice makes zeros need a gradient, as in PyTorch";
+  EXPECT_TRUE(gradient.at(written));
+}
+
 } // namespace
 } // namespace rannc::schedule

@@ -77,14 +77,15 @@ TEST(PlanOptions, ScheduleIsSearchedUnlessNamed) {
   flags.schedule = "zb";
   EXPECT_EQ(finishPlanOptions(flags, o).message(),
             "--schedule must be auto, gpipe, 1f1b, zb-h1, zb-h2 or interleaved-1f1b (got 'zb')");
-  flags.schedule = "auto"; // opt-in (Note [schedule opt-in]): every schedule weighed
+  flags.schedule = "auto"; // the default, said (Note [schedule default]): every schedule weighed
   ASSERT_TRUE(finishPlanOptions(flags, o).ok());
   EXPECT_FALSE(o.schedule.has_value());
   EXPECT_TRUE(o.auto_schedule);
-  flags.schedule.clear(); // the default: 1F1B's search
+  EXPECT_EQ(PlanFlags().schedule, "auto");
+  flags.schedule.clear(); // empty: the same
   ASSERT_TRUE(finishPlanOptions(flags, o).ok());
   EXPECT_FALSE(o.schedule.has_value());
-  EXPECT_FALSE(o.auto_schedule);
+  EXPECT_TRUE(o.auto_schedule);
   EXPECT_EQ(scheduleNames(), (std::vector<std::string>{"auto", "gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved-1f1b"}));
 }
 

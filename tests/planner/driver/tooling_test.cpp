@@ -115,8 +115,13 @@ proto::Plan tinyPlan() {
   return plan.ok() ? *plan : proto::Plan();
 }
 
-proto::Plan gptPlan(int gpus, int stages, std::vector<int> replicas = {1}, int microbatches = 2) {
+/// The GPT planned by the driver. Most tests here are about a plan file of
+/// one stage per rank, so 1F1B is pinned; unset, the automatic search
+/// interleaves it (4 chunks on each of 2 ranks, Note [automatic schedule]).
+proto::Plan gptPlan(int gpus, int stages, std::vector<int> replicas = {1}, int microbatches = 2,
+                    std::optional<pipeline::Schedule> schedule = pipeline::Schedule::OneFOneB) {
   PlanOptions o;
+  o.schedule = schedule;
   o.model = gptPath();
   o.gpus = gpus;
   o.batch_size = 8;
@@ -383,8 +388,11 @@ TEST(FormatVersion, CheckRefusesAnOldVersionAndConvertRaisesIt) {
 // ---------------------------------------------------------------- check
 
 TEST(Check, AnUneditedAnalyticPlanReproducesItsOwnEstimates) {
-  // Pure pipeline, and 2 stages x 2 replicas (all-reduce, per-replica batches).
-  for (const proto::Plan &p : {gptPlan(2, 2), gptPlan(4, 2, {2}), tinyPlan()}) {
+  // Pure pipeline, and 2 stages x 2 replicas (all-reduce, per-replica
+  // batches); the automatic choice, chunks interleaved on 2 ranks.
+  const proto::Plan interleaved = gptPlan(2, 2, {1}, 2, std::nullopt);
+  EXPECT_GT(interleaved.virtual_stages(), 1) << "the automatic search no longer interleaves this GPT: pick another";
+  for (const proto::Plan &p : {gptPlan(2, 2), gptPlan(4, 2, {2}), tinyPlan(), interleaved}) {
     ASSERT_GT(p.stages_size(), 0);
     auto m = rebuildPlanModel(p, {});
     ASSERT_TRUE(m.ok()) << m.error().message;
