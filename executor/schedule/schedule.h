@@ -85,21 +85,7 @@ struct StageProgram {
   std::vector<ir::ValueId> constants;    ///< constants this stage reads
   std::vector<ir::ValueId> buffers;      ///< buffers this stage reads and updates (Note [buffers] in ir.h)
   /// The parameters of `parameters` that other stages read too (tied weights,
-  /// Note [gradient-free values]
-/// A floating-point value crosses a stage boundary as it is, but not every
-/// one has a gradient in PyTorch: a MoE router's expert counts are a float
-/// histc of integer expert ids (Granite-MoE, MiniMax), and their cumsum
-/// with an integer dtype is legal only because no gradient reaches them.
-/// Had the receiver made every float value a leaf that requires a gradient,
-/// that cumsum would fail in autograd ("Autograd not support dtype: Int")
-/// on a stage that begins between them, which interleaved plans' narrow
-/// chunks do. A value may carry a gradient when it is a floating (or
-/// complex) parameter, or the result of an op one of whose inputs may; an
-/// in-place op's result makes its first input one too (they alias). That
-/// over-approximates PyTorch's requires_grad (it treats every op as
-/// differentiable), so no gradient PyTorch computes is lost.
-///
-/// Note [shared parameters]), each with every stage that reads it, ascending.
+  /// Note [shared parameters]), each with every stage that reads it, ascending.
   std::vector<std::pair<ir::ValueId, std::vector<int>>> shared_parameters;
   std::vector<Transfer> recvs;           ///< sorted by (peer stage, value id)
   std::vector<Transfer> sends;           ///< sorted by (peer stage, value id)
