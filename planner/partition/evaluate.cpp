@@ -388,7 +388,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
   if (pipeline::splitsBackward(schedule)) mem.wgrad_per_sample += p.wgradReadCutAt(stage.block_begin);
   mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
-  if (pipeline::splitsBackward(schedule)) { // B retains autograd's graph: nothing is freed before W (Note [zero bubble H1])
+  if (pipeline::splitsBackward(schedule)) { // the working lines split between B and W (Note [zero bubble H1])
     mem.working = 0; // B makes no weight gradient, W makes them (Note [what a queued W keeps])
     for (int i = stage.block_begin; i < stage.block_end; ++i) {
       const double fixed = p.blocks[i].workingAt(0, t);
