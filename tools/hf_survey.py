@@ -235,11 +235,11 @@ def main():
     ap.add_argument("--table", action="store_true", help="with --rows: print the file's table, run nothing")
     ap.add_argument("--expect-exact", default="", help="comma-separated formats (onnx, pt2): exit 1 unless every "
                     "family trains exactly from them (the smoke test's assertion)")
-    ap.add_argument("--child", nargs=3, metavar=("FAMILY", "FOLDER", "DTYPE"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=2, metavar=("FAMILY", "FOLDER"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     STEPS = a.steps
     if a.child:
-        return child(*a.child)
+        return child(*a.child, a.dtype)
     names = a.only.split(",") if a.only else list(NAMED) if a.named else families()
     kept = sc.RowsFile(a.rows, "family") if a.rows else None
     rows = []
@@ -251,7 +251,8 @@ def main():
             folder = os.path.join(tmp, fam)
             os.makedirs(folder)
             rows += sc.case_rows("family", fam, folder,
-                                 [sys.executable, __file__, "--steps", str(a.steps), "--child", fam, folder, a.dtype],
+                                 [sys.executable, __file__, "--steps", str(a.steps), "--dtype", a.dtype, "--child", fam,
+                                  folder],
                                  a.build, a.mpirun, a.timeout, rows_file=kept, microbatches=a.microbatches,
                                  tolerance=a.tolerance)
     if kept:
