@@ -24,7 +24,7 @@ largest relative loss difference to PyTorch, and why it failed if it did
 tokens either way), with --tolerance for "exact". It tells a float32 gap that
 is the model's own conditioning from a fault: a fault stays, rounding
 shrinks, down to float32's where a family computes in float32 whatever its
-dtype (Llama's rotary table: 1.2e-7).
+dtype (transformers' loss casts the logits to float32: Llama 1.2e-7).
 
   .venv/bin/python tools/hf_survey.py [--build build] [--only gpt2,llama,bert] [--named] [--json out.json]
   .venv/bin/python tools/hf_survey.py --rows docs/surveys/hf_families.jsonl   # resumes the whole survey
