@@ -404,7 +404,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   // made need a gradient (Note [gradient-free values]); the rest were tests
   // of a plan file of one stage per rank, which now pin 1F1B. What still
   // holds: --batchnorm exact never interleaves (no_interleave above), and
-  // ZB-H2's measured peak on the memory_split case is up to 1.10x its
+  // ZB-H2's measured peak on the memory_split case is up to 1.11x its
   // plan's (docs/partitioner.md, "Memory per schedule, measured").
   p.auto_schedule = opts.auto_schedule;
   if (Status st = partition::validate(p); !st) return Error{st.message()};
