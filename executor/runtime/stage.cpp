@@ -145,7 +145,9 @@ void StageRunner::recomputeForward(int mb) {
   gen.set_state(stash.rng_state);
   auto &env = envs_[mb];
   env = std::move(stash.inputs);
+  recording_ = split_ ? &root_edges_[mb] : nullptr; // Note [split backward]: W's roots are recorded now
   run(env, false);
+  recording_ = nullptr;
   gen.set_state(now);
   stash_.erase(mb);
 }
@@ -386,12 +388,17 @@ const torch::Tensor &StageRunner::receivedLeaf(int mb, ir::ValueId v) const {
 // released right after B (the W queue, Block::wgrad_bytes_per_sample; Note
 // [what a queued W keeps] in planner/partition/evaluate.cpp); received
 // gradients are handed over as in a whole backward.
+// A recomputing stage (Note [recomputation]) records the roots while it
+// recomputes its forward, just before B, so its B is that forward and the
+// input gradients; from then on its queued W is the same. A tensor-parallel
+// stage's collectives (Note [tensor parallel collectives]) sit on the data
+// side, so B runs them and W, from a root's output gradient to its own
+// parameters, runs none; were one there, the group's devices would still run
+// it in one order, as they run the same action list.
 void StageRunner::setSplitBackward(bool on) {
   split_ = on;
   root_params_.clear();
   if (!on) return;
-  if (recompute_) throw std::runtime_error("a split backward (zb-h1, zb-h2) cannot recompute its stage's activations");
-  if (group_) throw std::runtime_error("a split backward (zb-h1, zb-h2) does not run tensor-parallel stages");
   const ir::StageWeightRoots found = ir::stageWeightRoots(g_, program_.nodes);
   if (!found.conflict.empty()) // `check` refuses such plans (Note [split backward])
     throw std::runtime_error("a split backward (zb-h1, zb-h2) needs each parameter read by one op of its stage, but " +

@@ -65,9 +65,8 @@ public:
 
   /// Split backward (ZB-H1; Note [split backward] in stage.cpp): backward()
   /// computes only the received values' gradients and keeps what the weight
-  /// gradients need for backwardWeights(). Refused (std::runtime_error) with
-  /// recomputation or tensor parallelism, and where one parameter reaches
-  /// several weight-gradient roots of the stage.
+  /// gradients need for backwardWeights(). Refused (std::runtime_error) where
+  /// one parameter reaches several weight-gradient roots of the stage.
   void setSplitBackward(bool on);
   bool splitsBackward() const { return split_; }
   /// W of micro-batch `mb`, whose backward() ran: accumulates its weight
