@@ -250,9 +250,11 @@ Expected<Setup> prepare(const TrainOptions &opts, const comm::Communicator &comm
 Expected<Setup> chunkSetup(const TrainOptions &opts, const Setup &first, int stage) {
   Setup s;
   s.plan = first.plan;
-  s.graph = first.graph; // whole: interleaved stages are not tensor-parallel (interleavedRefusals)
+  auto whole = plan::graphFromProto(s.plan.graph());
+  if (!whole) return Error{opts.plan + ": " + whole.error().message};
+  s.graph = *whole;
   s.stage = stage;
-  s.ranges = first.ranges;
+  for (const auto &st : s.plan.stages()) s.ranges.emplace_back(st.op_begin(), st.op_end());
   s.stage_ranks = first.stage_ranks;
   s.replica = first.replica;
   s.tensor_parallel = first.tensor_parallel;
@@ -260,9 +262,15 @@ Expected<Setup> chunkSetup(const TrainOptions &opts, const Setup &first, int sta
   s.samples = first.samples;
   s.device = first.device;
   s.gpu_why = first.gpu_why;
+  // Note [interleaved 1F1B]: a chunk runs on its rank's devices, listed alike
+  // and with the first chunk's tensor-parallel degree (plan::check), so its
+  // place in the group is the first chunk's; it runs its own stage of the
+  // same local graph.
+  if (s.tp.degree > 1)
+    if (Status st = localizeStage(s); !st) return Error{opts.plan + ": " + st.message()};
   auto model = trainModelPath(opts, s.plan);
   if (!model) return model.error();
-  if (Status st = loadWeights(s, s.graph, *model, opts); !st) return Error{st.message()};
+  if (Status st = loadWeights(s, *whole, *model, opts); !st) return Error{st.message()};
   return s;
 }
 

@@ -134,7 +134,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     ch.runner->setRecompute(cs.plan.stages(cs.stage).recompute()); // Note [recomputation]
   }
   runtime::StageRunner &runner = *chunks[0].runner;
-  if (s.tp.degree > 1) runner.setTensorParallel(tp_group.get()); // Note [tensor parallel collectives]
+  // Note [tensor parallel collectives]; a rank's chunks share its group (chunkSetup).
+  if (s.tp.degree > 1)
+    for (Chunk &ch : chunks) ch.runner->setTensorParallel(tp_group.get());
   // Note [batch statistics]: exact plans sum BatchNorm's statistics over the
   // replicas, on a communicator of their own (the gradient buckets' run beside them).
   std::unique_ptr<comm::Communicator> stats_group;
@@ -181,7 +183,8 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
     if (actions[i].kind == weights_kind) chunks[chunkOf(actions[i])].last_backward = i;
   // Checkpoints (executor/train/checkpoint.h): --resume loads the newest one here.
   std::map<std::string, int> axes; // Note [tensor parallel ranks]: checkpoints hold whole tensors
-  for (const auto &[v, axis] : s.param_axes) axes[s.graph.values[v].name] = axis;
+  for (const Chunk &ch : chunks)
+    for (const auto &[v, axis] : ch.setup->param_axes) axes[ch.setup->graph.values[v].name] = axis;
   Checkpointer checkpoints({opts, comm, s.plan, s.graph, runner, s.stage, s.replica, update.optimizer(),
                             update.factory(), s.samples, K * B, update.lossScaler(),
                             s.tp.degree > 1 ? tp_group.get() : nullptr, s.tp, std::move(axes)});

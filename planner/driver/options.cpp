@@ -111,8 +111,10 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
       return Error{"--schedule " + std::string(name) + " needs --virtual-stages 2 or more (with one chunk per rank "
                    "it is 1f1b)"};
     if (opts.stages < 1) return Error{"--schedule " + std::string(name) + " needs --stages N (the pipeline ranks)"};
-    if (std::any_of(opts.tensor_parallel.begin(), opts.tensor_parallel.end(), [](int t) { return t > 1; }))
-      return Error{"--tensor-parallel: " + std::string(name) + " does not run tensor-parallel stages yet"};
+    if (opts.tensor_parallel.size() > 1 && int(opts.tensor_parallel.size()) != opts.stages) // a rank's chunks share its groups
+      return Error{"--tensor-parallel: under " + std::string(name) + " one degree, or one per pipeline rank (" +
+                   std::to_string(opts.stages) + " for --stages " + std::to_string(opts.stages) +
+                   "), which its chunks share"};
     if (opts.microbatches > 0 && opts.microbatches % opts.stages != 0)
       return Error{"--microbatches: " + pipeline::interleavingProblem(pinned, opts.stages, opts.virtual_stages,
                                                                        opts.microbatches)};

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -659,7 +660,12 @@ namespace {
 // best one (docs/partitioner.md). Recomputation and ZeRO-1 are the 1F1B
 // search's choice per stage (auto) or every stage's (on, 1): a stage takes
 // them where the 1F1B layout needs them on 1/v of a device, and the fold is
-// then evaluated with each chunk's own in-flight count. The fold's chunks
+// then evaluated with each chunk's own in-flight count. Tensor parallelism
+// only where pinned (--tensor-parallel t, or one degree per pipeline rank): a
+// rank's chunks share its devices and its groups, so each of its chunks gets
+// the rank's degree; unpinned, chunks are not split (the 1F1B search would
+// choose a degree per stage, which chunks of one rank could not share). The
+// fold's chunks
 // hold other counts than the 1F1B stages they were (more on late stages,
 // fewer on early ones), so a fold that does not fit is searched again on
 // 90%, 80%, 70%, 60% of 1/v of a device.
@@ -670,16 +676,23 @@ Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts,
   const int v = c.virtual_stages, P = c.stages;
   const char *name = pipeline::scheduleName(*c.schedule);
   if (P < 1) return Error{std::string(name) + " needs the pipeline ranks pinned (--stages N)"};
-  for (int t : c.tensor_parallel)
-    if (t > 1) return Error{std::string(name) + " does not run tensor-parallel stages yet"};
   if (c.replicas.size() > 1 && static_cast<int>(c.replicas.size()) != P)
     return Error{std::string(name) + ": " + std::to_string(c.replicas.size()) + " replica counts for " +
                  std::to_string(P) + " pipeline ranks"};
+  if (c.tensor_parallel.size() > 1 && static_cast<int>(c.tensor_parallel.size()) != P)
+    return Error{std::string(name) + ": " + std::to_string(c.tensor_parallel.size()) +
+                 " tensor-parallel degrees for " + std::to_string(P) + " pipeline ranks"};
+  // A rank's chunks share its devices and its tensor-parallel group: one
+  // degree per pipeline rank, pinned (unpinned: none), each chunk of it alike.
+  const std::vector<int> tp = c.tensor_parallel.empty()  ? std::vector<int>(P, 1)
+                              : c.tensor_parallel.size() == 1 ? std::vector<int>(P, c.tensor_parallel[0])
+                                                              : c.tensor_parallel;
+  const int tp_devices = std::accumulate(tp.begin(), tp.end(), 0);
   std::vector<std::vector<int>> replica_choices; // per pipeline rank
   if (!c.replicas.empty()) {
     replica_choices.push_back(c.replicas.size() == 1 ? std::vector<int>(P, c.replicas[0]) : c.replicas);
   } else {
-    for (int r = p.devices.count / P; r >= 1; --r) replica_choices.push_back(std::vector<int>(P, r));
+    for (int r = p.devices.count / tp_devices; r >= 1; --r) replica_choices.push_back(std::vector<int>(P, r));
   }
   std::optional<SolveResult> best;
   std::string why = "no micro-batch count is a multiple of the " + std::to_string(P) + " pipeline ranks";
@@ -692,8 +705,11 @@ Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts,
       q.constraints.stages = P * v;
       q.constraints.microbatches = m;
       q.constraints.schedule = Schedule::OneFOneB;
-      for (int k = 0; k < v; ++k) q.constraints.replicas.insert(q.constraints.replicas.end(), replicas.begin(), replicas.end());
-      q.tp_degrees = {1};
+      for (int k = 0; k < v; ++k) {
+        q.constraints.replicas.insert(q.constraints.replicas.end(), replicas.begin(), replicas.end());
+        q.constraints.tensor_parallel.insert(q.constraints.tensor_parallel.end(), tp.begin(), tp.end());
+      }
+      if (c.tensor_parallel.empty()) q.tp_degrees = {1};
       q.devices.count = p.devices.count * v;
       q.devices.reserve_bytes = p.devices.reserve_bytes / v;
       // A 1F1B stage's in-flight count is not its chunk's: a late stage
@@ -758,7 +774,9 @@ namespace {
 // - Interleaved 1F1B with v in kAutoChunks: the fold of Note [interleaved
 //   layouts] onto the 1F1B plan's stage count p (or the pinned --stages),
 //   where p >= 2, p v <= the blocks, and the problem allows chunks (no
-//   tensor-parallel degree pinned, Problem::no_interleave empty). A rank runs
+//   degrees pinned per stage, Problem::no_interleave empty; one pinned
+//   degree t is every chunk's, and divides the bound below by t, as a
+//   t-way stage runs at least 1/t of a block's time). A rank runs
 //   its chunks' M forwards and backwards one after another, so with r
 //   replicas a rank the step is at least M (sum over blocks of F + G at
 //   ceil(B / (M r)) samples) / p (the closed form's M T_r* of Note
@@ -960,10 +978,13 @@ Expected<SolveResult> searchInterleavedAuto(const Problem &p, int v, const DPOpt
   };
   if (!p.no_interleave.empty()) return refuse(ScheduleTried::Outcome::Refused, p.no_interleave);
   if (!p.tied.empty()) return refuse(ScheduleTried::Outcome::Refused, "tied weights across chunks are not trained yet");
-  for (int t : p.constraints.tensor_parallel)
-    if (t > 1) return refuse(ScheduleTried::Outcome::Refused, "does not run tensor-parallel stages yet");
   if (p.constraints.replicas.size() > 1)
     return refuse(ScheduleTried::Outcome::Refused, "per-stage replica counts are pinned");
+  if (p.constraints.tensor_parallel.size() > 1)
+    return refuse(ScheduleTried::Outcome::Refused, "per-stage tensor-parallel degrees are pinned");
+  // Note [interleaved layouts]: a pinned degree t is every chunk's; a device
+  // then runs at least 1/t of a block's unsplit F + G.
+  const int t = p.constraints.tensor_parallel.empty() ? 1 : p.constraints.tensor_parallel[0];
   const int P = p.constraints.stages > 0 ? p.constraints.stages : one_f_one_b.solution.numStages();
   if (P < 2) return refuse(ScheduleTried::Outcome::Refused, "the 1F1B plan has one stage: no pipeline to interleave");
   if (P * v > p.numBlocks())
@@ -976,12 +997,12 @@ Expected<SolveResult> searchInterleavedAuto(const Problem &p, int v, const DPOpt
   for (int m : microbatchCandidates(p)) {
     if (m % P != 0) continue;
     any_count = true;
-    for (int r = p.devices.count / P; r >= 1; --r) {
+    for (int r = p.devices.count / (P * t); r >= 1; --r) {
       if (!p.constraints.replicas.empty() && r != p.constraints.replicas[0]) continue;
       const double b = static_cast<double>(replicaSamples(p.batch_size, m, r));
       double work = 0;
       for (const Block &blk : p.blocks) work += blk.fwd.at(b) + blk.bwd.at(b);
-      const double lb = m * work / P;
+      const double lb = m * work / (P * t);
       least = std::min(least, lb);
       if (lb < rival.step_time_s * (1 - kTieTolerance)) {
         pairs.emplace_back(m, r);

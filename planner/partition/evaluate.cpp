@@ -477,6 +477,10 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
     if (sol.stages[s].devices() != sol.stages[s % ranks].devices())
       malformed(stageName(s) + " has " + std::to_string(sol.stages[s].devices()) + " devices, but it runs on those of " +
                 stageName(s % ranks) + ", " + std::to_string(sol.stages[s % ranks].devices()));
+    else if (sol.stages[s].tensor_parallel != sol.stages[s % ranks].tensor_parallel) // and in its groups
+      malformed(stageName(s) + " is " + std::to_string(sol.stages[s].tensor_parallel) +
+                "-way tensor-parallel, but it runs in the groups of " + stageName(s % ranks) + ", " +
+                std::to_string(sol.stages[s % ranks].tensor_parallel) + "-way");
   if (sol.devicesUsed() > p.devices.count)
     malformed("plan uses " + std::to_string(sol.devicesUsed()) + " devices, the cluster has " +
               std::to_string(p.devices.count));
@@ -502,9 +506,6 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                                                          "stage must"));
     if (std::string why = tensorParallelProblem(p, st, c.first_rank); !why.empty())
       ev.violations.push_back(stageName(s) + " " + why);
-    if (v > 1 && st.tensor_parallel > 1)
-      ev.violations.push_back(stageName(s) + " is tensor-parallel under " + pipeline::scheduleName(sol.schedule) +
-                              ", which does not run tensor-parallel chunks yet");
     if (pipeline::splitsBackward(sol.schedule) && (st.recompute || st.tensor_parallel > 1))
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes" : " is tensor-parallel") + " under " +
                               pipeline::scheduleName(sol.schedule) + ", which splits the backward and does not");

@@ -236,11 +236,13 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
                                                              plan.microbatches());
              !why.empty()) {
     problems.push_back("virtual_stages: " + why);
-  } else if (virtualStages(plan) > 1) { // Note [interleaved 1F1B]: what it does not combine with yet
-    for (int i = 0; i < plan.stages_size(); ++i)
-      if (tensorParallel(plan.stages(i)) > 1)
-        problems.push_back("stages[" + std::to_string(i) + "]: " + pipeline::scheduleName(*schedule) +
-                           " does not run tensor-parallel stages yet (plan with --tensor-parallel 1)");
+  } else if (const int v = virtualStages(plan), p = pipelineRanks(plan); v > 1) { // Note [interleaved 1F1B]
+    for (int i = p; i < plan.stages_size() && plan.stages_size() % v == 0; ++i) // a chunk runs in its rank's groups
+      if (tensorParallel(plan.stages(i)) != tensorParallel(plan.stages(i % p)))
+        problems.push_back("stages[" + std::to_string(i) + "].tensor_parallel: " +
+                           std::to_string(tensorParallel(plan.stages(i))) + ", but under virtual_stages " +
+                           std::to_string(v) + " stage " + std::to_string(i) + " runs in the groups of stage " +
+                           std::to_string(i % p) + ", " + std::to_string(tensorParallel(plan.stages(i % p))) + "-way");
   } else if (pipeline::splitsBackward(*schedule)) { // Note [split backward] in executor/runtime/stage.cpp
     weightRootProblems(plan, *schedule, problems);
   }

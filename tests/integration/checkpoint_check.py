@@ -285,6 +285,15 @@ def check_cross_plan(args):
                          [("1rank", 1, ""), ("2x2", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 0")])
         resume_elsewhere(args, ("pp2", 2, PP2), [("2x2-zero", 4, "--stages 2 --replicas 2 --microbatches 2 --zero 1")])
         return
+    if args.interleaved and args.tensor_parallel:
+        # Tensor-parallel chunks (a rank's chunks share its groups): whole
+        # tensors written from every chunk, resumed on one rank and under
+        # 1F1B; and a 1F1B checkpoint resumed in 2-way chunks.
+        one_f_one_b = PP2 + " --schedule 1f1b"
+        il_tp2 = IL2 + " --tensor-parallel 2"
+        resume_elsewhere(args, ("il2-tp2", 4, il_tp2), [("1rank", 1, ""), ("pp2-1f1b", 2, one_f_one_b)])
+        resume_elsewhere(args, ("pp2-1f1b", 2, one_f_one_b), [("il2-tp2", 4, il_tp2)])
+        return
     if args.interleaved:
         # Interleaved ranks hold several non-adjacent stages (Note [interleaved
         # checkpoints]); the folder is the same by name: written under

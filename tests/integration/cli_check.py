@@ -163,8 +163,8 @@ def case_interleaved(env):
     expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "2", "--checkpoint-dir", ckpt, "--resume"]),
            0, ["resuming from", "step 1"], "rannc-exec resumes the interleaved plan")
     for extra, needle in ((["--virtual-stages", "2"], "needs --schedule interleaved-1f1b"),
-                          (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--tensor-parallel", "2"],
-                           "interleaved-1f1b does not run tensor-parallel stages yet"),
+                          (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--tensor-parallel", "2,2,2"],
+                           "one degree, or one per pipeline rank (2 for --stages 2)"),
                           (["--schedule", "interleaved-1f1b", "--virtual-stages", "2", "--microbatches", "1"],
                            "must be a multiple of 2")):
         p = run([env.args.plan_tool, env.model, "--gpus", "2", "--device-type", "cpu", "--batch-size", "8",

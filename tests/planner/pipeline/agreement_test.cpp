@@ -255,7 +255,7 @@ TEST(PipelineAgreement, InterleavedRankOrderSimulatorClosedFormAndMemoryModel) {
   EXPECT_EQ(exact_cases, 2 * 16);
 }
 
-TEST(PipelineAgreement, InterleavedChunksShareTheirRanksMemoryAndRefuseWhatTheyDoNotRun) {
+TEST(PipelineAgreement, InterleavedChunksShareTheirRanksMemoryAndGroups) {
   auto [p, sol] = pipelineCase(Schedule::Interleaved1F1B, 4, 4, true, 2);
   partition::Evaluation ev = partition::evaluate(p, sol);
   ASSERT_TRUE(ev.feasible());
@@ -274,13 +274,18 @@ TEST(PipelineAgreement, InterleavedChunksShareTheirRanksMemoryAndRefuseWhatTheyD
   ev = partition::evaluate(p, sol);
   EXPECT_TRUE(ev.feasible()) << (ev.violations.empty() ? "" : ev.violations.front());
   sol.stages[1].recompute = false;
-  sol.stages[1].tensor_parallel = sol.stages[3].tensor_parallel = 2; // rank 1's chunks: refused, never run otherwise
+  // Rank 1's two devices as 2 replicas of stage 1 but one 2-way group of
+  // stage 3: a chunk runs in its rank's groups (tp_interleaved_* run them).
+  sol.stages[1].replicas = 2;
+  sol.stages[3].tensor_parallel = 2;
   ev = partition::evaluate(p, sol);
-  ASSERT_FALSE(ev.feasible());
+  ASSERT_FALSE(ev.well_formed);
   EXPECT_TRUE(std::any_of(ev.violations.begin(), ev.violations.end(), [](const std::string &v) {
-    return v.find("stage 1 is tensor-parallel under interleaved-1f1b") != std::string::npos;
+    return v.find("stage 3 is 2-way tensor-parallel, but it runs in the groups of stage 1, 1-way") !=
+           std::string::npos;
   })) << ev.violations.front();
-  sol.stages[1].tensor_parallel = sol.stages[3].tensor_parallel = 1;
+  sol.stages[1].replicas = 1;
+  sol.stages[3].tensor_parallel = 1;
   sol.microbatches = 3; // not a multiple of the 2 ranks
   EXPECT_FALSE(partition::evaluate(p, sol).well_formed);
   sol.microbatches = 4;

@@ -150,6 +150,13 @@ TEST(Plan, InterleavedPlanPutsTwoChunksOnEachRankAndShowsItsBubble) {
   EXPECT_NE(all.find("stages[2].ranks: under virtual_stages 2 stage 2 runs on the ranks of stage 0"),
             std::string::npos) << all;
   EXPECT_NE(all.find("the micro-batch count 1 must be a multiple of 2"), std::string::npos) << all;
+  proto::Plan split = *il; // a chunk in groups its rank does not have
+  split.mutable_stages(3)->set_tensor_parallel(2);
+  all.clear();
+  for (const auto &p : structuralProblems(split)) all += p + "\n";
+  EXPECT_NE(all.find("stages[3].tensor_parallel: 2, but under virtual_stages 2 stage 3 runs in the groups of stage 1, "
+                     "1-way"),
+            std::string::npos) << all;
   // What it does not run yet is refused at plan time.
   planner::PlanOptions o;
   o.schedule = pipeline::Schedule::Interleaved1F1B;
@@ -164,10 +171,13 @@ TEST(Plan, InterleavedPlanPutsTwoChunksOnEachRankAndShowsItsBubble) {
   flags.zero = "1"; // sharding chunks
   EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
   flags.zero = "auto";
-  flags.tensor_parallel = "2";
+  flags.tensor_parallel = "2"; // every chunk 2-way (Note [interleaved layouts])
+  EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
+  flags.tensor_parallel = "2,2,2"; // a degree per chunk: a rank's chunks share its groups
   auto refused = planner::finishPlanOptions(flags, o);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.message(), "--tensor-parallel: interleaved-1f1b does not run tensor-parallel stages yet");
+  EXPECT_EQ(refused.message(), "--tensor-parallel: under interleaved-1f1b one degree, or one per pipeline rank (2 for "
+                               "--stages 2), which its chunks share");
   flags.tensor_parallel = "auto";
   flags.recompute = "auto";
   EXPECT_TRUE(planner::finishPlanOptions(flags, o).ok());
