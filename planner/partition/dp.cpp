@@ -106,7 +106,9 @@ namespace {
 // micro-batch count's search is restricted to stage widths in multiples of a
 // quantum q, and d counts quanta: (D/q + 1) instead of (D + 1). q is the
 // finest of 1, 2, 4, ... per_node, 2 per_node, 4 per_node ... that fits the
-// budget (detail::deviceQuanta), so small problems stay exact; a quantum of
+// budget (detail::deviceQuanta; where replicas are pinned, one that divides
+// every pinned width, replicas times the pinned degree), so small problems
+// stay exact; a quantum of
 // a node or more also starts every stage on a node boundary. The replica
 // counts are those of replicaCandidates whose stage width (replicas times
 // the tensor-parallel degree) is a multiple of q, so the restricted plans

@@ -31,10 +31,17 @@ std::vector<int> stageCountsToSearch(const Problem &p) {
 
 std::vector<int> deviceQuanta(const Problem &p, int only) {
   const Constraints &c = p.constraints;
+  // Note [device quantum]: a pinned stage's width, its replicas times its
+  // pinned degree (1 where the degree is the search's: then any degree keeps
+  // a width of q replicas a multiple of q), must be a multiple of q.
   auto usable = [&](int q) {
     if (c.power_of_two_replicas && (q & (q - 1)) != 0) return false;
-    for (int r : c.replicas)
-      if (r % q != 0) return false;
+    const size_t n = c.replicas.empty() ? 0 : std::max(c.replicas.size(), c.tensor_parallel.size());
+    for (size_t i = 0; i < n; ++i) {
+      const int r = c.replicas[std::min(i, c.replicas.size() - 1)];
+      const int t = c.tensor_parallel.empty() ? 1 : c.tensor_parallel[std::min(i, c.tensor_parallel.size() - 1)];
+      if ((r * t) % q != 0) return false;
+    }
     return true;
   };
   if (only > 0) return {usable(only) ? only : 1};
