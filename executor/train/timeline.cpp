@@ -46,7 +46,9 @@ void TimelineRecorder::action(const schedule::Action &a, Clock::time_point start
     cpu_s = now - cpu_mark_s_;
     cpu_mark_s_ = now;
   }
-  records_.push_back({traceKindOf(a.kind), a.microbatch, since(start), since(Clock::now()), cpu_s});
+  // An interleaved rank's action names its chunk's stage (Note [interleaved 1F1B]).
+  records_.push_back({traceKindOf(a.kind), a.stage >= 0 ? a.stage : stage_, a.microbatch, since(start),
+                      since(Clock::now()), cpu_s});
 }
 
 void TimelineRecorder::endStep() {
@@ -75,7 +77,7 @@ std::vector<plan::TraceEvent> TimelineRecorder::events() const {
     for (size_t i = s.first; i < s.last; ++i) {
       const Record &r = records_[i];
       idle(at, r.start_s, s.step);
-      plan::TraceEvent e = plan::traceEvent(r.kind, rank, stage_, r.microbatch, r.start_s, r.end_s - r.start_s);
+      plan::TraceEvent e = plan::traceEvent(r.kind, rank, r.stage, r.microbatch, r.start_s, r.end_s - r.start_s);
       if (gpu_ < 0) e.numbers["cpu_us"] = int64_t(r.cpu_s * 1e6 + 0.5);
       add(std::move(e), s.step);
       at = r.end_s;

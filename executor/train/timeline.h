@@ -52,6 +52,7 @@ public:
 private:
   struct Record {
     plan::TraceKind kind;
+    int stage; ///< the action's (an interleaved rank runs several)
     int microbatch;
     double start_s, end_s;
     double cpu_s; ///< this thread's CPU time since the previous record (CPU devices; else 0)

@@ -153,8 +153,15 @@ def case_interleaved(env):
     if not {(0, 0), (0, 2), (1, 1), (1, 3)} <= stages:
         sys.exit(f"the trace does not draw both chunks of both ranks: {sorted(stages, key=str)}")
     print("ok: the trace draws stages 0 and 2 on rank 0, 1 and 3 on rank 1")
-    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "2"]), 0, ["interleaved-1f1b", "rannc-exec: done"],
-           "rannc-exec trains the interleaved plan")
+    measured = os.path.join(env.dir, "il-measured.json")
+    expect(env.mpirun(2, [plan, "--data", env.data, "--steps", "2", "--trace", measured]), 0,
+           ["interleaved-1f1b", "rannc-exec: done"], "rannc-exec trains the interleaved plan")
+    with open(measured) as f:  # the measured trace names each action's chunk as simulate does
+        events = json.load(f)["traceEvents"]
+    ran = {(e["pid"], e["args"]["stage"]) for e in events if e.get("ph") == "X" and e.get("cat") == "forward"}
+    if ran != {(0, 0), (0, 2), (1, 1), (1, 3)}:
+        sys.exit(f"rannc-exec --trace does not name each forward's chunk: {sorted(ran)}")
+    print("ok: rannc-exec --trace names stages 0 and 2 on rank 0, 1 and 3 on rank 1")
     # Note [interleaved checkpoints]: a rank's chunks are saved and resumed together.
     ckpt = os.path.join(env.dir, "ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)

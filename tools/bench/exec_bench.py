@@ -16,9 +16,11 @@
    other load) allow any 2-rank run; data parallelism's share of that bound
    is what rannc's replicas (the gradient all-reduce, the split) cost.
 4. measured peak tensor memory per rank vs the plan's estimate.
-5. ZB-H1 and ZB-H2 vs 1F1B (issue 28): the 2-stage, 8-micro-batch plan of 2.
-   run under 1F1B and each of --schedules (the same stages: only the plan's
-   schedule field differs), alternately, --rounds times each; throughput
+5. ZB-H1, ZB-H2 and interleaved 1F1B vs 1F1B (issue 28): the 2-stage,
+   8-micro-batch plan of 2. run under 1F1B and each of --schedules (the same
+   stages: only the plan's schedule field differs; interleaved 1F1B is
+   planned with 2 chunks on each of the 2 ranks), alternately, --rounds
+   times each; throughput
    ratio of the medians, goal > 1. Beside it, each schedule's measured step
    against its own bound, the closed form of its order (pipelineTime, as
    `show` computes it) on the same run's median forward, B and W per stage
@@ -119,7 +121,7 @@ def own_bound(a, work, name, plan_json, trace):
     edited = os.path.join(work, f"{name}_measured.json")
     json.dump(plan, open(edited, "w"))
     shown = json.loads(run([a.plan_tool, "show", edited, "--json"]).stdout)
-    ranks = len(plan["stages"])  # one stage per rank here
+    ranks = len(plan["stages"]) // max(1, plan.get("virtual_stages", 1))  # an interleaved rank runs v stages
     pipe = busy / (ranks * (1 - shown["predicted_bubble_fraction"]))
     return pipe + max(median(list(steps.values())) for steps in after.values())
 
@@ -129,6 +131,12 @@ def compare_schedules(a, work):
     and each run's measured step against its schedule's own bound (own_bound)."""
     plans = {"1F1B": os.path.join(work, "pipe.pb")}
     for name in a.schedules.split(","):
+        if name == "INTERLEAVED_1F1B":  # its own plan: 2 chunks on each of the 2 ranks, other stages
+            plans[name] = os.path.join(work, "interleaved.pb")
+            run([a.plan_tool, os.path.join(work, "model.onnx"), "--gpus", "2", "--batch-size", str(BATCH),
+                 "--optimizer", "sgd", "-o", plans[name], "--stages", "2", "--replicas", "1", "--microbatches", "8",
+                 "--schedule", "interleaved-1f1b", "--virtual-stages", "2"])
+            continue
         as_json = os.path.join(work, f"{name.lower()}.json")
         run([a.plan_tool, "convert", plans["1F1B"], "-o", as_json])
         edited = json.load(open(as_json))
@@ -169,7 +177,9 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3, help="runs of each schedule in the comparison with 1F1B")
-    ap.add_argument("--schedules", default="ZB_H1,ZB_H2", help="plan schedule names compared with 1F1B (5.)")
+    ap.add_argument("--schedules", default="ZB_H1,ZB_H2,INTERLEAVED_1F1B",
+                    help="plan schedule names compared with 1F1B (5.); INTERLEAVED_1F1B is planned on its own "
+                         "(2 chunks a rank), the others are the 1F1B plan with its schedule field changed")
     ap.add_argument("--schedules-only", action="store_true", help="run benchmark 5 alone")
     a = ap.parse_args()
     a.plan_tool = os.path.join(a.build, "tools", "rannc-plan")
