@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "planner/import/onnx_import.h"
-#include "planner/ir/aten_args.h"
+#include "planner/ir/aten_arg_list.h"
 #include "planner/ir/op_set.h"
 #include "planner/support/files.h"
 
@@ -35,22 +35,14 @@ const std::set<std::string_view> kAtenDropouts = {"aten::dropout", "aten::native
 const std::set<std::string_view> kRandomOnnx = {"RandomNormal", "RandomUniform", "RandomNormalLike",
                                                 "RandomUniformLike", "Bernoulli", "Multinomial"};
 
-/// The constant argument `i` of ATen node `n` (Note [aten argument encoding]), when it is one.
-const ir::AttrValue *constantArg(const ir::Node &n, size_t i) {
-  auto kind = n.attrs.find(ir::aten_args::kindKey(i));
-  if (kind == n.attrs.end() || !std::holds_alternative<std::string>(kind->second) ||
-      std::get<std::string>(kind->second).rfind(ir::aten_args::kConstPrefix, 0) != 0)
-    return nullptr;
-  auto v = n.attrs.find(ir::aten_args::valueKey(i));
-  return v == n.attrs.end() ? nullptr : &v->second;
-}
-
 /// True when `n` draws random numbers as it runs in training.
 bool drawsRandomNumbers(const ir::Graph &g, const ir::Node &n) {
   if (ir::isAten(n)) {
     if (kRandomAten.count(n.op_type)) return true;
     if (!kAtenDropouts.count(n.op_type)) return false;
-    const ir::AttrValue *p = constantArg(n, 1), *train = constantArg(n, 2);
+    const std::vector<ir::AtenArg> args = ir::atenArgs(n); // dropout(input, p, train)
+    const ir::AttrValue *p = args.size() > 1 ? args[1].constant : nullptr;
+    const ir::AttrValue *train = args.size() > 2 ? args[2].constant : nullptr;
     bool zero = p && ((std::holds_alternative<double>(*p) && std::get<double>(*p) == 0.0) ||
                       (std::holds_alternative<int64_t>(*p) && std::get<int64_t>(*p) == 0));
     bool eval = train && std::holds_alternative<int64_t>(*train) && std::get<int64_t>(*train) == 0;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "planner/ir/aten_arg_list.h"
 #include "planner/ir/ir.h"
 #include "planner/sharding/sharding.h"
 #include "planner/support/status.h"
@@ -113,16 +114,9 @@ Expected<std::optional<int64_t>> runTimeTargetPatch(const ir::Graph &g, const st
 /// node's output); nullopt when it is not a known constant.
 std::optional<std::vector<int64_t>> constantInts(const ir::Graph &g, ir::ValueId v);
 
-/// One ATen operator argument (Note [aten argument encoding]): its kind, the
-/// node inputs it reads, or its constant.
-struct AtenArg {
-  std::string kind;
-  std::vector<int> inputs;                ///< node input indices ("tensor", "ints", lists, ...)
-  const ir::AttrValue *constant = nullptr; ///< "c:*" kinds
-};
-
-/// The arguments of ATen node `n`; empty when its encoding cannot be read.
-std::vector<AtenArg> atenArgs(const ir::Node &n);
+/// ATen arguments (Note [aten argument encoding]), decoded in planner/ir.
+using ir::AtenArg;
+using ir::atenArgs;
 /// Argument i as a known integer (a constant, or a constant input).
 std::optional<int64_t> atenInt(const ir::Graph &g, const ir::Node &n, const std::vector<AtenArg> &args, size_t i);
 /// Argument i as a known integer list.
