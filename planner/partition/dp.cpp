@@ -93,10 +93,17 @@ namespace {
 //   - a stage's floor (Note [stage floor]) is (M-1) times its slot, since
 //     the fill and drain may take less than a stage's slot (each stage adds
 //     at least its F, the last its F + G).
-// Recomputation and tensor-parallel stages are left out of the search: the
-// executor's split backward runs neither (Note [split backward] in
-// executor/runtime/stage.cpp). The DP against exhaustive search under ZB-H1
-// and ZB-H2: tests/planner/partition/solver_test.cpp.
+// Recomputation and tensor-parallel degrees are searched as under 1F1B. A
+// recomputing stage's G holds its rebuilt forward (B = recomputation + input
+// gradients, W unchanged: Note [recomputing split backward] in evaluate.cpp),
+// and it adds F + max(0, G - cW) to A, which never falls as G grows, so
+// recomputation still only costs time and is tried only where a stage does
+// not fit without it. A tensor-parallel stage's collectives are in F and B,
+// and its W divides by the degree as its backward does (Note [split backward
+// of a tensor-parallel stage]), so the credit's W is the placed stage's
+// (StageTable::weightTime at its degree). The DP against exhaustive search
+// under ZB-H1 and ZB-H2, recomputation and degrees drawn:
+// tests/planner/partition/solver_test.cpp.
 //
 // Note [device quantum]
 // The states grow with the devices: (kmax+1)(n+1)(D+1), e.g. 129 x 257 x 1025
@@ -308,7 +315,7 @@ public:
               if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, seat[d].bw);
               const StageVals &v = hit ? hit->v : uncached;
               if (!(v.ar < ar_limit_)) continue;
-              const double credit = splitCredit(k, a, e, ri, v.g); // Note [split backward DP]
+              const double credit = splitCredit(k, a, e, ri, ti, v.g); // Note [split backward DP]
               lb_a_[s] = std::min(lb_a_[s], v.a - credit + lb_a_[t]);
               lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
               double x = v.ar;
@@ -368,7 +375,7 @@ public:
             choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k), last_queue = queueFor(k));
           if (choice < 0) continue;
           if (!have[choice] || split_) { // a split backward's credit depends on k (Note [split backward DP])
-            const double least = leastWork(a, e, ri, ti, choice, mask) - splitCredit(k, a, e, ri);
+            const double least = leastWork(a, e, ri, ti, choice, mask) - splitCredit(k, a, e, ri, ti);
             for (int j = 0; j < kNumPrices; ++j) cost[choice][j] = least + mu[j] * devices;
             have[choice] = true;
           }
@@ -587,7 +594,7 @@ private:
           const int choice = memoryChoice(a, e, ri, ti, inflight, queue);
           if (choice < 0) continue;
           StageVals v = placedValues(a, e, ri, ti, choice, relaxed_ ? kAnyPlacement : seat.bits & mask, seat.bw);
-          v.a -= splitCredit(k, a, e, ri, v.g); // Note [split backward DP]
+          v.a -= splitCredit(k, a, e, ri, ti, v.g); // Note [split backward DP]
           if (!(v.ar < ar_limit_)) continue;
           int next[2];
           const int num_next = nextClasses(k, e, next);
@@ -734,11 +741,12 @@ namespace {
 // With no schedule pinned (--schedule auto), solveDP searches 1F1B first
 // (GPipe never wins, Note [exact stage DP]), then weighs the others against
 // that plan, T1, each only as far as it could beat it:
-// - ZB-H1 and ZB-H2: refused where the problem forces recomputation or pins
-//   tensor-parallel degrees, or where the driver says the executor could not
+// - ZB-H1 and ZB-H2: refused where the driver says the executor could not
 //   split a backward (Problem::no_split_backward: a parameter two ops read).
-//   Otherwise the 1F1B plan's layout, when it has neither recomputation nor
-//   tensor parallelism and fits under the schedule, is a plan of it; then a
+//   Otherwise the best plan so far's layout (1F1B's, or ZB-H1's for ZB-H2),
+//   recomputing, sharding or tensor-parallel as it may be, is a plan of it
+//   with each stage's memory choice taken again for the schedule
+//   (refitMemoryChoices), where that fits; then a
 //   bound per stage count S: the DP of Note [split backward DP] with S left
 //   open (StageTable::S_ = 0) charges each stage the in-flight count of a
 //   pipeline of k stages, the k still to place (min(M, k) or min(M, 2k-1),
@@ -778,6 +786,30 @@ constexpr int kAutoChunks[] = {2, 4};
 // and 1F1B plans must stay what they were.
 constexpr double kTieTolerance = 1e-9;
 
+/// Gives each stage of `sol` the fastest memory choice that fits under its
+/// schedule, as the DP would (StageTable::memoryChoice: no recomputation
+/// before recomputation, sharding before recomputation); a stage where none
+/// fits keeps its own (evaluate() then says it does not fit).
+void refitMemoryChoices(const Problem &p, Solution &sol) {
+  const int S = sol.numStages();
+  for (int s = 0; s < S; ++s) {
+    Stage &st = sol.stages[static_cast<size_t>(s)];
+    const int first = sol.firstRank(s);
+    const int prev_last = s > 0 ? sol.firstRank(s - 1) + sol.stages[s - 1].devices() - 1 : -1;
+    const int next_first = s + 1 < S ? sol.firstRank(s + 1) : -1;
+    bool fitted = false;
+    for (bool rec : {false, true})
+      for (bool zero : {false, true}) {
+        if (fitted || !p.recomputeAllowed(rec) || !p.zeroAllowed(zero, st.replicas)) continue;
+        Stage trial = st;
+        trial.recompute = rec, trial.zero = zero;
+        const StageCost c = evaluateStage(p, trial, s, S, first, sol.microbatches, sol.schedule, sol.virtual_stages,
+                                          prev_last, next_first);
+        if (c.memory.total() <= p.devices.capacity()) st = trial, fitted = true;
+      }
+  }
+}
+
 /// The split-backward search of Note [split backward DP] under `schedule`.
 /// Alone (`rival` null) it searches every stage count, seeded with the best
 /// 1F1B layout that fits; weighed against `rival` (Note [automatic
@@ -791,18 +823,12 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
     if (tried) tried->outcome = outcome, tried->why = why;
     return Error{std::string(name) + ": " + why};
   };
-  if (p.force_recompute) return refuse(ScheduleTried::Outcome::Refused, "does not recompute activations (--recompute on)");
-  for (int t : p.constraints.tensor_parallel)
-    if (t > 1) return refuse(ScheduleTried::Outcome::Refused, "does not run tensor-parallel stages yet");
   Problem q = p;
-  q.allow_recompute = false;
-  q.tp_degrees = {1};
-  // Degrees pinned per stage (all 1 here) also pin the stage count; the
-  // constraint goes, the count stays (a one-stage plan of a problem pinned to
-  // two stages is no plan of it).
+  // Degrees pinned per stage also pin the stage count, which the searches
+  // below pin one by one (a one-stage plan of a problem pinned to two stages
+  // is no plan of it).
   if (q.constraints.tensor_parallel.size() > 1)
     q.constraints.stages = static_cast<int>(q.constraints.tensor_parallel.size());
-  q.constraints.tensor_parallel.clear();
   q.constraints.schedule = schedule;
   std::optional<SolveResult> best;
   // Only plans faster than this matter: the rival's (by more than rounding), or the seed's.
@@ -820,11 +846,14 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
       one.constraints.schedule = Schedule::OneFOneB;
       if (auto solved = searchStages(one, opts); solved.ok()) layout = std::move(*solved);
     }
-    const bool plain = layout && layout->solution.virtual_stages == 1 &&
-                       std::none_of(layout->solution.stages.begin(), layout->solution.stages.end(),
-                                    [](const Stage &st) { return st.recompute || st.tensor_parallel > 1; });
-    if (plain) {
+    // Recomputing and tensor-parallel stages run under a split backward too
+    // (Note [recomputing split backward], Note [split backward of a
+    // tensor-parallel stage] in evaluate.cpp): any one-chunk layout is a plan
+    // of it, each stage taking the memory choice that fits under this
+    // schedule (it holds more micro-batches than under 1F1B).
+    if (layout && layout->solution.virtual_stages == 1) {
       layout->solution.schedule = schedule;
+      refitMemoryChoices(q, layout->solution);
       if (const Evaluation ev = evaluate(q, layout->solution); ev.feasible() && ev.step_time_s < beat) {
         layout->step_time_s = ev.step_time_s;
         beat = ev.step_time_s;

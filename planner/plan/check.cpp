@@ -242,14 +242,8 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
         problems.push_back("stages[" + std::to_string(i) + "]: " + pipeline::scheduleName(*schedule) +
                            " does not run tensor-parallel stages yet (plan with --tensor-parallel 1)");
   } else if (pipeline::splitsBackward(*schedule)) { // Note [split backward] in executor/runtime/stage.cpp
-    for (int i = 0; i < plan.stages_size(); ++i) {
-      if (plan.stages(i).recompute())
-        problems.push_back("stages[" + std::to_string(i) + "].recompute: " + pipeline::scheduleName(*schedule) +
-                           " splits the backward and does not recompute activations (plan with --recompute off)");
-      if (tensorParallel(plan.stages(i)) > 1)
-        problems.push_back("stages[" + std::to_string(i) + "]: " + pipeline::scheduleName(*schedule) +
-                           " splits the backward and does not run tensor-parallel stages yet");
-    }
+    // Recomputing and tensor-parallel stages split their backward too (Note
+    // [recomputing split backward] in planner/partition/evaluate.cpp).
     weightRootProblems(plan, *schedule, problems);
   }
   if (plan.microbatches() >= 1 && plan.global_batch_size() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)
