@@ -760,9 +760,15 @@ namespace {
 //   kWarmStates (the quantum relaxation is a bound too).
 // - Where the remaining searches would visit more than kAutoSplitStates DP
 //   states (the sum over the counts and micro-batch counts left, at every
-//   width), the schedule is not searched and says so: the 103.6B BERT's
-//   ZB-H1 search took 52 minutes pinned (docs/partitioner.md). Pinned, the
-//   same search runs whatever it costs.
+//   width), the schedule is not searched whole and says so: the 103.6B
+//   BERT's ZB-H1 search took 52 minutes pinned (docs/partitioner.md). If
+//   the stage count of the plan weighed against is among those left and its
+//   search alone stays within kAutoSplitStates, that count is searched (a
+//   plan found so says in ScheduleTried::why, a search that found none is
+//   too-large): the pipeline depth a 1F1B plan found best is where a split
+//   backward's layout is most likely to be (the 103.6B BERT: 17 stages,
+//   1F1B 150.9 samples/s, ZB-H1 at 17 stages 156.3). Not exact: other
+//   counts are not searched. Pinned, the whole search runs whatever it costs.
 // - Interleaved 1F1B with v in kAutoChunks: the fold of Note [interleaved
 //   layouts] onto the 1F1B plan's stage count p (or the pinned --stages),
 //   where p >= 2, p v <= the blocks, and the problem allows chunks (no
@@ -862,28 +868,46 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
     }
   }
   // Note [automatic schedule]: a bound per stage count, with the count left open.
-  const std::vector<int> counts = detail::stageCountsToSearch(q);
-  std::vector<double> bound(counts.size(), 0.0); // 0: not bounded, searched
-  std::vector<double> states(counts.size(), 0.0); // what searching it would visit, at every width
+  std::vector<int> counts = detail::stageCountsToSearch(q);
   const int64_t warm = std::min({kWarmStates, opts.max_states, kMaxStates});
+  // What searching stage count s would visit, at every width and micro-batch count.
+  auto countStates = [&](int s) {
+    return double(s + 1) * (q.numBlocks() + 1) * (q.devices.count + 1) * double(microbatchCandidates(q).size());
+  };
+  // Note [automatic schedule]: where the whole search is too large, the stage
+  // count of the plan weighed against is searched alone if that fits the budget.
+  const int rival_stages = rival && rival->solution.virtual_stages == 1 ? rival->solution.numStages() : 0;
+  const bool can_narrow = rival_stages > 0 && std::find(counts.begin(), counts.end(), rival_stages) != counts.end() &&
+                          countStates(rival_stages) <= double(kAutoSplitStates);
+  std::string narrowed; // why only rival_stages was searched, or empty
+  auto narrow = [&](const char *text) {
+    narrowed = std::string(text) + "; searched at the " + std::to_string(rival_stages) +
+               " stages of the plan weighed against alone";
+  };
   // Before the bounds: a search that would stay too large even if they
   // pruned nine of ten micro-batch counts and stage counts is not bounded
   // either (the bound passes alone took 35 s of GPT 145.6B's planning).
   if (rival) {
     double most = 0;
-    for (int s : counts) most += double(s + 1) * (q.numBlocks() + 1) * (q.devices.count + 1);
-    most *= static_cast<double>(microbatchCandidates(q).size());
+    for (int s : counts) most += countStates(s);
     if (most > 100.0 * double(kAutoSplitStates)) {
       char text[400];
       std::snprintf(text, sizeof text, "its search would visit up to %.3g DP states over %zu stage counts, more "
                     "than 100 times what the automatic search allows (%.3g), so it was not bounded either; pin "
                     "--schedule %s to search it", most, counts.size(), double(kAutoSplitStates), name);
-      if (tried && !best) tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
-      if (!best) return Error{std::string(name) + ": " + text};
-      if (tried) tried->step_time_s = best->step_time_s; // the seed stands
-      return std::move(*best);
+      if (can_narrow) {
+        narrow(text);
+        counts = {rival_stages};
+      } else {
+        if (tried && !best) tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+        if (!best) return Error{std::string(name) + ": " + text};
+        if (tried) tried->step_time_s = best->step_time_s; // the seed stands
+        return std::move(*best);
+      }
     }
   }
+  std::vector<double> bound(counts.size(), 0.0); // 0: not bounded, searched
+  std::vector<double> states(counts.size(), 0.0); // what searching it would visit, at every width
   if (q.constraints.stages == 0 && counts.size() > 1 && beat < kInf) {
     if (opts.doing) opts.doing("stage DP: bounding " + std::string(name) + " per stage count");
     bound.assign(counts.size(), kInf);
@@ -909,8 +933,7 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
       }
     }
   } else {
-    for (size_t i = 0; i < counts.size(); ++i)
-      states[i] = double(counts[i] + 1) * (q.numBlocks() + 1) * (q.devices.count + 1) * microbatchCandidates(q).size();
+    for (size_t i = 0; i < counts.size(); ++i) states[i] = countStates(counts[i]);
   }
   std::vector<size_t> order;
   double total = 0, least = kInf;
@@ -920,14 +943,18 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bound[x] < bound[y]; });
   if (rival && total > double(kAutoSplitStates)) {
-    if (tried) {
-      char text[400];
-      std::snprintf(text, sizeof text, "its search would visit about %.3g DP states over %zu stage counts (the "
-                    "automatic search stops at %.3g); pin --schedule %s to search it", total, order.size(),
-                    double(kAutoSplitStates), name);
-      tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+    char text[400];
+    std::snprintf(text, sizeof text, "its search would visit about %.3g DP states over %zu stage counts (the "
+                  "automatic search stops at %.3g); pin --schedule %s to search it", total, order.size(),
+                  double(kAutoSplitStates), name);
+    const auto at = std::find_if(order.begin(), order.end(), [&](size_t i) { return counts[i] == rival_stages; });
+    if (can_narrow && at != order.end()) {
+      narrow(text);
+      order = {*at};
+    } else {
+      if (tried) tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+      order.clear(); // the seed, if it beat the rival, still stands
     }
-    order.clear(); // the seed, if it beat the rival, still stands
   }
   std::optional<Error> refused; // a search that could not run (too many states), not one without a plan
   SolveStats total_stats;
@@ -950,7 +977,11 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   }
   if (!best) {
     if (rival) {
-      if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) { // not marked too large
+      if (tried && !narrowed.empty()) {
+        char text[120];
+        std::snprintf(text, sizeof text, ", where no plan beats %.6g s", rival->step_time_s);
+        tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = narrowed + text;
+      } else if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) { // not marked too large
         char text[240];
         if (least < kInf)
           std::snprintf(text, sizeof text, "no plan beats %.6g s (its bound over every stage count: %.6g s)",
@@ -973,7 +1004,10 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   // Over every stage count searched; the others could not beat the plan.
   best->stats.lower_bound_s = std::min(lower, best->step_time_s);
   best->stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) tried->step_time_s = best->step_time_s;
+  if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) {
+    tried->step_time_s = best->step_time_s;
+    tried->why = narrowed; // a plan found by part of the search says so
+  }
   return std::move(*best);
 }
 
@@ -1086,7 +1120,8 @@ Expected<SolveResult> solveAuto(const Problem &p, const DPOptions &opts) {
   for (size_t i = 0; i < tried.size(); ++i) {
     ScheduleTried &t = tried[i];
     if (i == chosen) {
-      t.outcome = ScheduleTried::Outcome::Chosen, t.why.clear();
+      if (t.outcome != ScheduleTried::Outcome::Chosen) t.why.clear(); // a seed that stood: no longer what it was
+      t.outcome = ScheduleTried::Outcome::Chosen;
     } else if (t.outcome == ScheduleTried::Outcome::Chosen) { // found a plan that a later schedule beat
       char text[200];
       std::snprintf(text, sizeof text, "its plan takes %.6g s against %.6g s", t.step_time_s, best.step_time_s);

@@ -40,7 +40,9 @@ struct ScheduleTried {
   int virtual_stages = 1;
   Outcome outcome = Outcome::Chosen;
   double step_time_s = 0; ///< Chosen, Slower: its best plan's step; Bounded: the bound; else 0
-  std::string why;        ///< for every outcome but Chosen: one line
+  /// For every outcome but Chosen: one line; Chosen: empty, or how far it
+  /// was searched (a split schedule at one stage count, Note [automatic schedule]).
+  std::string why;
 };
 
 /// "chosen", "slower", "bounded", "refused", "too-large", "no-plan".
