@@ -758,12 +758,12 @@ namespace {
 //   known is not searched; the others are, by increasing bound, each pruned
 //   by the best plan so far. The bound passes run at the finest quantum within
 //   kWarmStates (the quantum relaxation is a bound too).
-// - Where the remaining searches would visit more than kAutoSplitStates DP
+// - Where the remaining searches would visit more than DPOptions::auto_states (2^24) DP
 //   states (the sum over the counts and micro-batch counts left, at every
 //   width), the schedule is not searched whole and says so: the 103.6B
 //   BERT's ZB-H1 search took 52 minutes pinned (docs/partitioner.md). If
 //   the stage count of the plan weighed against is among those left and its
-//   search alone stays within kAutoSplitStates, that count is searched (a
+//   search alone stays within DPOptions::auto_states, that count is searched (a
 //   plan found so says in ScheduleTried::why, a search that found none is
 //   too-large): the pipeline depth a 1F1B plan found best is where a split
 //   backward's layout is most likely to be (the 103.6B BERT: 17 stages,
@@ -778,14 +778,13 @@ namespace {
 //   ceil(B / (M r)) samples) / p (the closed form's M T_r* of Note
 //   [interleaved 1F1B], T_r* at least the ranks' mean); the fold tries only
 //   the (M, r) whose bound beats the best plan known, and only when their
-//   DP states stay within kAutoSplitStates.
+//   DP states stay within DPOptions::auto_states.
 // The schedule whose plan is fastest wins; ties go to the earlier in
 // kSchedules (1F1B before the others). Over ZB-H1, ZB-H2 and 1F1B this is
 // exact: the answer is the best of the three pinned searches, whenever no
 // schedule is skipped for its size (partition_solver_test,
 // AutoScheduleMatchesBestPinnedSearch). The interleaved fold is not exact
 // pinned either (a plan that fits, not the best one).
-constexpr int64_t kAutoSplitStates = int64_t{1} << 24;
 constexpr int kAutoChunks[] = {2, 4};
 // A schedule must beat the plan before it by more than rounding: with one
 // stage or one micro-batch ZB-H1's sums equal 1F1B's up to the last bits,
@@ -878,7 +877,7 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   // count of the plan weighed against is searched alone if that fits the budget.
   const int rival_stages = rival && rival->solution.virtual_stages == 1 ? rival->solution.numStages() : 0;
   const bool can_narrow = rival_stages > 0 && std::find(counts.begin(), counts.end(), rival_stages) != counts.end() &&
-                          countStates(rival_stages) <= double(kAutoSplitStates);
+                          countStates(rival_stages) <= double(opts.auto_states);
   std::string narrowed; // why only rival_stages was searched, or empty
   auto narrow = [&](const char *text) {
     narrowed = std::string(text) + "; searched at the " + std::to_string(rival_stages) +
@@ -890,11 +889,11 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   if (rival) {
     double most = 0;
     for (int s : counts) most += countStates(s);
-    if (most > 100.0 * double(kAutoSplitStates)) {
+    if (most > 100.0 * double(opts.auto_states)) {
       char text[400];
       std::snprintf(text, sizeof text, "its search would visit up to %.3g DP states over %zu stage counts, more "
                     "than 100 times what the automatic search allows (%.3g), so it was not bounded either; pin "
-                    "--schedule %s to search it", most, counts.size(), double(kAutoSplitStates), name);
+                    "--schedule %s to search it", most, counts.size(), double(opts.auto_states), name);
       if (can_narrow) {
         narrow(text);
         counts = {rival_stages};
@@ -942,11 +941,11 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
     if (bound[i] < beat) order.push_back(i), total += states[i];
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bound[x] < bound[y]; });
-  if (rival && total > double(kAutoSplitStates)) {
+  if (rival && total > double(opts.auto_states)) {
     char text[400];
     std::snprintf(text, sizeof text, "its search would visit about %.3g DP states over %zu stage counts (the "
                   "automatic search stops at %.3g); pin --schedule %s to search it", total, order.size(),
-                  double(kAutoSplitStates), name);
+                  double(opts.auto_states), name);
     const auto at = std::find_if(order.begin(), order.end(), [&](size_t i) { return counts[i] == rival_stages; });
     if (can_narrow && at != order.end()) {
       narrow(text);
@@ -1061,10 +1060,10 @@ Expected<SolveResult> searchInterleavedAuto(const Problem &p, int v, const DPOpt
     tried.step_time_s = least;
     return refuse(ScheduleTried::Outcome::Bounded, text);
   }
-  if (states > double(kAutoSplitStates)) {
+  if (states > double(opts.auto_states)) {
     std::snprintf(text, sizeof text, "%d ranks: its fold would visit about %.3g DP states over %zu (micro-batch, "
                   "replica) pairs (the automatic search stops at %.3g); pin --schedule %s --stages %d "
-                  "--virtual-stages %d to search it", P, states, pairs.size(), double(kAutoSplitStates), name, P, v);
+                  "--virtual-stages %d to search it", P, states, pairs.size(), double(opts.auto_states), name, P, v);
     return refuse(ScheduleTried::Outcome::TooLarge, text);
   }
   Problem q = p;

@@ -72,6 +72,9 @@ struct DPOptions {
   /// multiples of a quantum (a power of two, or of whole nodes).
   int64_t max_states = int64_t{1} << 25;
   int device_quantum = 0; ///< 0: the finest within max_states; else this one
+  /// DP states the automatic schedule search may spend on each schedule it
+  /// weighs after 1F1B (Note [automatic schedule] in dp.cpp).
+  int64_t auto_states = int64_t{1} << 24;
   std::function<void(const std::string &)> progress; ///< one line per phase of a search, or none
   /// What the search is about to do, for a heartbeat (Note [progress lines] in planner/driver/progress.h), or none.
   std::function<void(const std::string &)> doing;

@@ -764,6 +764,56 @@ TEST(SolveDP, AutoScheduleMatchesBestPinnedSearch) {
   EXPECT_GT(bounded, 20); // the bounds skip searches
 }
 
+TEST(SolveDP, AutoScheduleSearchesTheRivalsStageCountWhereTooLarge) {
+  // Note [automatic schedule]: with the automatic budget cut to what one
+  // stage count of the 1F1B plan's depth costs, a split schedule whose whole
+  // search is larger is searched at the rival plan's stage count alone, and
+  // says so; there its answer is exhaustive search's at that count.
+  std::mt19937 rng(2031);
+  int narrowed = 0, narrowed_won = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Problem p = randomProblem(rng, trial);
+    p.constraints.schedule.reset();
+    p.constraints.virtual_stages = 1;
+    drawWeightGradients(p, rng);
+    const std::string where = describeTrial(p, trial);
+    Problem one = p;
+    one.constraints.schedule = Schedule::OneFOneB;
+    auto layout = solveDP(one);
+    if (!layout.ok()) continue;
+    const int S1 = layout->solution.numStages();
+    DPOptions opts;
+    opts.auto_states = int64_t(S1 + 1) * (p.numBlocks() + 1) * (p.devices.count + 1) *
+                       static_cast<int64_t>(microbatchCandidates(p).size());
+    auto dp = solveDP(p, opts);
+    ASSERT_TRUE(dp.ok()) << where << dp.error().message;
+    EXPECT_LT(relDiff(evaluate(p, dp->solution).step_time_s, dp->step_time_s), 1e-9) << where;
+    for (const ScheduleTried &t : dp->stats.schedules) {
+      const size_t at = t.why.find("searched at the ");
+      if (!pipeline::splitsBackward(t.schedule) || at == std::string::npos) continue;
+      ++narrowed;
+      const int stages = std::stoi(t.why.substr(at + 16));
+      Problem pinned = p;
+      pinned.constraints.schedule = t.schedule;
+      pinned.constraints.stages = stages;
+      auto ex = solveExhaustive(pinned);
+      if (t.outcome == ScheduleTried::Outcome::Chosen) {
+        ++narrowed_won;
+        ASSERT_TRUE(ex.ok()) << where << ex.error().message;
+        EXPECT_EQ(dp->solution.numStages(), stages) << where << str(dp->solution);
+        EXPECT_LT(relDiff(dp->step_time_s, ex->step_time_s), 1e-9) << where << "dp " << str(dp->solution)
+                                                                   << "exhaustive " << str(ex->solution);
+      } else {
+        EXPECT_EQ(t.outcome, ScheduleTried::Outcome::TooLarge) << where << t.why;
+        if (ex.ok()) EXPECT_GE(ex->step_time_s, dp->step_time_s * (1 - 1e-9)) << where << str(ex->solution);
+      }
+    }
+  }
+  std::cout << "narrowed " << narrowed << ", of them chosen " << narrowed_won << "\n";
+  EXPECT_GT(narrowed, 20);
+  EXPECT_GT(narrowed_won, 5);
+}
+
 TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {
   std::mt19937 rng(2024);
   int feasible = 0, infeasible = 0, recomputing = 0, sharding = 0, gpipe = 0, unequal = 0, multi_node = 0;
