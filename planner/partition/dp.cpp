@@ -94,10 +94,17 @@ namespace {
 //   - a stage's floor (Note [stage floor]) is (M-1) times its slot, since
 //     the fill and drain may take less than a stage's slot (each stage adds
 //     at least its F, the last its F + G).
-// Recomputation and tensor-parallel stages are left out of the search: the
-// executor's split backward runs neither (Note [split backward] in
-// executor/runtime/stage.cpp). The DP against exhaustive search under ZB-H1
-// and ZB-H2: tests/planner/partition/solver_test.cpp.
+// Recomputation and tensor-parallel degrees are searched as under 1F1B. A
+// recomputing stage's G holds its rebuilt forward (B = recomputation + input
+// gradients, W unchanged: Note [recomputing split backward] in evaluate.cpp),
+// and it adds F + max(0, G - cW) to A, which never falls as G grows, so
+// recomputation still only costs time and is tried only where a stage does
+// not fit without it. A tensor-parallel stage's collectives are in F and B,
+// and its W divides by the degree as its backward does (Note [split backward
+// of a tensor-parallel stage]), so the credit's W is the placed stage's
+// (StageTable::weightTime at its degree). The DP against exhaustive search
+// under ZB-H1 and ZB-H2, recomputation and degrees drawn:
+// tests/planner/partition/solver_test.cpp.
 //
 // Note [device quantum]
 // The states grow with the devices: (kmax+1)(n+1)(D+1), e.g. 129 x 257 x 1025
@@ -311,7 +318,7 @@ public:
               if (!hit) uncached = placedValues(a, e, ri, ti, choice, flags, seat[d].bw);
               const StageVals &v = hit ? hit->v : uncached;
               if (!(v.ar < ar_limit_)) continue;
-              const double credit = splitCredit(k, a, e, ri, v.g); // Note [split backward DP]
+              const double credit = splitCredit(k, a, e, ri, ti, v.g); // Note [split backward DP]
               lb_a_[s] = std::min(lb_a_[s], v.a - credit + lb_a_[t]);
               lb_psi_[s] = std::min(lb_psi_[s], std::max(v.ar, lb_psi_[t]));
               double x = v.ar;
@@ -371,7 +378,7 @@ public:
             choice = memoryChoice(a, e, ri, ti, last_inflight = inflightFor(k), last_queue = queueFor(k));
           if (choice < 0) continue;
           if (!have[choice] || split_) { // a split backward's credit depends on k (Note [split backward DP])
-            const double least = leastWork(a, e, ri, ti, choice, mask) - splitCredit(k, a, e, ri);
+            const double least = leastWork(a, e, ri, ti, choice, mask) - splitCredit(k, a, e, ri, ti);
             for (int j = 0; j < kNumPrices; ++j) cost[choice][j] = least + mu[j] * devices;
             have[choice] = true;
           }
@@ -590,7 +597,7 @@ private:
           const int choice = memoryChoice(a, e, ri, ti, inflight, queue);
           if (choice < 0) continue;
           StageVals v = placedValues(a, e, ri, ti, choice, relaxed_ ? kAnyPlacement : seat.bits & mask, seat.bw);
-          v.a -= splitCredit(k, a, e, ri, v.g); // Note [split backward DP]
+          v.a -= splitCredit(k, a, e, ri, ti, v.g); // Note [split backward DP]
           if (!(v.ar < ar_limit_)) continue;
           int next[2];
           const int num_next = nextClasses(k, e, next);
@@ -752,11 +759,12 @@ namespace {
 // With no schedule pinned (--schedule auto), solveDP searches 1F1B first
 // (GPipe never wins, Note [exact stage DP]), then weighs the others against
 // that plan, T1, each only as far as it could beat it:
-// - ZB-H1 and ZB-H2: refused where the problem forces recomputation or pins
-//   tensor-parallel degrees, or where the driver says the executor could not
+// - ZB-H1 and ZB-H2: refused where the driver says the executor could not
 //   split a backward (Problem::no_split_backward: a parameter two ops read).
-//   Otherwise the 1F1B plan's layout, when it has neither recomputation nor
-//   tensor parallelism and fits under the schedule, is a plan of it; then a
+//   Otherwise the best plan so far's layout (1F1B's, or ZB-H1's for ZB-H2),
+//   recomputing, sharding or tensor-parallel as it may be, is a plan of it
+//   with each stage's memory choice taken again for the schedule
+//   (refitMemoryChoices), where that fits; then a
 //   bound per stage count S: the DP of Note [split backward DP] with S left
 //   open (StageTable::S_ = 0) charges each stage the in-flight count of a
 //   pipeline of k stages, the k still to place (min(M, k) or min(M, 2k-1),
@@ -768,11 +776,17 @@ namespace {
 //   known is not searched; the others are, by increasing bound, each pruned
 //   by the best plan so far. The bound passes run at the finest quantum within
 //   kWarmStates (the quantum relaxation is a bound too).
-// - Where the remaining searches would visit more than kAutoSplitStates DP
+// - Where the remaining searches would visit more than DPOptions::auto_states (2^24) DP
 //   states (the sum over the counts and micro-batch counts left, at every
-//   width), the schedule is not searched and says so: the 103.6B BERT's
-//   ZB-H1 search took 52 minutes pinned (docs/partitioner.md). Pinned, the
-//   same search runs whatever it costs.
+//   width), the schedule is not searched whole and says so: the 103.6B
+//   BERT's ZB-H1 search took 52 minutes pinned (docs/partitioner.md). If
+//   the stage count of the plan weighed against is among those left and its
+//   search alone stays within DPOptions::auto_states, that count is searched (a
+//   plan found so says in ScheduleTried::why, a search that found none is
+//   too-large): the pipeline depth a 1F1B plan found best is where a split
+//   backward's layout is most likely to be (the 103.6B BERT: 17 stages,
+//   1F1B 150.9 samples/s, ZB-H1 at 17 stages 156.3). Not exact: other
+//   counts are not searched. Pinned, the whole search runs whatever it costs.
 // - Interleaved 1F1B with v in kAutoChunks: the fold of Note [interleaved
 //   layouts] onto the 1F1B plan's stage count p (or the pinned --stages),
 //   where p >= 2, p v <= the blocks, and the problem allows chunks (no
@@ -784,19 +798,42 @@ namespace {
 //   ceil(B / (M r)) samples) / p (the closed form's M T_r* of Note
 //   [interleaved 1F1B], T_r* at least the ranks' mean); the fold tries only
 //   the (M, r) whose bound beats the best plan known, and only when their
-//   DP states stay within kAutoSplitStates.
+//   DP states stay within DPOptions::auto_states.
 // The schedule whose plan is fastest wins; ties go to the earlier in
 // kSchedules (1F1B before the others). Over ZB-H1, ZB-H2 and 1F1B this is
 // exact: the answer is the best of the three pinned searches, whenever no
 // schedule is skipped for its size (partition_solver_test,
 // AutoScheduleMatchesBestPinnedSearch). The interleaved fold is not exact
 // pinned either (a plan that fits, not the best one).
-constexpr int64_t kAutoSplitStates = int64_t{1} << 24;
 constexpr int kAutoChunks[] = {2, 4};
 // A schedule must beat the plan before it by more than rounding: with one
 // stage or one micro-batch ZB-H1's sums equal 1F1B's up to the last bits,
 // and 1F1B plans must stay what they were.
 constexpr double kTieTolerance = 1e-9;
+
+/// Gives each stage of `sol` the fastest memory choice that fits under its
+/// schedule, as the DP would (StageTable::memoryChoice: no recomputation
+/// before recomputation, sharding before recomputation); a stage where none
+/// fits keeps its own (evaluate() then says it does not fit).
+void refitMemoryChoices(const Problem &p, Solution &sol) {
+  const int S = sol.numStages();
+  for (int s = 0; s < S; ++s) {
+    Stage &st = sol.stages[static_cast<size_t>(s)];
+    const int first = sol.firstRank(s);
+    const int prev_last = s > 0 ? sol.firstRank(s - 1) + sol.stages[s - 1].devices() - 1 : -1;
+    const int next_first = s + 1 < S ? sol.firstRank(s + 1) : -1;
+    bool fitted = false;
+    for (bool rec : {false, true})
+      for (bool zero : {false, true}) {
+        if (fitted || !p.recomputeAllowed(rec) || !p.zeroAllowed(zero, st.replicas)) continue;
+        Stage trial = st;
+        trial.recompute = rec, trial.zero = zero;
+        const StageCost c = evaluateStage(p, trial, s, S, first, sol.microbatches, sol.schedule, sol.virtual_stages,
+                                          prev_last, next_first);
+        if (c.memory.total() <= p.devices.capacity()) st = trial, fitted = true;
+      }
+  }
+}
 
 /// The split-backward search of Note [split backward DP] under `schedule`.
 /// Alone (`rival` null) it searches every stage count, seeded with the best
@@ -811,18 +848,12 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
     if (tried) tried->outcome = outcome, tried->why = why;
     return Error{std::string(name) + ": " + why};
   };
-  if (p.force_recompute) return refuse(ScheduleTried::Outcome::Refused, "does not recompute activations (--recompute on)");
-  for (int t : p.constraints.tensor_parallel)
-    if (t > 1) return refuse(ScheduleTried::Outcome::Refused, "does not run tensor-parallel stages yet");
   Problem q = p;
-  q.allow_recompute = false;
-  q.tp_degrees = {1};
-  // Degrees pinned per stage (all 1 here) also pin the stage count; the
-  // constraint goes, the count stays (a one-stage plan of a problem pinned to
-  // two stages is no plan of it).
+  // Degrees pinned per stage also pin the stage count, which the searches
+  // below pin one by one (a one-stage plan of a problem pinned to two stages
+  // is no plan of it).
   if (q.constraints.tensor_parallel.size() > 1)
     q.constraints.stages = static_cast<int>(q.constraints.tensor_parallel.size());
-  q.constraints.tensor_parallel.clear();
   q.constraints.schedule = schedule;
   std::optional<SolveResult> best;
   // Only plans faster than this matter: the rival's (by more than rounding), or the seed's.
@@ -840,11 +871,14 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
       one.constraints.schedule = Schedule::OneFOneB;
       if (auto solved = searchStages(one, opts); solved.ok()) layout = std::move(*solved);
     }
-    const bool plain = layout && layout->solution.virtual_stages == 1 &&
-                       std::none_of(layout->solution.stages.begin(), layout->solution.stages.end(),
-                                    [](const Stage &st) { return st.recompute || st.tensor_parallel > 1; });
-    if (plain) {
+    // Recomputing and tensor-parallel stages run under a split backward too
+    // (Note [recomputing split backward], Note [split backward of a
+    // tensor-parallel stage] in evaluate.cpp): any one-chunk layout is a plan
+    // of it, each stage taking the memory choice that fits under this
+    // schedule (it holds more micro-batches than under 1F1B).
+    if (layout && layout->solution.virtual_stages == 1) {
       layout->solution.schedule = schedule;
+      refitMemoryChoices(q, layout->solution);
       if (const Evaluation ev = evaluate(q, layout->solution); ev.feasible() && ev.step_time_s < beat) {
         layout->step_time_s = ev.step_time_s;
         beat = ev.step_time_s;
@@ -853,28 +887,46 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
     }
   }
   // Note [automatic schedule]: a bound per stage count, with the count left open.
-  const std::vector<int> counts = detail::stageCountsToSearch(q);
-  std::vector<double> bound(counts.size(), 0.0); // 0: not bounded, searched
-  std::vector<double> states(counts.size(), 0.0); // what searching it would visit, at every width
+  std::vector<int> counts = detail::stageCountsToSearch(q);
   const int64_t warm = std::min({kWarmStates, opts.max_states, kMaxStates});
+  // What searching stage count s would visit, at every width and micro-batch count.
+  auto countStates = [&](int s) {
+    return double(s + 1) * (q.numBlocks() + 1) * (q.devices.count + 1) * double(microbatchCandidates(q).size());
+  };
+  // Note [automatic schedule]: where the whole search is too large, the stage
+  // count of the plan weighed against is searched alone if that fits the budget.
+  const int rival_stages = rival && rival->solution.virtual_stages == 1 ? rival->solution.numStages() : 0;
+  const bool can_narrow = rival_stages > 0 && std::find(counts.begin(), counts.end(), rival_stages) != counts.end() &&
+                          countStates(rival_stages) <= double(opts.auto_states);
+  std::string narrowed; // why only rival_stages was searched, or empty
+  auto narrow = [&](const char *text) {
+    narrowed = std::string(text) + "; searched at the " + std::to_string(rival_stages) +
+               " stages of the plan weighed against alone";
+  };
   // Before the bounds: a search that would stay too large even if they
   // pruned nine of ten micro-batch counts and stage counts is not bounded
   // either (the bound passes alone took 35 s of GPT 145.6B's planning).
   if (rival) {
     double most = 0;
-    for (int s : counts) most += double(s + 1) * (q.numBlocks() + 1) * (q.devices.count + 1);
-    most *= static_cast<double>(microbatchCandidates(q).size());
-    if (most > 100.0 * double(kAutoSplitStates)) {
+    for (int s : counts) most += countStates(s);
+    if (most > 100.0 * double(opts.auto_states)) {
       char text[400];
       std::snprintf(text, sizeof text, "its search would visit up to %.3g DP states over %zu stage counts, more "
                     "than 100 times what the automatic search allows (%.3g), so it was not bounded either; pin "
-                    "--schedule %s to search it", most, counts.size(), double(kAutoSplitStates), name);
-      if (tried && !best) tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
-      if (!best) return Error{std::string(name) + ": " + text};
-      if (tried) tried->step_time_s = best->step_time_s; // the seed stands
-      return std::move(*best);
+                    "--schedule %s to search it", most, counts.size(), double(opts.auto_states), name);
+      if (can_narrow) {
+        narrow(text);
+        counts = {rival_stages};
+      } else {
+        if (tried && !best) tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+        if (!best) return Error{std::string(name) + ": " + text};
+        if (tried) tried->step_time_s = best->step_time_s; // the seed stands
+        return std::move(*best);
+      }
     }
   }
+  std::vector<double> bound(counts.size(), 0.0); // 0: not bounded, searched
+  std::vector<double> states(counts.size(), 0.0); // what searching it would visit, at every width
   if (q.constraints.stages == 0 && counts.size() > 1 && beat < kInf) {
     if (opts.doing) opts.doing("stage DP: bounding " + std::string(name) + " per stage count");
     bound.assign(counts.size(), kInf);
@@ -900,8 +952,7 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
       }
     }
   } else {
-    for (size_t i = 0; i < counts.size(); ++i)
-      states[i] = double(counts[i] + 1) * (q.numBlocks() + 1) * (q.devices.count + 1) * microbatchCandidates(q).size();
+    for (size_t i = 0; i < counts.size(); ++i) states[i] = countStates(counts[i]);
   }
   std::vector<size_t> order;
   double total = 0, least = kInf;
@@ -910,15 +961,19 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
     if (bound[i] < beat) order.push_back(i), total += states[i];
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return bound[x] < bound[y]; });
-  if (rival && total > double(kAutoSplitStates)) {
-    if (tried) {
-      char text[400];
-      std::snprintf(text, sizeof text, "its search would visit about %.3g DP states over %zu stage counts (the "
-                    "automatic search stops at %.3g); pin --schedule %s to search it", total, order.size(),
-                    double(kAutoSplitStates), name);
-      tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+  if (rival && total > double(opts.auto_states)) {
+    char text[400];
+    std::snprintf(text, sizeof text, "its search would visit about %.3g DP states over %zu stage counts (the "
+                  "automatic search stops at %.3g); pin --schedule %s to search it", total, order.size(),
+                  double(opts.auto_states), name);
+    const auto at = std::find_if(order.begin(), order.end(), [&](size_t i) { return counts[i] == rival_stages; });
+    if (can_narrow && at != order.end()) {
+      narrow(text);
+      order = {*at};
+    } else {
+      if (tried) tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = text;
+      order.clear(); // the seed, if it beat the rival, still stands
     }
-    order.clear(); // the seed, if it beat the rival, still stands
   }
   std::optional<Error> refused; // a search that could not run (too many states), not one without a plan
   SolveStats total_stats;
@@ -941,7 +996,11 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   }
   if (!best) {
     if (rival) {
-      if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) { // not marked too large
+      if (tried && !narrowed.empty()) {
+        char text[120];
+        std::snprintf(text, sizeof text, ", where no plan beats %.6g s", rival->step_time_s);
+        tried->outcome = ScheduleTried::Outcome::TooLarge, tried->why = narrowed + text;
+      } else if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) { // not marked too large
         char text[240];
         if (least < kInf)
           std::snprintf(text, sizeof text, "no plan beats %.6g s (its bound over every stage count: %.6g s)",
@@ -964,7 +1023,10 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
   // Over every stage count searched; the others could not beat the plan.
   best->stats.lower_bound_s = std::min(lower, best->step_time_s);
   best->stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) tried->step_time_s = best->step_time_s;
+  if (tried && tried->outcome == ScheduleTried::Outcome::Chosen) {
+    tried->step_time_s = best->step_time_s;
+    tried->why = narrowed; // a plan found by part of the search says so
+  }
   return std::move(*best);
 }
 
@@ -1021,10 +1083,10 @@ Expected<SolveResult> searchInterleavedAuto(const Problem &p, int v, const DPOpt
     tried.step_time_s = least;
     return refuse(ScheduleTried::Outcome::Bounded, text);
   }
-  if (states > double(kAutoSplitStates)) {
+  if (states > double(opts.auto_states)) {
     std::snprintf(text, sizeof text, "%d ranks: its fold would visit about %.3g DP states over %zu (micro-batch, "
                   "replica) pairs (the automatic search stops at %.3g); pin --schedule %s --stages %d "
-                  "--virtual-stages %d to search it", P, states, pairs.size(), double(kAutoSplitStates), name, P, v);
+                  "--virtual-stages %d to search it", P, states, pairs.size(), double(opts.auto_states), name, P, v);
     return refuse(ScheduleTried::Outcome::TooLarge, text);
   }
   Problem q = p;
@@ -1080,7 +1142,8 @@ Expected<SolveResult> solveAuto(const Problem &p, const DPOptions &opts) {
   for (size_t i = 0; i < tried.size(); ++i) {
     ScheduleTried &t = tried[i];
     if (i == chosen) {
-      t.outcome = ScheduleTried::Outcome::Chosen, t.why.clear();
+      if (t.outcome != ScheduleTried::Outcome::Chosen) t.why.clear(); // a seed that stood: no longer what it was
+      t.outcome = ScheduleTried::Outcome::Chosen;
     } else if (t.outcome == ScheduleTried::Outcome::Chosen) { // found a plan that a later schedule beat
       char text[200];
       std::snprintf(text, sizeof text, "its plan takes %.6g s against %.6g s", t.step_time_s, best.step_time_s);

@@ -196,12 +196,12 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   StageMemory m;
   m.params = m.grads = in.param_bytes;
   m.optimizer = zero ? in.optimizer_bytes / in.replicas : in.optimizer_bytes;
+  // Note [what a queued W keeps]: of the k, the q queued hold only what their W reads.
+  const double queued = std::min(in.weight_queue, std::max(0.0, k - 1));
   if (recompute) {
     m.activations = b * in.act_per_sample;
-    m.stash = k * b * in.cut_in; // Note [recomputing stage's peak]
+    m.stash = (k - queued) * b * in.cut_in; // Note [recomputing stage's peak]; Note [recomputing split backward]
   } else {
-    // Note [what a queued W keeps]: of the k, the q queued hold only what their W reads.
-    const double queued = std::min(in.weight_queue, std::max(0.0, k - 1));
     m.activations = (k - queued) * b * (in.cut_in + in.act_per_sample);
   }
   m.working = in.working;
@@ -213,14 +213,13 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   // Note [zero bubble H1]: the queue beside a B's working bytes, or one
   // micro-batch more right after it, when no backward works and the one
   // just done has let go of what its W does not read (Note [what a queued
-  // W keeps]; a split backward never recomputes, Note [split backward]).
-  if (recompute) {
-    m.weight_queue = std::max(in.weight_queue * b * in.wgrad_per_sample,
-                              std::min(in.weight_queue + 1, k) * b * in.wgrad_per_sample - in.working);
-  } else if (in.wgrad_per_sample > 0) {
-    const double q = std::min(in.weight_queue, std::max(0.0, k - 1)), held = b * in.wgrad_per_sample;
-    m.weight_queue = std::max(q * held, (q + 1) * held - b * (in.cut_in + in.act_per_sample) +
-                                            std::max(0.0, in.weight_working - in.working));
+  // W keeps]). A recomputing stage's micro-batch in B holds its input and
+  // its rebuilt values, cut[a] + K, as a stored one does (Note [recomputing
+  // split backward]), so the same formula holds with or without recomputation.
+  if (in.wgrad_per_sample > 0) {
+    const double held = b * in.wgrad_per_sample;
+    m.weight_queue = std::max(queued * held, (queued + 1) * held - b * (in.cut_in + in.act_per_sample) +
+                                                 std::max(0.0, in.weight_working - in.working));
   }
   return m;
 }
@@ -267,6 +266,43 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
 // attention-only stage (its q, k, v projections first) kept 6,144 of the
 // 21,760 B a micro-batch holds there, its roots' input, and the plan said
 // 0.833x of the measured peak.
+
+// Note [recomputing split backward]
+// A recomputing stage under a split backward (ZB-H1, ZB-H2) runs its
+// forwards without autograd and keeps each micro-batch's inputs, as under
+// 1F1B (Note [recomputation] in executor/runtime/stage.h). Its B rebuilds
+// the micro-batch's forward with autograd on, recording the weight-gradient
+// roots, and runs the input-gradient backward keeping the graph; right after
+// it every node W does not run lets go of what it saved, so the queued
+// micro-batch holds what its W reads, w, as without recomputation. W is
+// unchanged. In time, B's slot is the recomputed forward plus the input
+// gradients (StageCost::backwardSlot less weightSlot: the recomputation is
+// in the backward slot, as a recomputing 1F1B stage's is) and W's is the
+// weight gradients. In memory, of the k micro-batches in flight the q queued
+// hold w each, the others their inputs (the stash), and the one in B also its
+// rebuilt values, b K, and B's working bytes:
+//   activations = b K,  stash = (k - q) b cut[a],  working = working_B,
+// and weight_queue as in Note [what a queued W keeps]: the micro-batch in B
+// holds b (cut[a] + K) as a stored one does, so the peak right after a B,
+// (k - q - 1) b cut[a] + (q + 1) b w + working_W, takes the same term. The
+// forward's peak (stash, the queue, one forward without autograd) stays
+// under the backward's as in Note [recomputing stage's peak]. Recomputation
+// only adds time here too: B grows by F, and a stage adds F + max(0, G - cW)
+// (Note [split backward DP] in dp.cpp), which never falls as G grows.
+
+// Note [split backward of a tensor-parallel stage]
+// A tensor-parallel stage's collectives (Megatron's f and g) lie on the data
+// path: the forward runs g's all-reduce, B runs f's, and W is local, each
+// device making the weight gradients of its own shard. So the stage's slots
+// are the 1F1B stage's (Note [tensor parallel stages]), its backward split
+// into B and W as a degree-1 stage's: W on one device is the blocks' W less
+// keep times its split part, which Block::wgradSplit takes as W's share of
+// the backward in each term times the backward's split part (the split ops'
+// weight gradients divide by t as their input gradients do), and the
+// collectives stay in B. What a queued W keeps, Block::wgrad_bytes_per_sample,
+// is the whole value: a shard's roots read no more than that (a
+// column-parallel root's output gradient is 1/t of it), so the queue is
+// over-stated rather than under.
 
 double ringAllReduce(double bytes, int n, const Link &link, double latencies) {
   return 2.0 * (n - 1) / n * bytes / link.bandwidth + latencies * link.latency_s;
@@ -371,7 +407,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     const Block &blk = p.blocks[i];
     c.fwd_s += blk.fwd.at(b) - keep * blk.tp.fwd.at(b);
     c.bwd_s += blk.bwd.at(b) - keep * blk.tp.bwd.at(b);
-    c.wgrad_s += blk.wgrad.at(b);
+    c.wgrad_s += blk.wgradAt(b, t); // Note [split backward of a tensor-parallel stage]
     if (pipeline::splitsBackward(schedule)) mem.wgrad_per_sample += blk.wgrad_bytes_per_sample;
     c.param_bytes += blk.param_bytes - keep * blk.tp.param_bytes;
     whole_params += blk.param_bytes;
@@ -506,9 +542,6 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
                                                          "stage must"));
     if (std::string why = tensorParallelProblem(p, st, c.first_rank); !why.empty())
       ev.violations.push_back(stageName(s) + " " + why);
-    if (pipeline::splitsBackward(sol.schedule) && (st.recompute || st.tensor_parallel > 1))
-      ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes" : " is tensor-parallel") + " under " +
-                              pipeline::scheduleName(sol.schedule) + ", which splits the backward and does not");
     if (!p.recomputeAllowed(st.recompute))
       ev.violations.push_back(stageName(s) + (st.recompute ? " recomputes but recomputation is not allowed"
                                                             : " does not recompute but every stage must"));

@@ -74,6 +74,18 @@ struct Block {
     const double keep = 1 - 1.0 / degree;
     return workingAt(samples) - keep * (tp.working_fixed_bytes + tp.working_bytes_per_sample * samples);
   }
+  /// Of the weight gradients (wgrad), the part a tensor-parallel degree
+  /// divides: W keeps the share of the backward it has in each term, so it
+  /// divides as the backward does, wgrad * tp.bwd / bwd (Note [split backward
+  /// of a tensor-parallel stage] in evaluate.cpp).
+  Affine wgradSplit() const {
+    auto share = [](double w, double split, double whole) { return whole > 0 ? w * split / whole : 0.0; };
+    return {share(wgrad.fixed_s, tp.bwd.fixed_s, bwd.fixed_s), share(wgrad.per_sample_s, tp.bwd.per_sample_s, bwd.per_sample_s)};
+  }
+  /// The weight gradients' time on one device of a `degree`-way group at `samples` per micro-batch.
+  double wgradAt(double samples, int degree) const {
+    return wgrad.at(samples) - (1 - 1.0 / degree) * wgradSplit().at(samples);
+  }
   /// Activation bytes per sample on one device of a `degree`-way group.
   double activationAt(int degree) const {
     return activation_bytes_per_sample - (1 - 1.0 / degree) * tp.activation_bytes_per_sample;

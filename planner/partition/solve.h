@@ -40,7 +40,9 @@ struct ScheduleTried {
   int virtual_stages = 1;
   Outcome outcome = Outcome::Chosen;
   double step_time_s = 0; ///< Chosen, Slower: its best plan's step; Bounded: the bound; else 0
-  std::string why;        ///< for every outcome but Chosen: one line
+  /// For every outcome but Chosen: one line; Chosen: empty, or how far it
+  /// was searched (a split schedule at one stage count, Note [automatic schedule]).
+  std::string why;
 };
 
 /// "chosen", "slower", "bounded", "refused", "too-large", "no-plan".
@@ -70,6 +72,9 @@ struct DPOptions {
   /// multiples of a quantum (a power of two, or of whole nodes).
   int64_t max_states = int64_t{1} << 25;
   int device_quantum = 0; ///< 0: the finest within max_states; else this one
+  /// DP states the automatic schedule search may spend on each schedule it
+  /// weighs after 1F1B (Note [automatic schedule] in dp.cpp).
+  int64_t auto_states = int64_t{1} << 24;
   std::function<void(const std::string &)> progress; ///< one line per phase of a search, or none
   /// What the search is about to do, for a heartbeat (Note [progress lines] in planner/driver/progress.h), or none.
   std::function<void(const std::string &)> doing;

@@ -46,11 +46,14 @@ protected:
     // 1/t) split.
     f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = f0_;
     tf0_ = tf1_ = tg0_ = tg1_ = tparams_ = tlowp_ = coll_ = ncoll_ = sync_ = nsync_ = f0_;
-    w0_ = w1_ = wbytes_ = f0_;
+    w0_ = w1_ = tw0_ = tw1_ = wbytes_ = f0_;
     for (int i = 0; i < n_; ++i) {
       const Block &b = p.blocks[i];
       w0_[i + 1] = w0_[i] + b.wgrad.fixed_s;
       w1_[i + 1] = w1_[i] + b.wgrad.per_sample_s;
+      const Affine wsplit = b.wgradSplit(); // Note [split backward of a tensor-parallel stage]
+      tw0_[i + 1] = tw0_[i] + wsplit.fixed_s;
+      tw1_[i + 1] = tw1_[i] + wsplit.per_sample_s;
       wbytes_[i + 1] = wbytes_[i] + b.wgrad_bytes_per_sample;
       f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
       f1_[i + 1] = f1_[i] + b.fwd.per_sample_s;
@@ -305,9 +308,11 @@ protected:
     return M_ * slot + ar;
   }
 
-  /// The W of blocks [a, e) on R_[ri] replicas: a split backward's weight pass.
-  double weightTime(int a, int e, size_t ri) const {
-    return (w0_[e] - w0_[a]) + (w1_[e] - w1_[a]) * samples_[ri];
+  /// The W of blocks [a, e) on R_[ri] replicas of degree T_[ti]: a split
+  /// backward's weight pass (Note [split backward of a tensor-parallel stage]).
+  double weightTime(int a, int e, size_t ri, size_t ti) const {
+    const double b = samples_[ri];
+    return (w0_[e] - w0_[a]) + (w1_[e] - w1_[a]) * b - keep(ti) * ((tw0_[e] - tw0_[a]) + (tw1_[e] - tw1_[a]) * b);
   }
 
   /// What a stage with k stages still to place, itself included, and
@@ -316,10 +321,10 @@ protected:
   /// min(G, 2W) where M >= S (it adds max(F, F+G-2W), not F+G); ZB-H2's
   /// min(G, 3W) where M >= 2S-1; at most 2W or 3W for an unknown G (the
   /// bound passes: F + G less the credit never falls as G does).
-  double splitCredit(int k, int a, int e, size_t ri,
+  double splitCredit(int k, int a, int e, size_t ri, size_t ti,
                      double g = std::numeric_limits<double>::infinity()) const {
     if (!split_ || k <= 1) return 0.0;
-    const double w = weightTime(a, e, ri);
+    const double w = weightTime(a, e, ri, ti);
     // S_ = 0: the stage count is not known (the bound of Note [automatic
     // schedule] in dp.cpp), so the most any count would take off.
     if (sched_ == Schedule::ZBH2 && M_ >= 2 * S_ - 1) return S_ > 0 ? std::min(g, 3 * w) : std::max(std::min(g, 3 * w), 2 * w);
@@ -396,6 +401,7 @@ protected:
   std::vector<double> tf0_, tf1_, tg0_, tg1_, tparams_, tlowp_, coll_, ncoll_; // tensor-parallel parts
   std::vector<double> sync_, nsync_; // synchronised batch statistics: bytes and all-reduces a pass
   std::vector<double> w0_, w1_, wbytes_; // a split backward's W: time (fixed, per sample) and queued bytes a sample
+  std::vector<double> tw0_, tw1_;        // of W's time, the part a tensor-parallel degree divides
   std::vector<std::vector<double>> act_;  ///< per degree: of act_i - fr_i at that degree
   std::vector<std::vector<double>> kept_; ///< per degree: act_[k] - X_k (Note [unsaved values])
   std::vector<std::vector<std::vector<std::vector<double>>>> work_; // work_[ti][ri][j][i] = max over blocks [i, i + 2^j)

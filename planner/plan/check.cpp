@@ -244,6 +244,8 @@ void batchProblems(const proto::Plan &plan, std::vector<std::string> &problems) 
                            std::to_string(v) + " stage " + std::to_string(i) + " runs in the groups of stage " +
                            std::to_string(i % p) + ", " + std::to_string(tensorParallel(plan.stages(i % p))) + "-way");
   } else if (pipeline::splitsBackward(*schedule)) { // Note [split backward] in executor/runtime/stage.cpp
+    // Recomputing and tensor-parallel stages split their backward too (Note
+    // [recomputing split backward] in planner/partition/evaluate.cpp).
     weightRootProblems(plan, *schedule, problems);
   }
   if (plan.microbatches() >= 1 && plan.global_batch_size() >= 1 && plan.global_batch_size() % plan.microbatches() == 0)

@@ -81,7 +81,8 @@ def random_plan(rng, base, model, batch, max_ranks, schedules=("GPIPE", "ONE_F_O
     rank = 0
     plan["stages"] = []
     for s in range(stages):
-        # ZB-H1 and ZB-H2 split the backward and do not recompute (check refuses it).
+        # ZB-H1 and ZB-H2 stages may recompute since issue 28 (check takes them), but not drawn
+        # until rannc-exec's split backward recomputes (StageRunner::setSplitBackward throws before).
         recompute = rng.random() < 0.3 and schedule not in SPLIT_SCHEDULES
         plan["stages"].append({"id": s, "ranks": list(range(rank, rank + replicas[s])),
                                "op_begin": bounds[s], "op_end": bounds[s + 1], "recompute": recompute})

@@ -319,6 +319,7 @@ TEST(SolveDP, ZeroBubbleH1PinnedSearchesItsOwnLayouts) {
   Problem tight = computeOnly(blocks, 2, 4);
   tight.constraints = p.constraints;
   tight.devices.memory_bytes = 39;
+  tight.allow_recompute = false; // below: with it
   auto t = solveDP(tight);
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_EQ(str(t->solution), "zb-h1 M=4 [0,1)x1 [1,3)x1");
@@ -334,12 +335,53 @@ TEST(SolveDP, ZeroBubbleH1PinnedSearchesItsOwnLayouts) {
   auto none = solveDP(tight);
   ASSERT_FALSE(none.ok());
   EXPECT_FALSE(solveExhaustive(tight).ok());
-  // Recomputation and tensor parallelism are refused under a split backward.
+  // With recomputation (Note [recomputing split backward]) stage 0 of
+  // [0,2)|[2,3) holds one rebuilt micro-batch, 20, and a stash of inputs of
+  // 0 bytes; its G becomes 2 + 4: 14 - min(6, 2 x 2) + 3 x 8 = 34, on 20
+  // bytes as on 39.
+  tight.allow_recompute = true;
+  for (double bytes : {39.0, 20.0}) {
+    tight.devices.memory_bytes = bytes;
+    auto rebuilt = solveDP(tight);
+    ASSERT_TRUE(rebuilt.ok()) << rebuilt.error().message;
+    EXPECT_EQ(str(rebuilt->solution), "zb-h1 M=4 [0,2)x1r [2,3)x1");
+    EXPECT_DOUBLE_EQ(rebuilt->step_time_s, 34);
+    auto rebuilt_ex = solveExhaustive(tight);
+    ASSERT_TRUE(rebuilt_ex.ok()) << rebuilt_ex.error().message;
+    EXPECT_DOUBLE_EQ(rebuilt_ex->step_time_s, 34);
+  }
+  // Recomputation (Note [recomputing split backward]): B rebuilds the
+  // forward, W is unchanged. [0,2)|[2,3): F 2 and 2, G = 2 + 4 = 6 each, W
+  // 2 each; 16 - min(6, 2 x 2) + 3 x 8 = 36. [0,1)|[1,3): F 1, 3, G 3, 9, W
+  // 1, 3: 16 - min(3, 2) + 3 x 12 = 50.
   Problem rec = p;
   rec.force_recompute = true;
-  auto refused = solveDP(rec);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("does not recompute"), std::string::npos) << refused.error().message;
+  auto recomputed = solveDP(rec);
+  ASSERT_TRUE(recomputed.ok()) << recomputed.error().message;
+  ASSERT_EQ(recomputed->solution.numStages(), 2);
+  EXPECT_EQ(recomputed->solution.stages[0].block_end, 2);
+  EXPECT_TRUE(recomputed->solution.stages[0].recompute && recomputed->solution.stages[1].recompute);
+  EXPECT_DOUBLE_EQ(recomputed->step_time_s, 36);
+  EXPECT_DOUBLE_EQ(evaluate(rec, recomputed->solution).step_time_s, 36);
+  auto rec_ex = solveExhaustive(rec);
+  ASSERT_TRUE(rec_ex.ok()) << rec_ex.error().message;
+  EXPECT_DOUBLE_EQ(rec_ex->step_time_s, 36);
+  // Tensor parallelism (Note [split backward of a tensor-parallel stage]):
+  // every number splits, so at degree 2 F, B and W halve (no collective
+  // bytes): [0,2)|[2,3) has F 1, G 2, W 1 each: 6 - min(2, 2 x 1) + 3 x 3 = 13.
+  Problem tp = computeOnly(blocks, 4, 4);
+  tp.constraints = p.constraints;
+  tp.constraints.tensor_parallel = {2};
+  tp.tp_degrees = {1, 2};
+  for (Block &b : tp.blocks) b.tp.fwd = b.fwd, b.tp.bwd = b.bwd;
+  auto parallel = solveDP(tp);
+  ASSERT_TRUE(parallel.ok()) << parallel.error().message;
+  EXPECT_EQ(parallel->solution.stages[0].tensor_parallel, 2);
+  EXPECT_DOUBLE_EQ(parallel->step_time_s, 13);
+  EXPECT_DOUBLE_EQ(evaluate(tp, parallel->solution).stages[0].weightSlot(), 1);
+  auto tp_ex = solveExhaustive(tp);
+  ASSERT_TRUE(tp_ex.ok()) << tp_ex.error().message;
+  EXPECT_DOUBLE_EQ(tp_ex->step_time_s, 13);
 }
 
 TEST(SolveDP, HonoursEveryConstraint) {
@@ -557,7 +599,7 @@ Expected<SolveResult> bestPinnedSearch(const Problem &p) {
   };
   const bool tp_pinned = std::any_of(p.constraints.tensor_parallel.begin(), p.constraints.tensor_parallel.end(),
                                      [](int t) { return t > 1; });
-  if (!p.force_recompute && !tp_pinned && p.no_split_backward.empty())
+  if (p.no_split_backward.empty())
     for (Schedule s : {Schedule::ZBH1, Schedule::ZBH2}) {
       Problem q = p;
       q.constraints.schedule = s;
@@ -621,13 +663,14 @@ std::string describeTrial(const Problem &p, int trial) {
 /// What the split-backward DP-vs-exhaustive trials reached.
 struct SplitReach {
   int feasible = 0, several_stages = 0, queued = 0;
+  int recomputing = 0, tensor_parallel = 0; ///< plans with a recomputing / a tensor-parallel stage
   int filled = 0; ///< plans of several stages with M >= 2S-1 (ZB-H2's closed form and credit)
 };
 
 /// Note [split backward DP]: 300 random small problems with `schedule`
 /// pinned, each block's W a random share of its backward and a random W
-/// queue; the DP's plan is what exhaustive search finds, and evaluate()
-/// agrees with it.
+/// queue, recomputation and tensor-parallel degrees drawn as for 1F1B; the
+/// DP's plan is what exhaustive search finds, and evaluate() agrees with it.
 SplitReach expectSplitScheduleMatchesExhaustive(Schedule schedule, unsigned seed) {
   std::mt19937 rng(seed);
   SplitReach reach;
@@ -636,8 +679,6 @@ SplitReach expectSplitScheduleMatchesExhaustive(Schedule schedule, unsigned seed
     Problem p = randomProblem(rng, trial);
     p.constraints.schedule = schedule;
     p.constraints.power_of_two_replicas = false;
-    p.constraints.tensor_parallel.clear();
-    p.force_recompute = false;
     drawWeightGradients(p, rng);
     const std::string where = describeTrial(p, trial);
     auto dp = expectMatchesExhaustive(p, where);
@@ -649,7 +690,13 @@ SplitReach expectSplitScheduleMatchesExhaustive(Schedule schedule, unsigned seed
                           [](const StageCost &c) { return c.memory.weight_queue > 0; });
     const int S = static_cast<int>(dp->solution.stages.size());
     reach.filled += S > 1 && dp->solution.microbatches >= 2 * S - 1;
+    const std::vector<Stage> &st = dp->solution.stages;
+    reach.recomputing += std::any_of(st.begin(), st.end(), [](const Stage &x) { return x.recompute; });
+    reach.tensor_parallel += std::any_of(st.begin(), st.end(), [](const Stage &x) { return x.tensor_parallel > 1; });
   }
+  std::cout << pipeline::scheduleName(schedule) << ": feasible " << reach.feasible << ", several stages "
+            << reach.several_stages << ", queued " << reach.queued << ", recomputing " << reach.recomputing
+            << ", tensor-parallel " << reach.tensor_parallel << "\n";
   return reach;
 }
 
@@ -659,6 +706,8 @@ TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH1) {
   EXPECT_GT(reach.feasible, 150);
   EXPECT_GT(reach.several_stages, 50);
   EXPECT_GT(reach.queued, 30);
+  EXPECT_GT(reach.recomputing, 15); // Note [recomputing split backward]
+  EXPECT_GT(reach.tensor_parallel, 5); // Note [split backward of a tensor-parallel stage]
 }
 
 TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH2) {
@@ -668,6 +717,8 @@ TEST(SolveDP, MatchesExhaustiveSearchUnderZeroBubbleH2) {
   EXPECT_GT(reach.several_stages, 50);
   EXPECT_GT(reach.queued, 30);
   EXPECT_GT(reach.filled, 20);
+  EXPECT_GT(reach.recomputing, 15);
+  EXPECT_GT(reach.tensor_parallel, 5);
 }
 
 TEST(SolveDP, AutoScheduleMatchesBestPinnedSearch) {
@@ -676,6 +727,7 @@ TEST(SolveDP, AutoScheduleMatchesBestPinnedSearch) {
   // the best of the pinned searches, and each schedule wins somewhere.
   std::mt19937 rng(2030);
   int feasible = 0, split_wins = 0, h2_wins = 0, interleaved_wins = 0, one_wins = 0, bounded = 0;
+  int split_rebuilt_or_tp = 0; // split-backward plans with a recomputing or tensor-parallel stage
   for (int trial = 0; trial < 300; ++trial) {
     Problem p = randomProblem(rng, trial);
     p.constraints.schedule.reset();
@@ -687,6 +739,9 @@ TEST(SolveDP, AutoScheduleMatchesBestPinnedSearch) {
     ++feasible;
     const Schedule chosen = dp->solution.schedule;
     split_wins += pipeline::splitsBackward(chosen);
+    split_rebuilt_or_tp += pipeline::splitsBackward(chosen) &&
+                           std::any_of(dp->solution.stages.begin(), dp->solution.stages.end(),
+                                       [](const Stage &x) { return x.recompute || x.tensor_parallel > 1; });
     h2_wins += chosen == Schedule::ZBH2;
     interleaved_wins += chosen == Schedule::Interleaved1F1B;
     one_wins += chosen == Schedule::OneFOneB;
@@ -700,12 +755,63 @@ TEST(SolveDP, AutoScheduleMatchesBestPinnedSearch) {
     EXPECT_EQ(chosen_count, 1) << where;
   }
   std::cout << "feasible " << feasible << ", 1f1b " << one_wins << ", split backward " << split_wins << " (zb-h2 "
-            << h2_wins << "), interleaved " << interleaved_wins << ", schedules bounded out " << bounded << "\n";
+            << h2_wins << ", recomputing or tensor-parallel " << split_rebuilt_or_tp << "), interleaved " << interleaved_wins << ", schedules bounded out " << bounded << "\n";
   EXPECT_GT(feasible, 150);
   EXPECT_GT(one_wins, 20);
   EXPECT_GT(split_wins, 20);
   EXPECT_GT(h2_wins, 5);
+  EXPECT_GT(split_rebuilt_or_tp, 10);
   EXPECT_GT(bounded, 20); // the bounds skip searches
+}
+
+TEST(SolveDP, AutoScheduleSearchesTheRivalsStageCountWhereTooLarge) {
+  // Note [automatic schedule]: with the automatic budget cut to what one
+  // stage count of the 1F1B plan's depth costs, a split schedule whose whole
+  // search is larger is searched at the rival plan's stage count alone, and
+  // says so; there its answer is exhaustive search's at that count.
+  std::mt19937 rng(2031);
+  int narrowed = 0, narrowed_won = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    Problem p = randomProblem(rng, trial);
+    p.constraints.schedule.reset();
+    p.constraints.virtual_stages = 1;
+    drawWeightGradients(p, rng);
+    const std::string where = describeTrial(p, trial);
+    Problem one = p;
+    one.constraints.schedule = Schedule::OneFOneB;
+    auto layout = solveDP(one);
+    if (!layout.ok()) continue;
+    const int S1 = layout->solution.numStages();
+    DPOptions opts;
+    opts.auto_states = int64_t(S1 + 1) * (p.numBlocks() + 1) * (p.devices.count + 1) *
+                       static_cast<int64_t>(microbatchCandidates(p).size());
+    auto dp = solveDP(p, opts);
+    ASSERT_TRUE(dp.ok()) << where << dp.error().message;
+    EXPECT_LT(relDiff(evaluate(p, dp->solution).step_time_s, dp->step_time_s), 1e-9) << where;
+    for (const ScheduleTried &t : dp->stats.schedules) {
+      const size_t at = t.why.find("searched at the ");
+      if (!pipeline::splitsBackward(t.schedule) || at == std::string::npos) continue;
+      ++narrowed;
+      const int stages = std::stoi(t.why.substr(at + 16));
+      Problem pinned = p;
+      pinned.constraints.schedule = t.schedule;
+      pinned.constraints.stages = stages;
+      auto ex = solveExhaustive(pinned);
+      if (t.outcome == ScheduleTried::Outcome::Chosen) {
+        ++narrowed_won;
+        ASSERT_TRUE(ex.ok()) << where << ex.error().message;
+        EXPECT_EQ(dp->solution.numStages(), stages) << where << str(dp->solution);
+        EXPECT_LT(relDiff(dp->step_time_s, ex->step_time_s), 1e-9) << where << "dp " << str(dp->solution)
+                                                                   << "exhaustive " << str(ex->solution);
+      } else {
+        EXPECT_EQ(t.outcome, ScheduleTried::Outcome::TooLarge) << where << t.why;
+        if (ex.ok()) EXPECT_GE(ex->step_time_s, dp->step_time_s * (1 - 1e-9)) << where << str(ex->solution);
+      }
+    }
+  }
+  std::cout << "narrowed " << narrowed << ", of them chosen " << narrowed_won << "\n";
+  EXPECT_GT(narrowed, 20);
+  EXPECT_GT(narrowed_won, 5);
 }
 
 TEST(SolveDP, MatchesExhaustiveSearchOnRandomInstances) {

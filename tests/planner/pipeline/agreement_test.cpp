@@ -39,8 +39,11 @@ constexpr int kMaxMicrobatches = 8;
 /// them (the slots are then equal too); varied ones differ in compute, cut
 /// sizes and links, and stage 1 has two replicas (an all-reduce). An equal
 /// stage's W is `w_share` of its backward (0.4: B > W; above 0.5, W > B).
+/// `recompute_tp`: every stage recomputes and is 2-way tensor-parallel, its
+/// compute all split and one collective a pass (the slots stay equal).
 std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedule, int S, int M, bool equal,
-                                                                int virtual_stages = 1, double w_share = 0.4) {
+                                                                int virtual_stages = 1, double w_share = 0.4,
+                                                                bool recompute_tp = false) {
   const int P = S / virtual_stages; // pipeline ranks: stage s runs on those of s % P
   partition::Problem p;
   for (int s = 0; s < S; ++s) {
@@ -51,11 +54,13 @@ std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedul
     b.wgrad = equal ? partition::Affine{w_share, 0.02 * w_share} : partition::Affine{0.1 * ((s + 1) % 3 + 1), 0.005 * (S - s)};
     b.param_bytes = 1000;
     b.activation_bytes_per_sample = 10;
+    if (recompute_tp) b.tp.fwd = b.fwd, b.tp.bwd = b.bwd, b.tp.collective_bytes_per_sample = 5, b.tp.collectives = 1;
     p.blocks.push_back(b);
   }
+  if (recompute_tp) p.tp_degrees = {1, 2};
   for (int i = 0; i <= S; ++i) p.cut_bytes_per_sample.push_back(equal || i == 0 || i == S ? 0 : 40.0 * (i % 2 + 1));
   p.batch_size = 840; // every M <= 8 divides it
-  p.devices.count = S + 1;
+  p.devices.count = recompute_tp ? 2 * S : S + 1;
   p.devices.per_node = 2;
   p.devices.memory_bytes = 1e15;
   p.devices.intra_node = {1000, equal ? 0 : 0.002};
@@ -64,7 +69,8 @@ std::pair<partition::Problem, partition::Solution> pipelineCase(Schedule schedul
   sol.microbatches = M;
   sol.schedule = schedule;
   sol.virtual_stages = virtual_stages;
-  for (int s = 0; s < S; ++s) sol.stages.push_back({s, s + 1, !equal && s % P == 1 ? 2 : 1});
+  for (int s = 0; s < S; ++s)
+    sol.stages.push_back({s, s + 1, !equal && s % P == 1 ? 2 : 1, recompute_tp, false, recompute_tp ? 2 : 1});
   return {p, sol};
 }
 
@@ -121,7 +127,7 @@ proto::Plan planOf(const partition::Solution &sol, const partition::Evaluation &
 }
 
 TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
-  int exact_cases = 0, w_heavy_cases = 0;
+  int exact_cases = 0, w_heavy_cases = 0, recompute_tp_cases = 0;
   for (Schedule schedule : pipeline::kSchedules)
     for (int S = 1; S <= kMaxStages && !pipeline::interleaves(schedule); ++S) // interleaved: below
       for (int M = 1; M <= kMaxMicrobatches; ++M)
@@ -160,6 +166,18 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
             const partition::Evaluation evh = partition::evaluate(ph, solh);
             EXPECT_NEAR(simh->step_time_s, evh.step_time_s, 1e-9 * evh.step_time_s) << where << ", W > B";
             ++w_heavy_cases;
+            // Recomputing, tensor-parallel stages (Note [recomputing split
+            // backward], Note [split backward of a tensor-parallel stage]):
+            // B holds the rebuilt forward and the collective, W halves.
+            auto [pr, solr] = pipelineCase(schedule, S, M, equal, 1, 0.4, true);
+            const partition::Evaluation evr = partition::evaluate(pr, solr);
+            ASSERT_TRUE(evr.feasible()) << where << ", recomputing: " << evr.violations.front();
+            EXPECT_DOUBLE_EQ(evr.stages[0].weightSlot(), ev.stages[0].weightSlot() / 2) << where;
+            EXPECT_GT(evr.stages[0].recompute_s, 0) << where;
+            auto simr = partition::simulate(pr, solr);
+            ASSERT_TRUE(simr.ok()) << where << ", recomputing: " << simr.error().message;
+            EXPECT_NEAR(simr->step_time_s, evr.step_time_s, 1e-9 * evr.step_time_s) << where << ", recomputing";
+            ++recompute_tp_cases;
           }
 
           // show: the idle share of the pipeline phase, from the same closed form.
@@ -173,6 +191,7 @@ TEST(PipelineAgreement, ActionListsSimulatorClosedFormAndMemoryModel) {
   // ZB-H2's with M >= 2S-1: 8+6+4+2 = 20.
   EXPECT_EQ(exact_cases, 2 * 48 + 48 + 6 + 33 + 20);
   EXPECT_EQ(w_heavy_cases, 33 + 20);
+  EXPECT_EQ(recompute_tp_cases, 33 + 20);
 }
 
 /// "F0@2 B1@0 ": one rank's forwards and backwards with their stages, on the timeline.

@@ -185,6 +185,37 @@ TEST(Plan, InterleavedPlanPutsTwoChunksOnEachRankAndShowsItsBubble) {
   EXPECT_FALSE(planner::finishPlanOptions(flags, o).ok()); // chunks without the schedule that runs them
 }
 
+TEST(Plan, SplitBackwardPlansRecomputeAndTensorParallelStages) {
+  // Issue 28: ZB-H1 and ZB-H2 plan recomputing and tensor-parallel stages
+  // (Note [recomputing split backward], Note [split backward of a
+  // tensor-parallel stage] in planner/partition/evaluate.cpp), and `check`
+  // takes them.
+  for (pipeline::Schedule schedule : {pipeline::Schedule::ZBH1, pipeline::Schedule::ZBH2})
+    for (bool tp : {false, true}) {
+      const std::string where = std::string(pipeline::scheduleName(schedule)) + (tp ? " tp 2" : " recompute on");
+      planner::PlanOptions o;
+      o.model = gptPath();
+      o.gpus = tp ? 4 : 2;
+      o.device_type = "cpu";
+      o.batch_size = 8;
+      o.microbatches = 4;
+      o.stages = 2;
+      o.schedule = schedule;
+      o.profile = "analytic";
+      if (tp) o.tensor_parallel = {2};
+      else o.recompute = planner::Recompute::On;
+      std::ostringstream log;
+      auto plan = planner::makePlan(o, log);
+      ASSERT_TRUE(plan.ok()) << where << ": " << plan.error().message;
+      EXPECT_TRUE(structuralProblems(*plan).empty()) << where << ": " << structuralProblems(*plan).front();
+      ASSERT_EQ(plan->stages_size(), 2) << where;
+      for (const proto::Stage &st : plan->stages()) {
+        EXPECT_EQ(st.recompute(), !tp) << where;
+        EXPECT_EQ(tensorParallel(st), tp ? 2 : 1) << where;
+      }
+    }
+}
+
 TEST(Plan, ScheduleFieldConvertsBothWays) {
   for (pipeline::Schedule s : pipeline::kSchedules) {
     auto back = scheduleFromProto(scheduleToProto(s));
