@@ -6,7 +6,7 @@ Every generated plan is a hand edit of a one-stage plan: random stage
 boundaries at any op, a random replica count per stage (the ranks in order),
 a random micro-batch count that divides the batch and gives every replica a
 sample, a random schedule (GPipe, 1F1B or ZB-H1; ZB-H2 with --schedules ZB_H2), and activation recomputation on a
-random third of the stages (not under ZB-H1 or ZB-H2, which split the backward: check refuses it). With --schedules INTERLEAVED_1F1B
+random third of the stages (under ZB-H1 and ZB-H2 too, whose B then recomputes the forward). With --schedules INTERLEAVED_1F1B
 the plans are interleaved 1F1B instead (Note [interleaved 1F1B]): p pipeline ranks of 2 chunks each,
 stage k on the ranks of stage k % p, M a multiple of p, recomputation on a random third of the stages. Models with BatchNorm get one replica per stage
 and one micro-batch (SPEC: the only layouts where batch statistics are one
@@ -81,9 +81,8 @@ def random_plan(rng, base, model, batch, max_ranks, schedules=("GPIPE", "ONE_F_O
     rank = 0
     plan["stages"] = []
     for s in range(stages):
-        # ZB-H1 and ZB-H2 stages may recompute since issue 28 (check takes them), but not drawn
-        # until rannc-exec's split backward recomputes (StageRunner::setSplitBackward throws before).
-        recompute = rng.random() < 0.3 and schedule not in SPLIT_SCHEDULES
+        # ZB-H1 and ZB-H2 stages recompute too (issue 28, Note [split backward]).
+        recompute = rng.random() < 0.3
         plan["stages"].append({"id": s, "ranks": list(range(rank, rank + replicas[s])),
                                "op_begin": bounds[s], "op_end": bounds[s + 1], "recompute": recompute})
         rank += replicas[s]
