@@ -303,6 +303,14 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
       if (b == table.batch_sizes.back()) table.unsaved_values = unsavedValues(g, units, trimmed, data);
       std::vector<cost::UnitCost> row;
       for (size_t u = 0; u < units.size(); ++u) {
+        // Note [received layout]: the inputs the whole graph made as
+        // non-contiguous views; a stage receives them contiguous.
+        std::vector<ir::ValueId> strided;
+        for (const auto &rv : runners[u].program().recvs) {
+          const torch::Tensor &t = full.value(0, rv.value);
+          if (t.defined() && t.dim() > 1 && !t.is_contiguous()) strided.push_back(rv.value);
+        }
+        if (b == table.batch_sizes.back()) table.strided_values.insert(table.strided_values.end(), strided.begin(), strided.end());
         if (same_as[u] != u) {
           row.push_back(row[same_as[u]]);
           progress.tick("batch " + std::to_string(b) + ", unit " + std::to_string(u + 1) + " (same as " +
@@ -350,11 +358,33 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
           c.kept_bytes = std::max<int64_t>(0, kept);
           c.work_bytes = std::max<int64_t>(0, peak - kept);
         }
+        // Note [received layout]: once more with those fed contiguous.
+        if (!strided.empty()) {
+          std::unordered_map<ir::ValueId, torch::Tensor> feeds;
+          for (ir::ValueId in : prog.data_inputs) feeds[in] = data.at(in);
+          for (const auto &rv : prog.recvs)
+            feeds[rv.value] = full.value(0, rv.value).detach().clone(at::MemoryFormat::Contiguous);
+          meter.sync();
+          const int64_t before = meter.bytes();
+          r.forward(0, std::move(feeds));
+          const int64_t kept = meter.bytes() - before;
+          std::vector<torch::Tensor> grads;
+          for (const auto &s : prog.sends) {
+            const torch::Tensor &v = r.value(0, s.value);
+            grads.push_back(v.is_floating_point() ? torch::ones_like(v) : torch::Tensor());
+          }
+          r.backward(0, std::move(grads), 1.0);
+          r.release(0);
+          c.received_extra_bytes = std::max<int64_t>(0, kept - c.kept_bytes);
+        }
         c.fwd_s = median(fwd);
         c.bwd_s = median(bwd);
         row.push_back(c);
         progress.tick("batch " + std::to_string(b) + ", unit " + std::to_string(u + 1));
       }
+      std::sort(table.strided_values.begin(), table.strided_values.end());
+      table.strided_values.erase(std::unique(table.strided_values.begin(), table.strided_values.end()),
+                                 table.strided_values.end());
       full.release(0);
       calibrate(full, data, row, /*warmup=*/b == table.batch_sizes.front() ? opts.warmup : 0, opts, meter);
       table.costs.push_back(std::move(row));

@@ -65,6 +65,9 @@ struct UnitCost {
   /// outputs read later (Note [last use]).
   int64_t kept_bytes = 0;
   int64_t work_bytes = 0; ///< transient peak above the kept bytes during forward + backward
+  /// Kept bytes more when its strided inputs (CostTable::strided_values)
+  /// arrive contiguous over a cut (Note [received layout] in planner/partition/evaluate.cpp).
+  int64_t received_extra_bytes = 0;
 };
 
 /// Per-unit costs at several micro-batch sizes, from one source.
@@ -81,6 +84,9 @@ struct CostTable {
   /// executor/runtime/stage.h): measured by the profiler for values read in a
   /// later unit, estimated by the analytic source (Note [what autograd saves]).
   std::vector<ir::ValueId> unsaved_values;
+  /// Values read in a later unit that the whole graph makes as non-contiguous
+  /// views; a stage receives them contiguous (Note [received layout]). Measured only.
+  std::vector<ir::ValueId> strided_values;
 
   /// Cost of `unit` at micro-batch size b: linear between the measured sizes,
   /// extrapolated linearly from the nearest two outside them.

@@ -29,6 +29,7 @@ Status writeProfile(const CostTable &table, const ProfileKey &key, const std::st
   }
   for (int64_t b : table.batch_sizes) p.add_batch_sizes(b);
   for (ir::ValueId v : table.unsaved_values) p.add_unsaved_values(uint32_t(v));
+  for (ir::ValueId v : table.strided_values) p.add_strided_values(uint32_t(v));
   for (const auto &row : table.costs) {
     auto *r = p.add_rows();
     for (const UnitCost &c : row) {
@@ -37,6 +38,7 @@ Status writeProfile(const CostTable &table, const ProfileKey &key, const std::st
       m->set_bwd_s(c.bwd_s);
       m->set_kept_bytes(c.kept_bytes);
       m->set_work_bytes(c.work_bytes);
+      m->set_received_extra_bytes(c.received_extra_bytes);
     }
   }
   std::string bytes;
@@ -78,10 +80,12 @@ Expected<CostTable> readProfile(const std::string &path, const ProfileKey &expec
   for (const auto &u : p.units()) t.units.push_back({u.op_begin(), u.op_end()});
   t.batch_sizes.assign(p.batch_sizes().begin(), p.batch_sizes().end());
   for (uint32_t v : p.unsaved_values()) t.unsaved_values.push_back(ir::ValueId(v));
+  for (uint32_t v : p.strided_values()) t.strided_values.push_back(ir::ValueId(v));
   for (const auto &row : p.rows()) {
     if (row.units_size() != p.units_size()) return Error{path + ": corrupt profile (a row has the wrong unit count)"};
     std::vector<UnitCost> r;
-    for (const auto &m : row.units()) r.push_back({m.fwd_s(), m.bwd_s(), m.kept_bytes(), m.work_bytes()});
+    for (const auto &m : row.units())
+      r.push_back({m.fwd_s(), m.bwd_s(), m.kept_bytes(), m.work_bytes(), m.received_extra_bytes()});
     t.costs.push_back(std::move(r));
   }
   return t;

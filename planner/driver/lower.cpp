@@ -305,6 +305,25 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     for (int i = a + 1; i <= last_reader[v]; ++i) p.cut_bytes_per_sample[i] += per_sample;
     if (last_reader[v] > a) own_out[a] += per_sample;
   }
+  // Note [values passing over] in planner/partition/evaluate.cpp: each
+  // crossing value's stretches between its maker's unit and its readers'
+  // that hold a unit reading it nowhere.
+  {
+    std::vector<std::vector<int>> reader_units(g.values.size());
+    for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v)
+      for (ir::ValueId in : g.nodes[v].inputs)
+        if (in != ir::kNoValue && unit_of[v] >= 0) reader_units[in].push_back(unit_of[v]);
+    for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+      if (!crosses(v)) continue;
+      std::vector<int> &rs = reader_units[v];
+      std::sort(rs.begin(), rs.end());
+      int prev = unit_of[g.values[v].producer];
+      for (int r : rs) {
+        if (r >= prev + 2) p.pass_over.push_back({prev, r, perSample(g.values[v])});
+        prev = std::max(prev, r);
+      }
+    }
+  }
   // Values that autograd saves nowhere go at their last use inside a stage,
   // though each unit, measured alone, kept its own (Note [unsaved values] in
   // planner/partition/evaluate.cpp): X_i and fr_i from the profile's list. A
@@ -324,6 +343,30 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     p.blocks[last_reader[v]].unsaved_freed_bytes_per_sample += per_sample;
   }
   if (!costs.unsaved_values.empty()) p.unsaved_cut_bytes_per_sample = std::move(unsaved_cut);
+  // Note [received layout] in planner/partition/evaluate.cpp: what unit u
+  // keeps more when its strided inputs arrive contiguous, at every cut from
+  // just after the earliest maker of one of them to u.
+  {
+    std::vector<int> earliest(n, n);
+    for (ir::ValueId v : costs.strided_values) {
+      if (v < 0 || v >= ir::ValueId(g.values.size()) || g.values[v].producer < 0)
+        return Error{"the profile names value " + std::to_string(v) +
+                     ", which this model does not have; re-run rannc-plan profile"};
+      const int a = unit_of[g.values[v].producer];
+      for (ir::NodeId r = 0; r < ir::NodeId(g.nodes.size()); ++r)
+        if (unit_of[r] > a && std::find(g.nodes[r].inputs.begin(), g.nodes[r].inputs.end(), v) != g.nodes[r].inputs.end())
+          earliest[unit_of[r]] = std::min(earliest[unit_of[r]], a);
+    }
+    std::vector<double> layout_cut(n + 1, 0.0);
+    bool any = false;
+    for (int u = 0; u < n; ++u) {
+      const double extra = double(costs.costs.back()[u].received_extra_bytes) / double(largest);
+      if (extra <= 0 || earliest[u] >= u) continue;
+      for (int i = earliest[u] + 1; i <= u; ++i) layout_cut[i] += extra;
+      any = true;
+    }
+    if (any) p.received_layout_cut_bytes_per_sample = std::move(layout_cut);
+  }
   // A unit's working bytes include the gradients of its own outputs (the
   // profiler hands them over as a stage does). The gradients of the values
   // that pass over it, made by a later unit for an earlier one, wait in
@@ -404,8 +447,9 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   // made need a gradient (Note [gradient-free values]); the rest were tests
   // of a plan file of one stage per rank, which now pin 1F1B. What still
   // holds: --batchnorm exact never interleaves (no_interleave above), and
-  // ZB-H2's measured peak on the memory_split case is up to 1.11x its
-  // plan's (docs/partitioner.md, "Memory per schedule, measured").
+  // ZB-H2's measured peak on the memory_split case is up to 1.086x its
+  // plan's, its unawaited sends holding what timing allows (docs/
+  // partitioner.md, "Memory per schedule, measured").
   p.auto_schedule = opts.auto_schedule;
   if (Status st = partition::validate(p); !st) return Error{st.message()};
   return p;

@@ -98,7 +98,7 @@ std::vector<int64_t> costBatchSizes(const PlanOptions &opts) {
 }
 
 void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params, bool split_backward,
-                        proto::StageEstimates *e) {
+                        double rank_peak_bytes, proto::StageEstimates *e) {
   e->set_num_params(num_params);
   e->set_fwd_time_s(c.forwardSlot());
   e->set_bwd_time_s(c.backwardSlot());
@@ -121,6 +121,7 @@ void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, in
     e->set_weight_queue_bytes(int64_t(c.memory.weight_queue));
     e->set_weight_time_s(c.weightSlot());
   }
+  if (rank_peak_bytes > 0) e->set_rank_peak_memory_bytes(int64_t(rank_peak_bytes)); // Note [a rank's chunks' memory]
 }
 
 void fillModelFlops(const ir::Graph &g, proto::Estimates *e) {
@@ -247,6 +248,9 @@ Expected<proto::Plan> planGraph(const ir::Graph &g, const cost::CostTable &costs
     st->set_zero(c.zero ? 1 : 0);
     const int64_t num_params = rangeParameterCount(g, st->op_begin(), st->op_end());
     fillStageEstimates(c, ev.capacity_bytes, num_params, pipeline::splitsBackward(plan_units.schedule),
+                       ev.rank_peak_memory_bytes.empty()
+                           ? 0.0
+                           : ev.rank_peak_memory_bytes[size_t(s) % ev.rank_peak_memory_bytes.size()],
                        st->mutable_estimates());
     // A sharded stage updates only its replica's share of the parameters, a
     // tensor-parallel one its device's shards.

@@ -123,9 +123,10 @@ void fillModelFlops(const ir::Graph &g, proto::Estimates *e);
 
 /// Fills a stage's estimates from the partitioner's evaluation of it (planGraph
 /// and `check --update` both use it, so plans always carry the same fields).
-/// `split_backward`: the plan's schedule splits the backward (its W's time and queue are written).
+/// `split_backward`: the plan's schedule splits the backward (its W's time and queue are written);
+/// `rank_peak_bytes` > 0: an interleaved plan's figure for the stage's rank (Evaluation::rank_peak_memory_bytes).
 void fillStageEstimates(const partition::StageCost &c, double capacity_bytes, int64_t num_params, bool split_backward,
-                        proto::StageEstimates *e);
+                        double rank_peak_bytes, proto::StageEstimates *e);
 
 /// The micro-batch sizes a plan needs costs at.
 std::vector<int64_t> costBatchSizes(const PlanOptions &opts);

@@ -134,6 +134,7 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
   out.problem.cut_bytes_per_sample.clear();
   out.problem.unsaved_cut_bytes_per_sample.clear();
   out.problem.wgrad_read_cut_bytes_per_sample.clear();
+  out.problem.received_layout_cut_bytes_per_sample.clear();
   out.problem.cut_whole.clear();
   for (int b = 0; b < K; ++b) {
     Block blk;
@@ -179,7 +180,14 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(chosen[b]));
     if (!units.wgrad_read_cut_bytes_per_sample.empty())
       out.problem.wgrad_read_cut_bytes_per_sample.push_back(units.wgradReadCutAt(chosen[b]));
+    if (!units.received_layout_cut_bytes_per_sample.empty()) // Note [received layout]
+      out.problem.received_layout_cut_bytes_per_sample.push_back(units.receivedLayoutAt(chosen[b]));
   }
+  // Note [values passing over]: a span over whole blocks stays.
+  out.problem.pass_over.clear();
+  auto blockOf = [&](int u) { return static_cast<int>(std::upper_bound(chosen.begin(), chosen.end(), u) - chosen.begin()) - 1; };
+  for (const Problem::PassOver &s : units.pass_over)
+    if (blockOf(s.to) - blockOf(s.from) >= 2) out.problem.pass_over.push_back({blockOf(s.from), blockOf(s.to), s.bytes_per_sample});
   for (Problem::Tied &x : out.problem.tied) // Note [tied parameters]: the blocks of the reading units
     for (int &u : x.blocks) u = static_cast<int>(std::upper_bound(chosen.begin(), chosen.end(), u) - chosen.begin()) - 1;
   out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[n]);
@@ -187,6 +195,8 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
     out.problem.unsaved_cut_bytes_per_sample.push_back(units.unsavedCutAt(n));
   if (!units.wgrad_read_cut_bytes_per_sample.empty())
     out.problem.wgrad_read_cut_bytes_per_sample.push_back(units.wgradReadCutAt(n));
+  if (!units.received_layout_cut_bytes_per_sample.empty())
+    out.problem.received_layout_cut_bytes_per_sample.push_back(units.receivedLayoutAt(n));
   if (!units.cut_whole.empty()) out.problem.cut_whole.push_back(units.cut_whole[n]);
   return out;
 }

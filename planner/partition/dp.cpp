@@ -735,10 +735,30 @@ Expected<SolveResult> solveInterleaved(const Problem &p, const DPOptions &opts,
         }
         solved->solution.schedule = *c.schedule;
         solved->solution.virtual_stages = v;
-        const Evaluation ev = evaluate(p, solved->solution);
+        Evaluation ev = evaluate(p, solved->solution);
         if (!ev.feasible()) {
           why = ev.violations.front();
           continue;
+        }
+        // What the layout needed on 1/v of a device the rank's own order may
+        // not (Note [a rank's chunks' memory] in evaluate.cpp): each stage in
+        // turn takes the fastest of its memory choices that still fits, no
+        // recomputation before recomputation, unsharded before sharded. A
+        // later stage's choice only adds memory, so an earlier one stays needed.
+        for (Stage &st : solved->solution.stages) {
+          const Stage was = st;
+          for (const auto &[rec, zero] : {std::pair{false, false}, {false, true}, {true, false}, {true, true}}) {
+            if ((rec && !was.recompute) || (rec == was.recompute && zero && !was.zero)) break;
+            if (!p.recomputeAllowed(rec) || !p.zeroAllowed(zero, st.replicas)) continue;
+            st.recompute = rec;
+            st.zero = zero;
+            Evaluation tried = evaluate(p, solved->solution);
+            if (tried.feasible()) {
+              ev = std::move(tried);
+              break;
+            }
+            st = was;
+          }
         }
         solved->step_time_s = ev.step_time_s;
         if (!best || ev.step_time_s < best->step_time_s) best = std::move(*solved);

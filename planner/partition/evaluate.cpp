@@ -83,8 +83,9 @@ namespace rannc::partition {
 //                                          (measured: GPT 1 x 2 fused, 456,080
 //                                          bytes above the parameters, gradients
 //                                          and state, 2 x 228,040);
-//   where sum act stands for K = sum act_i - sum fr_i + X_a over the stage's blocks
-//     (Note [unsaved values]): what one micro-batch keeps besides its inputs;
+//   where sum act stands for K = sum act_i - sum fr_i + X_a + L_a over the stage's
+//     blocks (Note [unsaved values], Note [received layout]): what one
+//     micro-batch keeps besides its inputs;
 //   working = max over the stage's blocks u of w_u = fixed_u + b work_u, a
 //     block's forward transients and backward, with the gradients it receives
 //     (freed once consumed: Note [handing gradients over] in
@@ -182,6 +183,47 @@ namespace rannc::partition {
 // from prefix sums. X_{i+1} - X_i + fr_i is what block i makes that is saved
 // nowhere, at most act_i, so the prefix act - fr - X never decreases.
 
+// Note [received layout]
+// A value a stage receives is contiguous (the transport sends and receives
+// dense buffers), where its maker may have made it a view: a GPT's key,
+// transposed for its MatMul, or the query, whose layout the attention output
+// takes. An op that wants another layout then copies what it would have read
+// as a view: the fused attention copies a received transposed key (the CPU
+// kernels want a dense last axis, executor/runtime/kernels/fused.cpp) and
+// returns its output laid out as the received query, which the output
+// projection's reshape then copies; autograd saves both copies. A unit is
+// measured alone with its inputs laid out as the whole graph made them
+// (executor/profile/profiler.cpp), so its kept bytes are what it keeps inside
+// a stage; the profiler measures it again with its strided inputs
+// (CostTable::strided_values) made contiguous, and lowering charges the
+// difference, d_u, at every cut i from just after the earliest maker of one
+// of them to u (Problem::received_layout_cut_bytes_per_sample): a stage
+// [a, e) adds L_a to K beside X_a. It over-counts where the stage ends
+// before u, or receives only some of them. Measured (GPT, 4 stages of 1F1B,
+// M = 8, b = 1): the stage from block 0's attention to block 1's ln1 kept
+// 8,192 B per micro-batch more than its units measured alone, a key and an
+// output of 4,096 B each; d_u of the attention unit is that.
+
+// Note [values passing over]
+// cut[a] counts every value made before block a and read at or after it, but
+// the executor sends a value straight from its maker to each stage that
+// reads it (Note [partition cost model]): a stage [a, e) that reads it
+// nowhere, lying wholly between its maker (or one reader) and its next
+// reader, neither receives it nor, in backward, its gradient. A GPT's
+// residual stream passes over a stage holding only attention so. Lowering
+// lists each such stretch (Problem::PassOver: from < a and e <= to), and a
+// stage holds cut[a] - pass(a, e) of its inputs per micro-batch in flight
+// (the stash of a recomputing stage the same), and at degree 1 working bytes
+// b pass(a, e) lower: every block's working line counts the gradients of the
+// values passing over it, these among them (planner/driver/lower.cpp); at
+// degree t > 1 that part may be split, and no credit is taken. The receive
+// time still counts the whole cut[a]; stageWorking's credit of the values
+// the stage sends, cut[e], still counts them too (both over-counts). The DP
+// tables pass(a, e) (StageTable::passOver). Measured (GPT, 1F1B, 4 stages,
+// M = 8, b = 1): the attention-only stage held its input, 4,096 B a
+// micro-batch, and not the residual's 4,096 the plan had charged it, nor
+// its gradient.
+
 std::string describe(const StageMemory &m, std::string (*bytes)(double)) {
   return "params " + bytes(m.params) + ", grads " + bytes(m.grads) + ", optimizer " + bytes(m.optimizer) +
          ", activations " + bytes(m.activations) + (m.stash > 0 ? ", recompute stash " + bytes(m.stash) : "") +
@@ -216,8 +258,10 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   // W keeps]). A recomputing stage's micro-batch in B holds its input and
   // its rebuilt values, cut[a] + K, as a stored one does (Note [recomputing
   // split backward]), so the same formula holds with or without recomputation.
+  // A queued micro-batch holds its received inputs too, which W's graph
+  // holds (Note [what a queued W keeps]).
   if (in.wgrad_per_sample > 0) {
-    const double held = b * in.wgrad_per_sample;
+    const double held = b * (in.wgrad_per_sample + in.cut_in);
     m.weight_queue = std::max(queued * held, (queued + 1) * held - b * (in.cut_in + in.act_per_sample) +
                                                  std::max(0.0, in.weight_working - in.working));
   }
@@ -251,8 +295,11 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
 // in Problem::wgrad_read_cut_bytes_per_sample at every cut between its first
 // and its last reader, which a stage beginning there adds (over only where
 // the stage lies wholly between two of its readers).
-// So of the k micro-batches in flight the q queued hold w = sum
-// wgrad_bytes each, the others the whole cut[a] + K. B makes no weight
+// The values the stage received stay too: their leaves hang off the graph W
+// runs (autograd's AccumulateGrad nodes hold them) until W has run, though
+// B has sent their gradients. So of the k micro-batches in flight the q
+// queued hold w = cut[a] + sum wgrad_bytes each (an input W reads that the
+// stage received counted twice), the others the whole cut[a] + K. B makes no weight
 // gradient: its working bytes are the per-sample part of the blocks' working
 // lines, b work_u; W's are their fixed part, fixed_u, a parameter's gradient
 // made whole (Note [partition cost model]); each the largest block's. The
@@ -265,7 +312,11 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
 // whole and the graph kept whole: on the memory_split case the
 // attention-only stage (its q, k, v projections first) kept 6,144 of the
 // 21,760 B a micro-batch holds there, its roots' input, and the plan said
-// 0.833x of the measured peak.
+// 0.833x of the measured peak. Until 2026-11-29 13:30 UTC a queued
+// micro-batch was charged without its received inputs: on the same case
+// with 4 stages, M = 8, stage 1 (from block 0's attention to block 1's
+// ln1) held 86,272 B per queued micro-batch where w said 65,536, the 20,480
+// B it had received among the difference.
 
 // Note [recomputing split backward]
 // A recomputing stage under a split backward (ZB-H1, ZB-H2) runs its
@@ -422,6 +473,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.param_bytes -= p.tiedExcess(stage.block_begin, stage.block_end, t); // Note [tied parameters]
   whole_params -= p.tiedExcess(stage.block_begin, stage.block_end, 1);
   mem.act_per_sample += p.unsavedCutAt(stage.block_begin); // Note [unsaved values]
+  mem.act_per_sample += p.receivedLayoutAt(stage.block_begin); // Note [received layout]
   if (pipeline::splitsBackward(schedule)) mem.wgrad_per_sample += p.wgradReadCutAt(stage.block_begin);
   mem.working = stageWorking(p, stage.block_begin, stage.block_end, b, t);
   if (pipeline::splitsBackward(schedule)) { // the working lines split between B and W (Note [zero bubble H1])
@@ -432,6 +484,9 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
       mem.weight_working = std::max(mem.weight_working, fixed);
     }
   }
+  // Note [values passing over]: neither they nor their gradients come here.
+  const double passing = p.passOverAt(stage.block_begin, stage.block_end);
+  if (t == 1) mem.working -= b * passing;
   if (t > 1) c.tp_collective_s = ringAllReduce(collective_bytes * b, t, p.devices.intra_node, collectives);
   if (t > 1 && whole_params > 0) c.param_share = c.param_bytes / whole_params;
 
@@ -460,7 +515,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.inflight = pipeline::microbatchesInFlight(schedule, index, num_stages, microbatches, virtual_stages);
   mem.param_bytes = c.param_bytes;
   mem.optimizer_bytes = p.optimizer_bytes_per_param_byte * c.param_bytes;
-  mem.cut_in = cut_in;
+  mem.cut_in = cut_in - passing;
   mem.samples = b;
   mem.inflight = c.inflight;
   mem.weight_queue = pipeline::weightQueuePeak(schedule, index, num_stages, microbatches);
@@ -471,6 +526,49 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   c.zero_saves_bytes = c.zero ? stageMemory(mem, stage.recompute, false).total() - c.memory.total() : 0;
   if (stage.recompute) c.recompute_saves_bytes = stageMemory(mem, false, c.zero).total() - c.memory.total();
   return c;
+}
+
+// Note [a rank's chunks' memory]
+// Under interleaved 1F1B a rank holds its v chunks (Note [interleaved 1F1B]
+// in planner/pipeline/schedule.h). Their parameters, gradients, optimizer
+// state and buffers are held all along; the rest comes and goes with the
+// rank's order (pipeline::rankOrder), which runs one pass at a time. So the
+// rank's peak is at most the fixed parts' sum plus the largest, over the
+// passes of its order, of what the micro-batches in flight of every chunk
+// keep (a chunk's b (cut[a] + K) each, a recomputing chunk's inputs b cut[a])
+// and the running chunk's own transient bytes: its working bytes, and its
+// rebuilt micro-batch b K when it recomputes; the forward pass counts the
+// micro-batch it starts, the backward the one it ends. A sharded step's
+// temporaries come after the order, each chunk's in turn. Each chunk's own
+// figure (StageCost::memory, its in-flight count its peak on this order)
+// stays what evaluateStage says. Until 2026-11-29 the rank's figure was the
+// chunks' sum, which counts every chunk's working bytes and each chunk at its
+// own peak, which need not coincide: measured over planned 0.817-0.922 on the
+// memory_split case (docs/partitioner.md).
+double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int virtual_stages, int microbatches,
+                  Schedule schedule) {
+  std::vector<double> per_microbatch, transient;
+  double fixed = 0, step = 0;
+  for (int c = 0; c < virtual_stages; ++c) {
+    const StageCost &sc = stages[static_cast<size_t>(c * ranks + rank)];
+    const StageMemory &m = sc.memory;
+    fixed += m.params + m.grads + m.optimizer + m.buffers + m.lowp_weights;
+    step = std::max(step, m.step);
+    const double k = std::max(1, sc.inflight);
+    per_microbatch.push_back(sc.recompute ? m.stash / k : m.activations / k);
+    transient.push_back(m.working + (sc.recompute ? m.activations : 0.0));
+  }
+  std::vector<int> alive(static_cast<size_t>(virtual_stages), 0);
+  double peak = 0;
+  for (const pipeline::Pass &pass : pipeline::rankOrder(schedule, rank, ranks, virtual_stages, microbatches)) {
+    const size_t c = static_cast<size_t>(pass.chunk);
+    if (pass.forward) ++alive[c];
+    double held = transient[c];
+    for (size_t i = 0; i < alive.size(); ++i) held += alive[i] * per_microbatch[i];
+    peak = std::max(peak, held);
+    if (!pass.forward) --alive[c];
+  }
+  return fixed + std::max(peak, step);
 }
 
 Evaluation evaluate(const Problem &p, const Solution &sol) {
@@ -554,19 +652,20 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
     ev.allreduce_s = std::max(ev.allreduce_s, c.allreduce_s);
     ev.stages.push_back(c);
   }
-  // Note [interleaved 1F1B]: a rank holds its chunks' memory together (an upper bound).
+  // Note [a rank's chunks' memory]: along the rank's order.
   for (int r = 0; r < ranks && v > 1; ++r) {
-    double mem = 0, allreduce = 0; // its chunks' groups all-reduce one after the other
+    double allreduce = 0; // its chunks' groups all-reduce one after the other
     std::string chunks;
     for (int s = r; s < S; s += ranks) {
-      mem += ev.stages[s].memory.total();
       allreduce += ev.stages[s].allreduce_s;
       chunks += (chunks.empty() ? "" : " + ") + formatBytes(ev.stages[s].memory.total());
     }
+    const double mem = rankMemory(ev.stages, r, ranks, v, sol.microbatches, sol.schedule);
     if (mem > ev.capacity_bytes)
       ev.violations.push_back("pipeline rank " + std::to_string(r) + " (stages " + std::to_string(r) + ", " +
-                              std::to_string(r + ranks) + (v > 2 ? ", ..." : "") + ") needs " + formatBytes(mem) + " (" +
-                              chunks + ") but a device holds " + formatBytes(ev.capacity_bytes));
+                              std::to_string(r + ranks) + (v > 2 ? ", ..." : "") + ") needs " + formatBytes(mem) +
+                              " (its chunks alone: " + chunks + ") but a device holds " + formatBytes(ev.capacity_bytes));
+    ev.rank_peak_memory_bytes.push_back(mem);
     ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
     ev.allreduce_s = std::max(ev.allreduce_s, allreduce);
   }

@@ -131,7 +131,9 @@ struct Evaluation {
   double allreduce_s = 0;      ///< the slowest replica group's all-reduce, after the pipeline drains
   double step_time_s = 0;      ///< fill_drain + steady + allreduce; +inf when malformed
   int bottleneck_stage = -1;   ///< the stage setting the steady-state period (1F1B) / forward period (GPipe)
-  double peak_memory_bytes = 0; ///< the largest stage total (interleaved: the largest rank's, its chunks summed)
+  double peak_memory_bytes = 0; ///< the largest stage total (interleaved: the largest rank's, rankMemory)
+  /// Interleaved: each pipeline rank's peak (rankMemory); else empty.
+  std::vector<double> rank_peak_memory_bytes;
   bool well_formed = true;     ///< ranges cover the blocks, replicas and M in range
   std::vector<std::string> violations; ///< malformed parts and memory overflows, by stage
 
@@ -148,6 +150,11 @@ struct Evaluation {
 StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num_stages, int first_rank,
                         int microbatches, Schedule schedule, int virtual_stages = 1, int prev_last_rank = -1,
                         int next_first_rank = -1);
+
+/// Under interleaved 1F1B, the peak of pipeline rank `rank` holding the chunks
+/// rank, rank + ranks, ... of `stages` (Note [a rank's chunks' memory]).
+double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int virtual_stages, int microbatches,
+                  Schedule schedule);
 
 /// Evaluates `s` against `p`. Never fails: problems are listed in violations.
 Evaluation evaluate(const Problem &p, const Solution &s);

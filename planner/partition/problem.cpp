@@ -68,6 +68,9 @@ void Problem::print(std::ostream &os) const {
        << (i < unsaved_cut_bytes_per_sample.size() && unsaved_cut_bytes_per_sample[i] > 0
                ? " (" + std::to_string(unsaved_cut_bytes_per_sample[i]) + " unsaved)"
                : std::string())
+       << (i < received_layout_cut_bytes_per_sample.size() && received_layout_cut_bytes_per_sample[i] > 0
+               ? ", " + std::to_string(received_layout_cut_bytes_per_sample[i]) + " B/sample more if received"
+               : std::string())
        << (b.unsaved_freed_bytes_per_sample > 0
                ? ", frees " + std::to_string(b.unsaved_freed_bytes_per_sample) + " B/sample unsaved"
                : std::string());
@@ -154,6 +157,20 @@ Status validate(const Problem &p) {
       p.wgrad_read_cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
     errs.push_back("wgrad_read_cut_bytes_per_sample has " + std::to_string(p.wgrad_read_cut_bytes_per_sample.size()) +
                    " entries, expected none or blocks+1 = " + std::to_string(n + 1));
+  for (const Problem::PassOver &s : p.pass_over) // Note [values passing over]
+    if (s.from < 0 || s.to > n || s.to < s.from + 2 || !finiteNonNegative(s.bytes_per_sample)) {
+      errs.push_back("pass_over spans must lie in [0, blocks] with a block between their ends and bytes >= 0");
+      break;
+    }
+  if (!p.received_layout_cut_bytes_per_sample.empty()) { // Note [received layout]
+    if (p.received_layout_cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
+      errs.push_back("received_layout_cut_bytes_per_sample has " +
+                     std::to_string(p.received_layout_cut_bytes_per_sample.size()) +
+                     " entries, expected none or blocks+1 = " + std::to_string(n + 1));
+    else if (!std::all_of(p.received_layout_cut_bytes_per_sample.begin(), p.received_layout_cut_bytes_per_sample.end(),
+                          finiteNonNegative))
+      errs.push_back("received_layout_cut_bytes_per_sample must be finite and >= 0");
+  }
   const bool has_unsaved = !p.unsaved_cut_bytes_per_sample.empty();
   if (has_unsaved && p.unsaved_cut_bytes_per_sample.size() != static_cast<size_t>(n) + 1)
     errs.push_back("unsaved_cut_bytes_per_sample has " + std::to_string(p.unsaved_cut_bytes_per_sample.size()) +

@@ -162,6 +162,31 @@ struct Problem {
   double wgradReadCutAt(int i) const {
     return wgrad_read_cut_bytes_per_sample.empty() ? 0.0 : wgrad_read_cut_bytes_per_sample[static_cast<size_t>(i)];
   }
+  /// Empty (none), or blocks.size()+1 entries: [i] = the bytes per sample a
+  /// stage beginning at cut i keeps more because it receives contiguous
+  /// what its blocks read as views (Note [received layout] in evaluate.cpp).
+  std::vector<double> received_layout_cut_bytes_per_sample;
+  /// received_layout_cut_bytes_per_sample[i], 0 where it is empty.
+  double receivedLayoutAt(int i) const {
+    return received_layout_cut_bytes_per_sample.empty() ? 0.0
+                                                        : received_layout_cut_bytes_per_sample[static_cast<size_t>(i)];
+  }
+  /// A value's stretch from its maker's block (or a reader's) to its next
+  /// reader's, reading it nowhere between: a stage [a, e) with from < a and
+  /// e <= to neither receives it nor its gradient, though cut[a] counts it
+  /// (Note [values passing over] in evaluate.cpp).
+  struct PassOver {
+    int from = 0, to = 0;
+    double bytes_per_sample = 0;
+  };
+  std::vector<PassOver> pass_over;
+  /// Of cut[a], the bytes per sample that pass over stage [a, e).
+  double passOverAt(int a, int e) const {
+    double bytes = 0;
+    for (const PassOver &s : pass_over)
+      if (s.from < a && e <= s.to) bytes += s.bytes_per_sample;
+    return bytes;
+  }
   int64_t batch_size = 1;                   ///< global batch size B
   Devices devices;
   double optimizer_bytes_per_param_byte = 0; ///< SGD 0, momentum 1, Adam/AdamW 2 (gradients are always 1x)

@@ -117,7 +117,18 @@ protected:
         wwork_[ti] = sparse(std::move(fixed));
       }
     }
+    if (!p.pass_over.empty()) { // Note [values passing over]: pass_[a][e] = sum over from < a, to >= e
+      pass_.assign(static_cast<size_t>(n_ + 1) * (n_ + 1), 0.0);
+      for (const Problem::PassOver &s : p.pass_over) pass_[static_cast<size_t>(s.from + 1) * (n_ + 1) + s.to] += s.bytes_per_sample;
+      for (int a = 1; a <= n_; ++a) // from < a: a running sum over a
+        for (int e = 0; e <= n_; ++e) pass_[static_cast<size_t>(a) * (n_ + 1) + e] += pass_[static_cast<size_t>(a - 1) * (n_ + 1) + e];
+      for (int a = 0; a <= n_; ++a) // to >= e: a running sum from the right
+        for (int e = n_ - 1; e >= 0; --e) pass_[static_cast<size_t>(a) * (n_ + 1) + e] += pass_[static_cast<size_t>(a) * (n_ + 1) + e + 1];
+    }
   }
+
+  /// Problem::passOverAt(a, e), tabled.
+  double passOver(int a, int e) const { return pass_.empty() ? 0.0 : pass_[static_cast<size_t>(a) * (n_ + 1) + e]; }
 
   /// The quanta a stage of `devices` devices advances d by (rounded down in the relaxation).
   int quanta(int devices) const { return devices / q_; }
@@ -209,8 +220,8 @@ protected:
   /// micro-batches are in flight (stageMemory: inputs and saved values, or
   /// the inputs alone when recomputing, times the count in flight).
   bool memoryGrowsWithInflight(int a, int e, size_t ti) const {
-    const double cut_in = p_.cut_bytes_per_sample[a];
-    return cut_in >= 0 && cut_in + act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a) >= 0;
+    const double cut_in = p_.cut_bytes_per_sample[a] - passOver(a, e);
+    return cut_in >= 0 && cut_in + act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a) + p_.receivedLayoutAt(a) >= 0;
   }
 
   static constexpr int kRecompute = 1, kZero = 2; ///< bits of a memory choice
@@ -226,9 +237,10 @@ protected:
     in.param_bytes = stageParams(a, e, ti);
     in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
     in.model_buffers = bufs_[e] - bufs_[a] - keep(ti) * (tlowp_[e] - tlowp_[a]);
-    in.act_per_sample = act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a); // K (Note [unsaved values])
+    // K (Note [unsaved values]), with what the stage keeps for receiving views contiguous (Note [received layout])
+    in.act_per_sample = act_[ti][e] - act_[ti][a] + p_.unsavedCutAt(a) + p_.receivedLayoutAt(a);
     in.working = maxWork(a, e, ri, ti);
-    in.cut_in = p_.cut_bytes_per_sample[a];
+    in.cut_in = p_.cut_bytes_per_sample[a] - passOver(a, e); // Note [values passing over]
     in.samples = samples_[ri];
     in.inflight = inflight;
     in.replicas = R_[ri];
@@ -238,6 +250,7 @@ protected:
       in.weight_queue = std::max(0, weight_queue);
       in.wgrad_per_sample = wbytes_[e] - wbytes_[a] + p_.wgradReadCutAt(a); // Note [what a queued W keeps]
     }
+    if (T_[ti] == 1) in.working -= in.samples * passOver(a, e); // nor their gradients
     // weight_queue < 0: the stage index is open (a bound pass): the least
     // over every queue length, which is at one end, the memory being linear
     // in it (a queued micro-batch holds w where a waiting one holds cut + K).
@@ -400,6 +413,7 @@ protected:
   std::vector<double> f0_, f1_, g0_, g1_, params_, bufs_;
   std::vector<double> tf0_, tf1_, tg0_, tg1_, tparams_, tlowp_, coll_, ncoll_; // tensor-parallel parts
   std::vector<double> sync_, nsync_; // synchronised batch statistics: bytes and all-reduces a pass
+  std::vector<double> pass_; // Note [values passing over]: [(n+1) a + e], empty when nothing passes over
   std::vector<double> w0_, w1_, wbytes_; // a split backward's W: time (fixed, per sample) and queued bytes a sample
   std::vector<double> tw0_, tw1_;        // of W's time, the part a tensor-parallel degree divides
   std::vector<std::vector<double>> act_;  ///< per degree: of act_i - fr_i at that degree

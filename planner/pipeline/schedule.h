@@ -92,14 +92,13 @@ struct Pass {
 /// Memory: rank r holds at most min(vM, W_r + 1) chunk-micro-batches at once
 /// (rankMicrobatchesInFlight), Megatron's warm-up plus one. Each chunk's own
 /// peak (microbatchesInFlight, counted on the order) is what evaluate()
-/// charges that stage; a rank's memory is the sum of its chunks', which may
-/// exceed the rank's true peak (the chunks' peaks need not coincide, and each
-/// chunk's working memory counts): an upper bound, by at most one
-/// micro-batch of a chunk on the cases the tests replay. A recomputing chunk
-/// keeps its inputs for each of its k_c micro-batches and rebuilds one in its
-/// backward (Note [recomputing stage's peak] in planner/partition/evaluate.cpp);
-/// the sum charges every recomputing chunk its rebuilt micro-batch, though
-/// the rank runs one backward at a time: an upper bound again.
+/// charges that stage; a rank's memory is counted along this order, each
+/// chunk's micro-batches in flight at every pass with the running chunk's
+/// working bytes alone (Note [a rank's chunks' memory] in
+/// planner/partition/evaluate.cpp; the chunks' sum until 2026-11-29). A
+/// recomputing chunk keeps its inputs for each of its micro-batches in
+/// flight and rebuilds one in its backward (Note [recomputing stage's peak]),
+/// counted only while it runs.
 /// Clipping, a skipped step and fp16's loss scale are decided once over a
 /// rank's chunks (Note [one step over a rank's chunks] in
 /// executor/train/parameter_update.cpp). What chunks do not do yet is

@@ -341,6 +341,7 @@ void printPlanJson(const proto::Plan &plan, std::ostream &os) {
     st["recompute_stash_bytes"] = e.recompute_stash_bytes();
     st["weight_queue_bytes"] = e.weight_queue_bytes(); // Note [zero bubble H1]
     st["peak_memory_bytes"] = e.peak_memory_bytes();
+    if (e.rank_peak_memory_bytes() > 0) st["rank_peak_memory_bytes"] = e.rank_peak_memory_bytes(); // interleaved
     st["memory_capacity_bytes"] = e.memory_capacity_bytes();
     st["fwd_time_s"] = e.fwd_time_s();
     st["bwd_time_s"] = e.bwd_time_s();

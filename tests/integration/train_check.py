@@ -475,12 +475,13 @@ def check_memory(args, plan_path, model_dir, ref, steps):
     print("as expected, one rank cannot hold it:", one.stderr.strip().splitlines()[-1])
     shown = json.loads(run([args.plan_tool, "show", plan_path, "--json"]).stdout)
     capacity = {r: st["memory_capacity_bytes"] for st in shown["stages"] for r in st["ranks"]}
-    # Note [interleaved 1F1B] (planner/pipeline/schedule.h): a rank holds
-    # each of its chunks (stages), and the plan's figure for it is their sum.
+    # Note [a rank's chunks' memory] (planner/partition/evaluate.cpp): an
+    # interleaved rank holds each of its chunks (stages), and the plan says
+    # its figure with each of them.
     predicted = {}
     for st in shown["stages"]:
         for r in st["ranks"]:
-            predicted[r] = predicted.get(r, 0) + st["peak_memory_bytes"]
+            predicted[r] = st["rank_peak_memory_bytes"] if "rank_peak_memory_bytes" in st else st["peak_memory_bytes"]
     measured = [max(s["peak_memory_bytes_per_rank"][r] for s in steps) for r in range(len(steps[0]["peak_memory_bytes_per_rank"]))]
     failures = []  # every rank's figures first, then what failed
     for r, m in enumerate(measured):

@@ -95,15 +95,18 @@ TEST(SolveDP, RecomputesOnlyTheStageThatDoesNotFit) {
   EXPECT_NE(none.error().message.find("needs"), std::string::npos) << none.error().message;
 }
 
-TEST(SolveDP, InterleavedChunksRecomputeWhereTheyDoNotFit) {
+TEST(SolveDP, InterleavedChunksKeepTheRecomputationTheirRankNeeds) {
   // The blocks above as 2 chunks on 1 pipeline rank (interleaved-1f1b,
   // v = 2), M = 2 of b = 1, a device of 160 B. The rank's order is F(0,c0)
   // F(0,c1) B(0,c1) F(1,c0) B(0,c0) F(1,c1) B(1,c1) B(1,c0): chunk 0 holds 2
-  // micro-batches, chunk 1 one. Chunk 0 without recomputation: 20 + 2*50 =
-  // 120, with: 20 + 50 = 70; chunk 1: 20 + 30 = 50. The rank holds its
-  // chunks together: 120 + 50 = 170 > 160, 70 + 50 = 120 fits (Note
-  // [interleaved layouts]: the 2-stage 1F1B layout on 160/2 = 80 B a
-  // device, where stage 0 keeps 2 and must recompute, is what folds).
+  // micro-batches, chunk 1 one. The 2-stage 1F1B layout on 160/2 = 80 B a
+  // device, where stage 0 keeps 2 and must recompute (20 + 2*50 > 80, 20 +
+  // 50 fits), is what folds (Note [interleaved layouts]). On the rank's order
+  // (Note [a rank's chunks' memory]) the fold holds at most 2 + 2 parameter
+  // and gradient bytes of 10, and chunk 0's two micro-batches when F(1,c0)
+  // runs (chunk 1's first has gone at B(0,c1)): 40 + 2*50 = 140 fits, so the
+  // fold drops the recomputation (the chunks' sum said 20 + 100 + 20 + 30 =
+  // 170, and kept it).
   Problem p = computeOnly({block(1, 10, 50), block(1, 10, 30)}, 1, 2);
   p.devices.memory_bytes = 160;
   p.constraints.stages = 1;
@@ -112,21 +115,22 @@ TEST(SolveDP, InterleavedChunksRecomputeWhereTheyDoNotFit) {
   p.constraints.schedule = Schedule::Interleaved1F1B;
   auto r = solveDP(p);
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ(str(r->solution), "interleaved-1f1b v=2 M=2 [0,1)x1r [1,2)x1");
-  // One device runs everything: 2 micro-batches x (chunk 0: 1 + 2 + 1
-  // recomputed, chunk 1: 1 + 2) = 2 x 7 = 14.
-  EXPECT_DOUBLE_EQ(r->step_time_s, 14);
+  EXPECT_EQ(str(r->solution), "interleaved-1f1b v=2 M=2 [0,1)x1 [1,2)x1");
+  // One device runs everything: 2 micro-batches x (chunk 0: 1 + 2, chunk 1: 1 + 2) = 12.
+  EXPECT_DOUBLE_EQ(r->step_time_s, 12);
   const Evaluation ev = evaluate(p, r->solution);
   EXPECT_TRUE(ev.feasible());
-  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 120);
-  // --recompute on: both chunks, 70 + 20 + 30 = 120 again (chunk 1 keeps
-  // one micro-batch either way); --recompute off: nothing fits.
+  EXPECT_DOUBLE_EQ(ev.peak_memory_bytes, 140);
+  // --recompute on: both chunks, each rebuilding its micro-batch only while
+  // it runs: 40 + 50 (chunk 0's backward, nothing else kept: no inputs).
   p.force_recompute = true;
   auto all = solveDP(p);
   ASSERT_TRUE(all.ok()) << all.error().message;
   EXPECT_EQ(str(all->solution), "interleaved-1f1b v=2 M=2 [0,1)x1r [1,2)x1r");
+  EXPECT_DOUBLE_EQ(evaluate(p, all->solution).peak_memory_bytes, 90);
+  // 139 B: the layout on 69.5 B a device does not fit even recomputing (20 + 50).
   p.force_recompute = false;
-  p.allow_recompute = false;
+  p.devices.memory_bytes = 139;
   EXPECT_FALSE(solveDP(p).ok());
 }
 
@@ -207,6 +211,47 @@ TEST(Evaluate, CountsATiedParameterOncePerStage) {
   EXPECT_DOUBLE_EQ(evaluate(p, Solution{{{0, 3, 1, false, false, 2}}, 1}).stages[0].param_bytes, 250 - 80 - 40);
   p.tied[0].blocks = {2};
   EXPECT_FALSE(validate(p).ok());
+}
+
+// Note [values passing over], Note [received layout]: 6 B/sample made in
+// block 0 and read next in block 2 pass over a stage of block 1, which holds
+// neither them nor their gradient; a stage beginning at cut 1 keeps 3 B/sample
+// more for receiving views contiguous.
+TEST(Evaluate, StageHoldsNeitherValuesPassingOverNorTheirGradients) {
+  Problem p = computeOnly({block(1, 0, 10), block(1, 0, 10), block(1, 0, 10)}, 3, 1);
+  for (Block &b : p.blocks) b.working_bytes_per_sample = 5;
+  p.blocks[1].working_bytes_per_sample += 6; // the passing value's gradient (planner/driver/lower.cpp)
+  p.cut_bytes_per_sample = {0, 8 + 6, 4 + 6, 0};
+  p.pass_over.push_back({0, 2, 6});
+  p.received_layout_cut_bytes_per_sample = {0, 3, 0, 0};
+  ASSERT_TRUE(validate(p).ok()) << validate(p).message();
+  const Evaluation ev = evaluate(p, Solution{{{0, 1, 1}, {1, 2, 1}, {2, 3, 1}}, 1});
+  EXPECT_DOUBLE_EQ(ev.stages[1].memory.activations, 8 + 10 + 3); // cut[1] - 6 + act + L_1, one micro-batch
+  EXPECT_DOUBLE_EQ(ev.stages[1].memory.working, 5);
+  EXPECT_DOUBLE_EQ(ev.stages[2].memory.activations, 10 + 10); // reads it: the whole cut[2]
+  EXPECT_DOUBLE_EQ(ev.stages[0].memory.activations, 10);
+  // Spans coarsen onto whole blocks: block 1 merged into either neighbour leaves no stage between.
+  p.pass_over.push_back({0, 1, 1});
+  EXPECT_FALSE(validate(p).ok());
+}
+
+// Note [a rank's chunks' memory]: 2 pipeline ranks of 2 chunks, M = 2. Rank
+// 0 runs F0 F0 F1 F1 B1 B1 B0 B0 (chunk 0 is stage 0, chunk 1 stage 2); with
+// 10 B a micro-batch in each chunk and working bytes 100 (chunk 0) and 1
+// (chunk 1) its peak is chunk 0's backward with its two micro-batches,
+// 2 x 10 + 100 = 120, where the chunks' sum says 2 x 10 + 100 + 2 x 10 + 1.
+TEST(Evaluate, RankMemoryFollowsTheRanksOrder) {
+  std::vector<StageCost> stages(4);
+  for (StageCost &c : stages) {
+    c.inflight = 2;
+    c.memory.params = 7;
+    c.memory.activations = 20;
+    c.memory.working = 1;
+  }
+  stages[0].memory.working = 100;
+  EXPECT_DOUBLE_EQ(rankMemory(stages, 0, 2, 2, 2, Schedule::Interleaved1F1B), 2 * 7 + 120);
+  EXPECT_LT(rankMemory(stages, 0, 2, 2, 2, Schedule::Interleaved1F1B),
+            stages[0].memory.total() + stages[2].memory.total());
 }
 
 TEST(SolveDP, InfeasibleProblemNamesTheSmallestStage) {
@@ -581,6 +626,23 @@ Problem randomProblem(std::mt19937 &rng, int trial) {
     const Block &first = p.blocks.front(), &last = p.blocks.back();
     p.tied.push_back({{0, n - 1}, std::min(first.param_bytes, last.param_bytes),
                       std::min(first.tp.param_bytes, last.tp.param_bytes)});
+  }
+  // Note [values passing over] and Note [received layout] in half the
+  // instances, from a generator of their own (every other instance stays as
+  // it was): values from block `from` read next at `to`, in the cuts between
+  // and, as gradients, in the working bytes of the blocks they pass over; and
+  // what a stage beginning at a cut keeps for receiving views contiguous.
+  if (trial % 2 == 1 && n > 2) {
+    std::mt19937 side(static_cast<unsigned>(trial) * 7919u + 17u);
+    auto draw = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(side); };
+    for (int k = draw(1, 3); k > 0; --k) {
+      const int from = draw(0, n - 3), to = draw(from + 2, n - 1), bytes = draw(1, 12);
+      p.pass_over.push_back({from, to, double(bytes)});
+      for (int i = from + 1; i <= to; ++i) p.cut_bytes_per_sample[i] += bytes;
+      for (int u = from + 1; u < to; ++u) p.blocks[u].working_bytes_per_sample += bytes;
+    }
+    p.received_layout_cut_bytes_per_sample.assign(n + 1, 0.0);
+    for (int i = 1; i < n; ++i) p.received_layout_cut_bytes_per_sample[i] = draw(0, 1) ? draw(0, 15) : 0;
   }
   return p;
 }
