@@ -864,10 +864,6 @@ Expected<SolveResult> searchSplit(const Problem &p, Schedule schedule, const DPO
                                   const SolveResult *rival = nullptr, ScheduleTried *tried = nullptr) {
   const auto start = std::chrono::steady_clock::now();
   const char *name = pipeline::scheduleName(schedule);
-  auto refuse = [&](ScheduleTried::Outcome outcome, const std::string &why) -> Error {
-    if (tried) tried->outcome = outcome, tried->why = why;
-    return Error{std::string(name) + ": " + why};
-  };
   Problem q = p;
   // Degrees pinned per stage also pin the stage count, which the searches
   // below pin one by one (a one-stage plan of a problem pinned to two stages

@@ -867,7 +867,9 @@ TEST(SolveDP, AutoScheduleSearchesTheRivalsStageCountWhereTooLarge) {
                                                                    << "exhaustive " << str(ex->solution);
       } else {
         EXPECT_EQ(t.outcome, ScheduleTried::Outcome::TooLarge) << where << t.why;
-        if (ex.ok()) EXPECT_GE(ex->step_time_s, dp->step_time_s * (1 - 1e-9)) << where << str(ex->solution);
+        if (ex.ok()) {
+          EXPECT_GE(ex->step_time_s, dp->step_time_s * (1 - 1e-9)) << where << str(ex->solution);
+        }
       }
     }
   }
