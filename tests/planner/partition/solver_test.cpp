@@ -817,7 +817,8 @@ TEST(SolveDP, AutoScheduleMatchesBestPinnedSearch) {
     EXPECT_EQ(chosen_count, 1) << where;
   }
   std::cout << "feasible " << feasible << ", 1f1b " << one_wins << ", split backward " << split_wins << " (zb-h2 "
-            << h2_wins << ", recomputing or tensor-parallel " << split_rebuilt_or_tp << "), interleaved " << interleaved_wins << ", schedules bounded out " << bounded << "\n";
+            << h2_wins << ", recomputing or tensor-parallel " << split_rebuilt_or_tp << "), interleaved "
+            << interleaved_wins << ", schedules bounded out " << bounded << "\n";
   EXPECT_GT(feasible, 150);
   EXPECT_GT(one_wins, 20);
   EXPECT_GT(split_wins, 20);
