@@ -310,7 +310,8 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
           const torch::Tensor &t = full.value(0, rv.value);
           if (t.defined() && t.dim() > 1 && !t.is_contiguous()) strided.push_back(rv.value);
         }
-        if (b == table.batch_sizes.back()) table.strided_values.insert(table.strided_values.end(), strided.begin(), strided.end());
+        if (b == table.batch_sizes.back())
+          table.strided_values.insert(table.strided_values.end(), strided.begin(), strided.end());
         if (same_as[u] != u) {
           row.push_back(row[same_as[u]]);
           progress.tick("batch " + std::to_string(b) + ", unit " + std::to_string(u + 1) + " (same as " +

@@ -136,6 +136,11 @@ std::string cell(double v, bool bytes, bool known) {
 
 Expected<MeasuredRun> measurePlanRun(const proto::Plan &plan, const std::string &plan_path,
                                      const std::string &trace_path) {
+  // Note [interleaved 1F1B]: a rank runs several stages, whose all-reduce,
+  // sends and peak memory it shares; the per-stage rows below assume one.
+  if (plan::virtualStages(plan) > 1)
+    return Error{plan_path + ": an interleaved-1f1b plan (" + std::to_string(plan::virtualStages(plan)) +
+                 " chunks a rank): compare takes runs of one stage a rank only, for now"};
   auto text = readFile(trace_path);
   if (!text) return text.error();
   auto trace = plan::readChromeTrace(*text, trace_path);

@@ -354,7 +354,8 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
                      ", which this model does not have; re-run rannc-plan profile"};
       const int a = unit_of[g.values[v].producer];
       for (ir::NodeId r = 0; r < ir::NodeId(g.nodes.size()); ++r)
-        if (unit_of[r] > a && std::find(g.nodes[r].inputs.begin(), g.nodes[r].inputs.end(), v) != g.nodes[r].inputs.end())
+        if (unit_of[r] > a &&
+            std::find(g.nodes[r].inputs.begin(), g.nodes[r].inputs.end(), v) != g.nodes[r].inputs.end())
           earliest[unit_of[r]] = std::min(earliest[unit_of[r]], a);
     }
     std::vector<double> layout_cut(n + 1, 0.0);

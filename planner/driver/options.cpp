@@ -111,7 +111,8 @@ Status finishPlanOptions(const PlanFlags &flags, PlanOptions &opts) {
       return Error{"--schedule " + std::string(name) + " needs --virtual-stages 2 or more (with one chunk per rank "
                    "it is 1f1b)"};
     if (opts.stages < 1) return Error{"--schedule " + std::string(name) + " needs --stages N (the pipeline ranks)"};
-    if (opts.tensor_parallel.size() > 1 && int(opts.tensor_parallel.size()) != opts.stages) // a rank's chunks share its groups
+    // A rank's chunks share its groups.
+    if (opts.tensor_parallel.size() > 1 && int(opts.tensor_parallel.size()) != opts.stages)
       return Error{"--tensor-parallel: under " + std::string(name) + " one degree, or one per pipeline rank (" +
                    std::to_string(opts.stages) + " for --stages " + std::to_string(opts.stages) +
                    "), which its chunks share"};

@@ -212,7 +212,8 @@ void refreshEstimates(proto::Plan &plan, const PlanModel &m) {
     const partition::StageCost &c = m.evaluation.stages[s];
     const std::vector<double> &ranks = m.evaluation.rank_peak_memory_bytes;
     fillStageEstimates(c, m.evaluation.capacity_bytes, m.stage_params[s], pipeline::splitsBackward(m.solution.schedule),
-                       ranks.empty() ? 0.0 : ranks[size_t(s) % ranks.size()], plan.mutable_stages(s)->mutable_estimates());
+                       ranks.empty() ? 0.0 : ranks[size_t(s) % ranks.size()],
+                       plan.mutable_stages(s)->mutable_estimates());
   }
   plan.mutable_estimates()->set_step_time_s(m.step_time_s);
   plan.mutable_estimates()->set_optimizer(m.costs.optimizer);

@@ -185,9 +185,12 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
   }
   // Note [values passing over]: a span over whole blocks stays.
   out.problem.pass_over.clear();
-  auto blockOf = [&](int u) { return static_cast<int>(std::upper_bound(chosen.begin(), chosen.end(), u) - chosen.begin()) - 1; };
+  auto blockOf = [&](int u) {
+    return static_cast<int>(std::upper_bound(chosen.begin(), chosen.end(), u) - chosen.begin()) - 1;
+  };
   for (const Problem::PassOver &s : units.pass_over)
-    if (blockOf(s.to) - blockOf(s.from) >= 2) out.problem.pass_over.push_back({blockOf(s.from), blockOf(s.to), s.bytes_per_sample});
+    if (blockOf(s.to) - blockOf(s.from) >= 2)
+      out.problem.pass_over.push_back({blockOf(s.from), blockOf(s.to), s.bytes_per_sample});
   for (Problem::Tied &x : out.problem.tied) // Note [tied parameters]: the blocks of the reading units
     for (int &u : x.blocks) u = static_cast<int>(std::upper_bound(chosen.begin(), chosen.end(), u) - chosen.begin()) - 1;
   out.problem.cut_bytes_per_sample.push_back(units.cut_bytes_per_sample[n]);

@@ -664,7 +664,8 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
     if (mem > ev.capacity_bytes)
       ev.violations.push_back("pipeline rank " + std::to_string(r) + " (stages " + std::to_string(r) + ", " +
                               std::to_string(r + ranks) + (v > 2 ? ", ..." : "") + ") needs " + formatBytes(mem) +
-                              " (its chunks alone: " + chunks + ") but a device holds " + formatBytes(ev.capacity_bytes));
+                              " (its chunks alone: " + chunks + ") but a device holds " +
+                              formatBytes(ev.capacity_bytes));
     ev.rank_peak_memory_bytes.push_back(mem);
     ev.peak_memory_bytes = std::max(ev.peak_memory_bytes, mem);
     ev.allreduce_s = std::max(ev.allreduce_s, allreduce);

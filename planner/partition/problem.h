@@ -80,7 +80,8 @@ struct Block {
   /// of a tensor-parallel stage] in evaluate.cpp).
   Affine wgradSplit() const {
     auto share = [](double w, double split, double whole) { return whole > 0 ? w * split / whole : 0.0; };
-    return {share(wgrad.fixed_s, tp.bwd.fixed_s, bwd.fixed_s), share(wgrad.per_sample_s, tp.bwd.per_sample_s, bwd.per_sample_s)};
+    return {share(wgrad.fixed_s, tp.bwd.fixed_s, bwd.fixed_s),
+            share(wgrad.per_sample_s, tp.bwd.per_sample_s, bwd.per_sample_s)};
   }
   /// The weight gradients' time on one device of a `degree`-way group at `samples` per micro-batch.
   double wgradAt(double samples, int degree) const {

@@ -32,7 +32,8 @@ struct ScheduleTried {
     Chosen,   ///< its plan is the answer
     Slower,   ///< searched; its best plan was slower than the answer
     Bounded,  ///< not searched: a lower bound on its plans could not beat the answer
-    Refused,  ///< not legal for this problem (interleaving pinned tensor parallelism or tied weights, splitting a parameter two ops read...)
+    Refused,  ///< not legal for this problem (interleaving per-stage degrees or tied weights, splitting a
+              ///< parameter two ops read...)
     TooLarge, ///< not searched: the search would exceed the automatic search's budget (pin it to search it)
     NoPlan,   ///< searched; nothing fits
   };

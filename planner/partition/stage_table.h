@@ -119,11 +119,12 @@ protected:
     }
     if (!p.pass_over.empty()) { // Note [values passing over]: pass_[a][e] = sum over from < a, to >= e
       pass_.assign(static_cast<size_t>(n_ + 1) * (n_ + 1), 0.0);
-      for (const Problem::PassOver &s : p.pass_over) pass_[static_cast<size_t>(s.from + 1) * (n_ + 1) + s.to] += s.bytes_per_sample;
+      auto at = [this](int a, int e) -> double & { return pass_[static_cast<size_t>(a) * (n_ + 1) + e]; };
+      for (const Problem::PassOver &s : p.pass_over) at(s.from + 1, s.to) += s.bytes_per_sample;
       for (int a = 1; a <= n_; ++a) // from < a: a running sum over a
-        for (int e = 0; e <= n_; ++e) pass_[static_cast<size_t>(a) * (n_ + 1) + e] += pass_[static_cast<size_t>(a - 1) * (n_ + 1) + e];
+        for (int e = 0; e <= n_; ++e) at(a, e) += at(a - 1, e);
       for (int a = 0; a <= n_; ++a) // to >= e: a running sum from the right
-        for (int e = n_ - 1; e >= 0; --e) pass_[static_cast<size_t>(a) * (n_ + 1) + e] += pass_[static_cast<size_t>(a) * (n_ + 1) + e + 1];
+        for (int e = n_ - 1; e >= 0; --e) at(a, e) += at(a, e + 1);
     }
   }
 

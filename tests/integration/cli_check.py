@@ -162,6 +162,10 @@ def case_interleaved(env):
     if ran != {(0, 0), (0, 2), (1, 1), (1, 3)}:
         sys.exit(f"rannc-exec --trace does not name each forward's chunk: {sorted(ran)}")
     print("ok: rannc-exec --trace names stages 0 and 2 on rank 0, 1 and 3 on rank 1")
+    p = run([env.args.plan_tool, "compare", plan, measured])
+    if p.returncode == 0 or "compare takes runs of one stage a rank only" not in p.stderr:
+        sys.exit(f"rannc-plan compare of an interleaved run: exit {p.returncode}, {p.stderr[-500:]}")
+    print("ok: rannc-plan compare says it does not take interleaved runs yet")
     # Note [interleaved checkpoints]: a rank's chunks are saved and resumed together.
     ckpt = os.path.join(env.dir, "ckpt")
     shutil.rmtree(ckpt, ignore_errors=True)
