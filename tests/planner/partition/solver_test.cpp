@@ -713,6 +713,16 @@ void drawWeightGradients(Problem &p, std::mt19937 &rng) {
   }
 }
 
+/// Trial `trial`'s random problem with the schedule left to the search (Note
+/// [automatic schedule]) and weight gradients drawn.
+Problem randomAutoProblem(std::mt19937 &rng, int trial) {
+  Problem p = randomProblem(rng, trial);
+  p.constraints.schedule.reset();
+  p.constraints.virtual_stages = 1;
+  drawWeightGradients(p, rng);
+  return p;
+}
+
 /// Trial `trial`'s problem, checked valid, as a failure message names it.
 std::string describeTrial(const Problem &p, int trial) {
   EXPECT_TRUE(validate(p).ok()) << validate(p).message();
@@ -791,10 +801,7 @@ TEST(SolveDP, AutoScheduleMatchesBestPinnedSearch) {
   int feasible = 0, split_wins = 0, h2_wins = 0, interleaved_wins = 0, one_wins = 0, bounded = 0;
   int split_rebuilt_or_tp = 0; // split-backward plans with a recomputing or tensor-parallel stage
   for (int trial = 0; trial < 300; ++trial) {
-    Problem p = randomProblem(rng, trial);
-    p.constraints.schedule.reset();
-    p.constraints.virtual_stages = 1;
-    drawWeightGradients(p, rng);
+    Problem p = randomAutoProblem(rng, trial);
     const std::string where = describeTrial(p, trial);
     auto dp = expectMatchesExhaustive(p, where);
     if (!dp) continue;
@@ -835,10 +842,7 @@ TEST(SolveDP, AutoScheduleSearchesTheRivalsStageCountWhereTooLarge) {
   std::mt19937 rng(2031);
   int narrowed = 0, narrowed_won = 0;
   for (int trial = 0; trial < 300; ++trial) {
-    Problem p = randomProblem(rng, trial);
-    p.constraints.schedule.reset();
-    p.constraints.virtual_stages = 1;
-    drawWeightGradients(p, rng);
+    Problem p = randomAutoProblem(rng, trial);
     const std::string where = describeTrial(p, trial);
     Problem one = p;
     one.constraints.schedule = Schedule::OneFOneB;
