@@ -104,6 +104,11 @@ public:
     if (group_depth_ == 0) issued();
   }
 
+  void sendStrided(Payload payload, const Strides &layout, int dst, int tag) override {
+    if (payload.memory == Memory::Host) return host_->sendStrided(std::move(payload), layout, dst, tag);
+    throw std::logic_error("a strided device message (NCCL sends dense buffers)");
+  }
+
   std::string recv(int src, int tag) override { return host_->recv(src, tag); }
 
   void recvInto(void *data, size_t size, Memory memory, int src, int tag) override {
@@ -136,6 +141,13 @@ public:
     host_->waitSends();
     if (!nccl_) return;
     api_->synchronize(stream_);
+    pending_.clear();
+  }
+
+  void waitSendsTagged(int tag) override {
+    host_->waitSendsTagged(tag);
+    if (!nccl_) return;
+    api_->synchronize(stream_); // device messages carry no tag
     pending_.clear();
   }
 

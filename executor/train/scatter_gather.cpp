@@ -51,6 +51,7 @@ public:
   }
 
   void waitSends() override { inner_.waitSends(); }
+  void waitSendsTagged(int tag) override { inner_.waitSendsTagged(tag); }
 
 private:
   Transport &inner_;

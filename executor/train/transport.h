@@ -28,6 +28,9 @@ public:
   virtual std::vector<torch::Tensor> recv(const std::vector<int> &srcs, int tag) = 0;
   /// Waits until every send has completed.
   virtual void waitSends() = 0;
+  /// Waits until every send with `tag` has completed (over NCCL: every send
+  /// on that tag's channel).
+  virtual void waitSendsTagged(int tag) = 0;
 };
 
 /// Messages over `comm` from and into host tensors (a device's tensor is
