@@ -76,7 +76,8 @@ StageRunner::StageRunner(const ir::Graph &g, schedule::StageProgram program,
       if (in != ir::kNoValue) last[in] = i;
   }
   std::unordered_set<ir::ValueId> kept;
-  for (const auto &r : program_.recvs) kept.insert(r.value);
+  for (const auto &r : program_.recvs)
+    if (r.gradient) kept.insert(r.value); // Note [shape-only receives]: the others go at their last use
   for (const auto &snd : program_.sends) kept.insert(snd.value);
   if (program_.computes_loss) kept.insert(loss_);
   dying_.assign(program_.nodes.size(), {});
@@ -313,6 +314,7 @@ void StageRunner::backward(int mb, std::vector<torch::Tensor> send_grads, double
   torch::autograd::edge_list targets;
   std::vector<ir::ValueId> leaves;
   for (const auto &r : program_.recvs) {
+    if (!r.gradient) continue; // gone after its last use (Note [shape-only receives])
     const torch::Tensor &t = receivedLeaf(mb, r.value);
     if (!t.requires_grad()) continue;
     targets.push_back(torch::autograd::impl::gradient_edge(t));
@@ -413,6 +415,8 @@ void StageRunner::setSplitBackward(bool on) {
 }
 
 torch::Tensor StageRunner::inputGrad(int mb, ir::ValueId v) const {
+  for (const auto &r : program_.recvs) // Note [shape-only receives]: no gradient, and gone
+    if (r.value == v && !r.gradient) return {};
   const torch::Tensor &t = receivedLeaf(mb, v);
   if (!t.is_floating_point()) return {};
   torch::Tensor g;

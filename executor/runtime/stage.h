@@ -52,7 +52,8 @@ public:
   /// is freed once consumed (Note [handing gradients over] in stage.cpp).
   void backward(int mb, std::vector<torch::Tensor> send_grads, double loss_weight);
   /// The gradient of received value `v` after backward (zeros when the value
-  /// does not influence the loss; undefined for non-floating values).
+  /// does not influence the loss; undefined for non-floating values and
+  /// those that carry none here, Note [shape-only receives]).
   torch::Tensor inputGrad(int mb, ir::ValueId v) const;
   /// Drops the micro-batch's saved values (under a split backward, what its
   /// W needs stays, in the W queue, until backwardWeights).

@@ -181,6 +181,34 @@ std::vector<char> mayCarryGradient(const ir::Graph &g) {
   return carries;
 }
 
+/// Note [shape-only receives]
+/// A stage may read a value another stage made for its shape alone: the
+/// integer chain Shape -> Gather -> Concat that a reshape reads is
+/// recomputed locally (Note [recomputed values]), so its Shape's input, a
+/// float activation, is received. No gradient flows through a shape, so the
+/// receiver does not make it a leaf that requires one, lets it go after its
+/// last reader as it does a value of its own (Note [last use] in
+/// executor/runtime/stage.h), and sends back no gradient for it. A GPT
+/// stage beginning at an attention kernel received the query projection's
+/// output, 4,096 B a micro-batch, only to read its shape, and had kept it
+/// to the micro-batch's backward (or W): on the 4-stage, 8-micro-batch
+/// memory_split case ZB-H2's stage 1 held 7 of them, 28,672 B over the
+/// plan, whose cut counts only values read for their elements.
+bool readsOnlyShape(const ir::Node &n) {
+  if (ir::isAten(n))
+    return n.op_type == "aten::size" || n.op_type == "aten::sym_size" || n.op_type == "aten::numel" ||
+           n.op_type == "aten::dim" || n.op_type == "aten::len";
+  return n.domain.empty() && (n.op_type == "Shape" || n.op_type == "Size");
+}
+
+/// Whether any of `nodes` reads `v` for more than its shape.
+bool readsElements(const ir::Graph &g, const std::set<ir::NodeId> &nodes, ir::ValueId v) {
+  for (ir::NodeId n : nodes)
+    if (!readsOnlyShape(g.nodes[n]) && std::count(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end(), v) > 0)
+      return true;
+  return false;
+}
+
 } // namespace
 
 StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<int, int>> &ranges, int stage) {
@@ -213,12 +241,14 @@ StageProgram buildStageProgram(const ir::Graph &g, const std::vector<std::pair<i
   for (const auto &[v, stages] : readers)
     if (stages.size() > 1) p.shared_parameters.push_back({v, {stages.begin(), stages.end()}});
   const std::vector<char> carries = mayCarryGradient(g); // Note [gradient-free values]
-  for (auto [s, v] : r.recvs[stage]) p.recvs.push_back({v, s, bool(carries[v])});
+  // Note [shape-only receives]: a gradient only through a value a stage reads the elements of.
+  auto gradient = [&](int t, ir::ValueId v) { return carries[v] && readsElements(g, r.nodes[t], v); };
+  for (auto [s, v] : r.recvs[stage]) p.recvs.push_back({v, s, gradient(stage, v)});
   std::set<std::pair<int, ir::ValueId>> sends;
   for (int t = 0; t < static_cast<int>(ranges.size()); ++t)
     for (auto [s, v] : r.recvs[t])
       if (s == stage) sends.insert({t, v});
-  for (auto [t, v] : sends) p.sends.push_back({v, t, bool(carries[v])});
+  for (auto [t, v] : sends) p.sends.push_back({v, t, gradient(t, v)});
   p.computes_loss = g.loss != ir::kNoValue && g.values[g.loss].producer >= ranges[stage].first &&
                     g.values[g.loss].producer < ranges[stage].second;
   return p;

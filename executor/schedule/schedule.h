@@ -72,8 +72,9 @@ int peakMicrobatchesInFlight(const std::vector<Action> &actions);
 struct Transfer {
   ir::ValueId value;
   int peer_stage; ///< the producer (for receives) or the consumer (for sends)
-  /// Whether the value may carry a gradient (Note [gradient-free values]):
-  /// a receiver makes only those a leaf that requires one.
+  /// Whether the value may carry a gradient (Note [gradient-free values]) to
+  /// or from this stage: a receiver makes only those a leaf that requires
+  /// one, and keeps only those past their last use (Note [shape-only receives]).
   bool gradient = true;
 };
 
