@@ -125,8 +125,14 @@ std::vector<cost::Unit> unitsSplitAt(const ir::Graph &g, const std::vector<int> 
 // to a Problem exactly as planning does, and the plan's stages evaluated as a
 // Solution. For an unedited plan made with analytic costs this reproduces the
 // plan's estimates; after an edit it is what the planner would have predicted
-// for the edited plan. Measured profiles are not reused: their units need not
-// match an edited plan's boundaries.
+// for the edited plan. Saved profiles are not reused: their units need not
+// match an edited plan's boundaries. `--profile measure` measures the split
+// units on this machine instead (ReestimateOptions::measure): an unedited
+// plan made with measured costs gets its memory figures back (memory is
+// deterministic; times are measured again), and a plan whose boundaries were
+// moved by hand gets the figures the planner would have given it, which is
+// how the per-schedule memory tests pin their stage cuts (tests/CMakeLists.txt,
+// memory_split_gpt_adam_*).
 Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOptions &opts) {
   if (!rangesSound(plan)) return Error{"stages: the op ranges must cover the graph in order before re-estimating"};
   if (plan.microbatches() < 1 || plan.global_batch_size() < 1)
@@ -148,17 +154,28 @@ Expected<PlanModel> rebuildPlanModel(const proto::Plan &plan, const ReestimateOp
   sizes.batch_size = plan.global_batch_size();
   sizes.microbatches = plan.microbatches();
   for (const auto &s : plan.stages()) sizes.replicas.push_back(std::max(1, plan::stageReplicas(s)));
-  m.costs = cost::analyticCosts(m.graph, units, m.cluster.device, costBatchSizes(sizes));
-  m.costs.optimizer = plan.estimates().optimizer().empty() ? "adam" : plan.estimates().optimizer();
+  const std::string optimizer_name = plan.estimates().optimizer().empty() ? "adam" : plan.estimates().optimizer();
   // A word no optimizer has (a hand edit) keeps no state, as before the enum.
-  const auto optimizer = cost::parseOptimizer(m.costs.optimizer);
+  const auto optimizer = cost::parseOptimizer(optimizer_name);
+  // check refuses another precision; until then it counts weight copies, as any non-fp32 one did.
+  const auto precision = cost::planPrecision(plan);
+  if (opts.measure) {
+    const cluster::DeviceKind device =
+        m.cluster.device.type == "cpu" ? cluster::DeviceKind::Cpu : cluster::DeviceKind::Cuda;
+    auto measured = opts.measure(m.graph, units, costBatchSizes(sizes), device,
+                                 optimizer ? *optimizer : cost::Optimizer::Sgd,
+                                 precision ? *precision : cost::Precision::BF16);
+    if (!measured) return Error{"--profile measure: " + measured.error().message};
+    m.costs = std::move(*measured);
+  } else {
+    m.costs = cost::analyticCosts(m.graph, units, m.cluster.device, costBatchSizes(sizes));
+  }
+  m.costs.optimizer = optimizer_name;
 
   PlanOptions lower; // nothing pinned: constraints steer searches, they do not judge a plan
   lower.batch_size = plan.global_batch_size();
   lower.memory_margin = m.memory_margin;
   lower.optimizer = optimizer ? *optimizer : cost::Optimizer::Sgd;
-  // check refuses another precision; until then it counts weight copies, as any non-fp32 one did.
-  const auto precision = cost::planPrecision(plan);
   lower.precision = precision ? *precision : cost::Precision::BF16;
   lower.exact_batchnorm = plan.batchnorm() == "exact"; // its all-reduces cost time (Note [batch statistics])
   // Tensor parallelism: the sharding the plan records (Note [tensor parallel lowering]).
@@ -319,7 +336,7 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
       for (int r : s.ranks()) in_order = in_order && r == next++;
     if (!in_order)
       notes.push_back("estimates: links assume ranks 0, 1, ... in stage order; this plan orders them differently");
-    if (plan.planner().find("analytic") == std::string::npos)
+    if (plan.planner().find("analytic") == std::string::npos && !opts.reestimate.measure)
       notes.push_back("estimates: the plan's figures come from '" + plan.planner() +
                       "', the re-estimate from analytic costs: they differ even without an edit");
   }
@@ -336,7 +353,8 @@ Status runCheck(const CheckOptions &opts, std::ostream &out, std::ostream &log) 
   out << opts.plan << ": valid: " << counted(plan.stages_size(), "stage") << " on "
       << counted(plan::worldSize(plan), "rank") << ", " << counted(plan.microbatches(), "micro-batch") << " of "
       << plan.global_batch_size() / plan.microbatches() << ", " << plan::scheduleName(plan.schedule()) << "\n";
-  out << "re-estimated with analytic costs on " << m.cluster.worldSize() << " x " << m.cluster.device.name << " ("
+  out << "re-estimated with " << (opts.reestimate.measure ? "measured" : "analytic") << " costs on "
+      << m.cluster.worldSize() << " x " << m.cluster.device.name << " ("
       << plan::bytesText(double(m.cluster.device.memory_bytes)) << ", " << plan::bytesText(ev.capacity_bytes)
       << " usable per device):\n";
   for (int s = 0; s < plan.stages_size(); ++s) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -13,7 +14,9 @@
 
 #include "plan.pb.h"
 #include "planner/cluster/cluster.h"
+#include "planner/cluster/device_kind.h"
 #include "planner/cost/cost.h"
+#include "planner/cost/precision.h"
 #include "planner/ir/ir.h"
 #include "planner/partition/evaluate.h"
 #include "planner/partition/problem.h"
@@ -26,22 +29,32 @@ namespace rannc::planner {
 /// degrees up to `max_degree` (rannc-plan import --tensor-parallel).
 Status printTensorParallel(const ir::Graph &g, int max_degree, std::ostream &out);
 
-/// The hardware a plan is re-estimated for.
+/// Measures unit costs on this machine (`rannc-plan ... --profile measure`:
+/// the LibTorch profiler, which the tool passes in) for a plan of this
+/// optimizer and precision, at these micro-batch sizes, on this device.
+using ReestimateMeasureFn = std::function<Expected<cost::CostTable>(
+    const ir::Graph &, const std::vector<cost::Unit> &, const std::vector<int64_t> &batch_sizes,
+    cluster::DeviceKind device, cost::Optimizer optimizer, cost::Precision precision)>;
+
+/// The hardware a plan is re-estimated for, and with which costs.
 struct ReestimateOptions {
   std::string cluster_file;             ///< YAML cluster description; empty: the plan's own cluster
   std::optional<int64_t> device_memory; ///< overrides the device memory
   std::optional<double> memory_margin;  ///< unset: the margin the plan was made with
+  /// Set: measured costs of the plan's own units instead of analytic ones
+  /// (Note [re-estimating a plan]).
+  ReestimateMeasureFn measure;
 };
 
-/// A plan's stages lowered back to the partitioner's numbers: analytic costs
-/// over the planner's units split at every stage boundary (so each stage is a
+/// A plan's stages lowered back to the partitioner's numbers: analytic (or
+/// measured) costs over the planner's units split at every stage boundary (so each stage is a
 /// whole number of blocks), the plan's stages as a Solution, and its
 /// independent evaluation (Note [re-estimating a plan] in tooling.cpp).
 struct PlanModel {
   ir::Graph graph;
   cluster::ClusterSpec cluster;
   double memory_margin = 0;
-  cost::CostTable costs;                 ///< per unit, analytic
+  cost::CostTable costs;                 ///< per unit, analytic or measured (costs.source)
   partition::Problem problem;            ///< one block per unit
   partition::Solution solution;          ///< the plan's stages, in unit indices
   partition::Evaluation evaluation;      ///< per-stage time and memory, violations

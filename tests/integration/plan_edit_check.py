@@ -230,6 +230,23 @@ def main():
         if p.returncode != 0:
             fail(f"graphviz rejects the DOT file:\n{p.stderr}")
 
+    # 3b. check --profile measure on a plan made with measured costs: its
+    # memory figures come back as they were (Note [re-estimating a plan]).
+    if not args.interleaved:
+        measured = os.path.join(work, "measured.pb")
+        p = run([args.plan_tool, model, "--gpus", "2", "--device-type", "cpu", "--batch-size",
+                 str(ref["batch_size"]), "--microbatches", "2", "--stages", "2", "--replicas", "1",
+                 "--optimizer", args.optimizer, "-o", measured])
+        if p.returncode != 0:
+            fail(f"rannc-plan with measured costs failed:\n{p.stderr}")
+        p = run([args.plan_tool, "check", measured, "--model", model, "--profile", "measure"])
+        print(p.stdout)
+        peaks = re.findall(r"^stage \d+: peak memory .*$", p.stdout, re.M)
+        if p.returncode != 0 or "re-estimated with measured costs" not in p.stdout or len(peaks) != 2:
+            fail(f"check --profile measure did not re-estimate the measured plan:\n{p.stdout}{p.stderr}")
+        if not all("(unchanged)" in line for line in peaks):
+            fail("check --profile measure moved an unedited measured plan's memory:\n" + "\n".join(peaks))
+
     # 4. Train the edited plan: PyTorch's losses.
     log = os.path.join(work, "log.jsonl")
     if os.path.exists(log):

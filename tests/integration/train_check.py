@@ -100,6 +100,32 @@ def edit_tensor_parallel(plan_path, degree):
     open(plan_path, "w").write(text)
 
 
+def edit_stage_starts(args, plan_path, model_dir, starts):
+    """Moves the plan's stage boundaries to op indices `starts` ("86,117,206":
+    where stages 1, 2, ... begin), as a person editing the plan would, and
+    re-estimates it as they would check it, with measured costs of its own
+    units (rannc-plan check --update --profile measure): a plan whose
+    boundaries a measured profile's timing noise cannot move."""
+    as_json = plan_path + ".json"
+    p = run([args.plan_tool, "convert", plan_path, "-o", as_json])
+    if p.returncode != 0:
+        sys.exit(f"rannc-plan convert failed:\n{p.stderr}")
+    plan = json.load(open(as_json))
+    stages = plan["stages"]
+    begins = [0] + [int(s) for s in starts.split(",")]
+    if len(begins) != len(stages):
+        sys.exit(f"--edit-stage-starts {starts}: the plan has {len(stages)} stages")
+    ends = begins[1:] + [stages[-1]["op_end"]]
+    for stage, begin, end in zip(stages, begins, ends):
+        stage["op_begin"], stage["op_end"] = begin, end
+    json.dump(plan, open(as_json, "w"))
+    model = os.path.join(model_dir, args.model_file or ("model.pt" if args.torchscript else "model.onnx"))
+    p = run([args.plan_tool, "check", as_json, "--model", model, "--profile", "measure", "--update", "-o", plan_path])
+    if p.returncode != 0:
+        sys.exit(f"rannc-plan check --update --profile measure failed:\n{p.stdout}{p.stderr}")
+    print(f"stages begin at ops {begins}, re-estimated with measured costs")
+
+
 def edit_scatter_gather(plan_path):
     """Makes the text plan's cluster two nodes of `cuda` devices, as a person
     editing the .pbtxt would, so that rannc-exec (run with --device cpu)
@@ -181,6 +207,8 @@ def check_training(args):
                                   else "plan.pb"))
     if args.edit_tensor_parallel:
         edit_tensor_parallel(plan_path, args.edit_tensor_parallel)
+    if args.edit_stage_starts:
+        edit_stage_starts(args, plan_path, model_dir, args.edit_stage_starts)
     if args.edit_scatter_gather:
         edit_scatter_gather(plan_path)
     # The DP may leave devices idle where more ranks would not be faster (a
@@ -676,6 +704,9 @@ def main():
     ap.add_argument("--edit-tensor-parallel", default="",
                     help="write the plan as text and give every stage this tensor-parallel degree by hand "
                          "(N, or N1,N2,... per stage)")
+    ap.add_argument("--edit-stage-starts", default="",
+                    help="move the plan's stage boundaries by hand to these op indices (where stages 1, 2, ... "
+                         "begin) and re-estimate it with measured costs (rannc-plan check --update --profile measure)")
     ap.add_argument("--edit-scatter-gather", action="store_true",
                     help="write the plan as text and make its cluster two nodes of cuda devices by hand, so that "
                          "rannc-exec --device cpu scatters between tensor-parallel stages")

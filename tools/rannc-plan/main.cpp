@@ -241,7 +241,20 @@ Verb addImport(CLI::App &app) {
 struct ReestimateFlags {
   std::string memory;
   double margin = -1; ///< negative: the plan's own
+  std::string profile = "analytic";
 };
+
+/// finishReestimateOptions, and --profile measure's profiler (Note
+/// [re-estimating a plan] in planner/driver/tooling.cpp).
+rannc::Status finishReestimate(const ReestimateFlags &flags, rannc::planner::ReestimateOptions &o) {
+  if (flags.profile == "measure")
+    o.measure = [](const rannc::ir::Graph &g, const std::vector<rannc::cost::Unit> &units,
+                   const std::vector<int64_t> &sizes, rannc::cluster::DeviceKind device,
+                   rannc::cost::Optimizer optimizer, rannc::cost::Precision precision) {
+      return measurer(1, optimizer, 3, precision)(g, units, sizes, device);
+    };
+  return rannc::planner::finishReestimateOptions(flags.memory, flags.margin, o);
+}
 
 /// Adds the options every re-estimating verb shares.
 void addReestimateOptions(CLI::App &cmd, rannc::planner::ReestimateOptions &o, ReestimateFlags &flags) {
@@ -251,6 +264,11 @@ void addReestimateOptions(CLI::App &cmd, rannc::planner::ReestimateOptions &o, R
   cmd.add_option("--memory-margin", flags.margin,
                  "fraction of each device's memory to keep free (default: the plan's own margin)")
       ->check(CLI::Range(0.0, 0.95));
+  cmd.add_option("--profile", flags.profile,
+                 "op costs to re-estimate with: analytic (roofline), or measure (the plan's own units, on this "
+                 "machine, one thread)")
+      ->check(CLI::IsMember({"analytic", "measure"}))
+      ->capture_default_str();
 }
 
 Verb addConvert(CLI::App &app) {
@@ -277,7 +295,7 @@ Verb addCheck(CLI::App &app) {
   cmd->add_flag("--update", o->update, "write the plan with the re-estimated figures to -o");
   cmd->add_option("-o,--output", o->output, "where --update writes the plan (.pb, .pbtxt or .json)");
   return {cmd, [=] {
-            auto st = rannc::planner::finishReestimateOptions(flags->memory, flags->margin, o->reestimate);
+            auto st = finishReestimate(*flags, o->reestimate);
             return st ? finish(rannc::planner::runCheck(*o, std::cout, std::cerr)) : usage(st.message());
           }};
 }
@@ -294,7 +312,7 @@ Verb addSimulate(CLI::App &app) {
                 "start each stage's all-reduce after its own last backward instead of after the whole pipeline");
   addReestimateOptions(*cmd, o->reestimate, *flags);
   return {cmd, [=] {
-            auto st = rannc::planner::finishReestimateOptions(flags->memory, flags->margin, o->reestimate);
+            auto st = finishReestimate(*flags, o->reestimate);
             return st ? finish(rannc::planner::runSimulate(*o, std::cout, std::cerr)) : usage(st.message());
           }};
 }
