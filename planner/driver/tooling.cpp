@@ -129,7 +129,8 @@ std::vector<cost::Unit> unitsSplitAt(const ir::Graph &g, const std::vector<int> 
 // match an edited plan's boundaries. `--profile measure` measures the split
 // units on this machine instead (ReestimateOptions::measure): an unedited
 // plan made with measured costs gets its memory figures back (memory is
-// deterministic; times are measured again), and a plan whose boundaries were
+// deterministic; times are measured again), to the last bits of sums the
+// planner took over units it had merged, and a plan whose boundaries were
 // moved by hand gets the figures the planner would have given it, which is
 // how the per-schedule memory tests pin their stage cuts (tests/CMakeLists.txt,
 // memory_split_gpt_adam_*).
