@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 namespace rannc::comm {
 
@@ -38,26 +37,11 @@ struct Buffer {
   size_t elementSize() const { return dtype == DType::Float64 ? 8 : 4; }
 };
 
-/// Note [strided sends]
-/// Where a payload's bytes lie, when not `size` bytes from `data`: element
-/// (i_0, ..., i_n) of `element_size` bytes at `data` + sum i_d strides[d]
-/// element sizes, as a strided tensor lays them out (a transposed key, a
-/// query split off a fused projection). The message carries them dense, in
-/// row-major order, so the receiver cannot tell it from a dense send: MPI
-/// reads them in place through a derived datatype, and no contiguous copy
-/// is held beside the tensor while the send is in flight. Strides are >= 0
-/// (0: a broadcast dimension, read again).
-struct Strides {
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides; ///< in elements, one per size
-  size_t element_size = 0;
-};
-
 /// Bytes to send, where they live, and what keeps them alive until the send
 /// completes (a string, a tensor: the communicator only holds the pointer).
 struct Payload {
   const void *data = nullptr;
-  size_t size = 0; ///< the bytes the message carries
+  size_t size = 0;
   std::shared_ptr<const void> owner;
   Memory memory = Memory::Host;
 };
@@ -89,9 +73,6 @@ public:
   /// is dropped as soon as the send is seen complete (at a later message
   /// call or waitSends), not kept to the end of the step.
   virtual void sendBytes(Payload payload, int dst, int tag) = 0;
-  /// sendBytes of host bytes that lie as `layout` says from `payload.data`
-  /// and arrive dense (Note [strided sends]): no copy is made.
-  virtual void sendStrided(Payload payload, const Strides &layout, int dst, int tag) = 0;
   /// sendBytes of a string, which the communicator keeps until it is sent.
   void send(std::shared_ptr<const std::string> payload, int dst, int tag) {
     const void *data = payload->data();

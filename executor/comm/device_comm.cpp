@@ -104,11 +104,6 @@ public:
     if (group_depth_ == 0) issued();
   }
 
-  void sendStrided(Payload payload, const Strides &layout, int dst, int tag) override {
-    if (payload.memory == Memory::Host) return host_->sendStrided(std::move(payload), layout, dst, tag);
-    throw std::logic_error("a strided device message (NCCL sends dense buffers)");
-  }
-
   std::string recv(int src, int tag) override { return host_->recv(src, tag); }
 
   void recvInto(void *data, size_t size, Memory memory, int src, int tag) override {

@@ -38,35 +38,6 @@ void requireHost(Memory memory, const char *what) {
                            " of device memory (a communicator of createDeviceCommunicator takes it)");
 }
 
-/// Note [strided sends] in comm.h: a datatype of one element of
-/// `s.element_size` bytes, then one vector a dimension from the innermost
-/// out, so that one of it reads the elements in row-major order. The caller
-/// frees it (a send started with it keeps what it needs).
-MPI_Datatype stridedType(const Strides &s, size_t size) {
-  if (s.sizes.size() != s.strides.size() || s.element_size == 0)
-    throw std::logic_error("a strided payload needs one stride per size and an element size");
-  size_t elements = 1;
-  for (size_t d = 0; d < s.sizes.size(); ++d) {
-    if (s.sizes[d] < 0 || s.strides[d] < 0) throw std::logic_error("a strided payload with a negative size or stride");
-    elements *= static_cast<size_t>(s.sizes[d]);
-  }
-  if (elements * s.element_size != size)
-    throw std::logic_error("a strided payload of " + std::to_string(elements * s.element_size) +
-                           " bytes declared as " + std::to_string(size));
-  MPI_Datatype t;
-  check(MPI_Type_contiguous(static_cast<int>(s.element_size), MPI_BYTE, &t), "MPI_Type_contiguous");
-  for (size_t d = s.sizes.size(); d-- > 0;) {
-    MPI_Datatype outer;
-    check(MPI_Type_create_hvector(static_cast<int>(s.sizes[d]), 1,
-                                  static_cast<MPI_Aint>(s.strides[d] * int64_t(s.element_size)), t, &outer),
-          "MPI_Type_create_hvector");
-    MPI_Type_free(&t);
-    t = outer;
-  }
-  check(MPI_Type_commit(&t), "MPI_Type_commit");
-  return t;
-}
-
 /// The element `i` of `buf`.
 void *at(const Buffer &buf, int64_t i) { return static_cast<char *>(buf.data) + i * int64_t(buf.elementSize()); }
 
@@ -135,17 +106,6 @@ public:
     check(MPI_Isend(payload.data, static_cast<int>(payload.size), MPI_BYTE, dst, tag, comm_,
                     &pending_.back().request),
           "MPI_Isend");
-  }
-
-  void sendStrided(Payload payload, const Strides &layout, int dst, int tag) override {
-    requireHost(payload.memory, "a message");
-    checkMessageSize(payload.size);
-    MPI_Datatype type = stridedType(layout, payload.size); // Note [strided sends]: read in place
-    reapSends();
-    pending_.push_back({MPI_REQUEST_NULL, std::move(payload.owner), tag});
-    const int rc = MPI_Isend(payload.data, payload.size > 0 ? 1 : 0, type, dst, tag, comm_, &pending_.back().request);
-    MPI_Type_free(&type); // the started send keeps what it needs
-    check(rc, "MPI_Isend");
   }
 
   std::string recv(int src, int tag) override {

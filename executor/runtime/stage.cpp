@@ -114,6 +114,7 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
     recording_ = split_ ? &root_edges_[mb] : nullptr;
     run(env, true);
     recording_ = nullptr;
+    densifySent(env);
     return;
   }
   // Note [recomputation]: keep the inputs, the sent values and the loss.
@@ -127,10 +128,33 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
     torch::NoGradGuard no_grad;
     run(env, true);
   }
+  densifySent(env);
   std::unordered_map<ir::ValueId, torch::Tensor> kept = stash.inputs;
   for (const auto &snd : program_.sends) kept[snd.value] = env.at(snd.value);
   if (program_.computes_loss) kept[loss_] = env.at(loss_);
   env = std::move(kept);
+}
+
+// Note [dense sent values]
+// A value the stage sends may be a view that is not contiguous: a GPT's
+// query or key, transposed for the attention after the cut. The transport
+// sends dense bytes, so it would copy it, and the copy would live beside the
+// view until the send completed; under ZB-H2, whose sends are not all
+// awaited, the GPT's first stage held one copy of its q, k and v (12,288 B)
+// for every micro-batch the next stage had not taken in yet (1.039-1.086x
+// its plan on the 4-stage memory_split case). So the stage keeps the dense
+// copy in the view's place, made with autograd (the backward reaches the
+// view through it), and sends that: the view's storage goes unless
+// something else holds it, which for a projection's output reshaped and
+// transposed nothing does, so the stage holds what the plan counts, the
+// value's bytes once. Reading the view in place through an MPI derived
+// datatype (tried 2026-11-29) needed the sender inside MPI to move the
+// bytes, where a dense buffer is pulled by the receiver alone: ZB-H1 fell
+// to 0.83x 1F1B's throughput on exec_bench's 2-stage pipeline.
+void StageRunner::densifySent(std::unordered_map<ir::ValueId, torch::Tensor> &env) const {
+  for (const auto &snd : program_.sends)
+    if (auto it = env.find(snd.value); it != env.end() && it->second.defined() && !it->second.is_contiguous())
+      it->second = it->second.contiguous();
 }
 
 void StageRunner::dropSent(int mb) {

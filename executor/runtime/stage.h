@@ -136,6 +136,8 @@ private:
   /// Runs the program's ops on `env` (inputs in, every value out) with
   /// runNodes (Note [one interpreter] in interpreter.h).
   void run(std::unordered_map<ir::ValueId, torch::Tensor> &env, bool update_buffers);
+  /// Replaces each sent value that is not contiguous by its dense copy (Note [dense sent values]).
+  void densifySent(std::unordered_map<ir::ValueId, torch::Tensor> &env) const;
   /// Received value `v` of `mb` as the leaf whose gradient goes back.
   const torch::Tensor &receivedLeaf(int mb, ir::ValueId v) const;
   /// The recomputing forward of `mb` from its stash.

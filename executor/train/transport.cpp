@@ -13,13 +13,11 @@ public:
   // then its bytes straight from its own memory; the communicator holds a
   // reference until the transfer completes and lets go at its next call. On
   // the CPU a sent value is the stage's own tensor, which it keeps for
-  // backward anyway, so a send costs no memory of its own. A strided one (a
-  // view: a transposed key, a query split off its fused projection) is read
-  // in place too (Note [strided sends] in executor/comm/comm.h); until
-  // 2026-11-29 it was copied dense first, and the copy lived until the send
-  // completed: 12,288 B a micro-batch on the GPT's first stage, piling up
-  // while ZB-H2's receivers were behind. What could outlive its micro-batch
-  // is a sent gradient whose receiver is not ready yet, or a recomputing stage's sent
+  // backward anyway, so a send costs no memory of its own; the stage keeps
+  // them dense (Note [dense sent values] in executor/runtime/stage.cpp), so
+  // the contiguous() below copies only what other paths hand it. What could
+  // outlive its micro-batch is a sent gradient whose receiver is not ready
+  // yet, or a recomputing stage's sent
   // value, which it drops after sending. So the trainer waits for every
   // transfer before each backward (trainer.cpp), and the plan counts none at
   // a backward's peak; only a recomputing stage's newest sent values, still
@@ -29,12 +27,10 @@ public:
   // Both are tensor memory, in the logged peak with everything else.
   void send(const std::vector<std::pair<torch::Tensor, int>> &pieces, int tag) override {
     for (const auto &[t, dst] : pieces) {
-      torch::Tensor c = t.detach().to(torch::kCPU);
+      torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
       comm_.send(std::make_shared<const std::string>(runtime::packTensorHeader(c)), dst, tag);
-      if (c.nbytes() == 0) continue;
-      const comm::Payload payload{c.data_ptr(), c.nbytes(), std::make_shared<const torch::Tensor>(c)};
-      if (c.is_contiguous()) comm_.sendBytes(payload, dst, tag);
-      else comm_.sendStrided(payload, {c.sizes().vec(), c.strides().vec(), size_t(c.element_size())}, dst, tag);
+      if (c.nbytes() > 0)
+        comm_.sendBytes(comm::Payload{c.data_ptr(), c.nbytes(), std::make_shared<const torch::Tensor>(c)}, dst, tag);
     }
   }
   std::vector<torch::Tensor> recv(const std::vector<int> &srcs, int tag) override {

@@ -161,8 +161,8 @@ struct Pass {
 /// case measured 1.020-1.031x its plan in five runs, 1.017-1.020x in four
 /// with it. The
 /// activations it sends stay in flight, at no cost of their own: the stage
-/// keeps them for its backward, and a strided one is sent in place (Note
-/// [strided sends] in executor/comm/comm.h).
+/// keeps them for its backward, dense (Note [dense sent values] in
+/// executor/runtime/stage.cpp).
 
 /// Whether `s` runs a backward as B and W passes (Note [zero bubble H1]).
 bool splitsBackward(Schedule s);

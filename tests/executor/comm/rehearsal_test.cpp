@@ -1,7 +1,6 @@
 // The rehearsal's stand-in for CUDA and NCCL (Note [rehearsal]) under the
 // device communicator, on 2 ranks (mpirun -np 2): results, groups, stream and
-// event order, and the rules it enforces failing fast; and the host
-// communicator's strided sends (Note [strided sends] in comm.h).
+// event order, and the rules it enforces failing fast.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,7 +10,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "executor/comm/comm.h"
@@ -174,39 +172,6 @@ TEST(Rehearsal, UngroupedExchangeIsReportedNotHung) {
               std::string::npos)
         << failure;
   world().barrier(); // both have reported before either stand-in goes
-}
-
-// Note [strided sends]: the receiver gets a strided payload's elements dense,
-// in row-major order, exactly as if the sender had copied them first.
-TEST(HostMessages, StridedPayloadsArriveDense) {
-  ASSERT_EQ(world().size(), 2);
-  const int peer = 1 - world().rank();
-  // A 4 x 3 row-major matrix, sent as its 3 x 4 transpose (strides 1, 3),
-  // a column broadcast along a new axis (stride 0), and its middle column.
-  auto m = std::make_shared<std::vector<float>>();
-  for (int i = 0; i < 12; ++i) m->push_back(float(100 * world().rank() + i));
-  const Strides transpose{{3, 4}, {1, 3}, sizeof(float)}, broadcast{{2, 4}, {0, 3}, sizeof(float)},
-      column{{4}, {3}, sizeof(float)};
-  for (const auto &[s, first] : {std::pair{transpose, 0}, std::pair{broadcast, 0}, std::pair{column, 1}}) {
-    int64_t elements = 1;
-    for (int64_t n : s.sizes) elements *= n;
-    world().sendStrided(Payload{m->data() + first, size_t(elements) * sizeof(float), m}, s, peer, 7);
-  }
-  const float base = float(100 * peer);
-  std::vector<float> got(12);
-  world().recvInto(got.data(), 48, Memory::Host, peer, 7);
-  EXPECT_EQ(got, (std::vector<float>{base + 0, base + 3, base + 6, base + 9, base + 1, base + 4, base + 7,
-                                     base + 10, base + 2, base + 5, base + 8, base + 11}));
-  got.assign(8, 0);
-  world().recvInto(got.data(), 32, Memory::Host, peer, 7);
-  EXPECT_EQ(got, (std::vector<float>{base + 0, base + 3, base + 6, base + 9, base + 0, base + 3, base + 6, base + 9}));
-  got.assign(4, 0);
-  world().recvInto(got.data(), 16, Memory::Host, peer, 7);
-  EXPECT_EQ(got, (std::vector<float>{base + 1, base + 4, base + 7, base + 10}));
-  world().waitSends();
-  // A layout that does not cover the declared size is the caller's mistake.
-  EXPECT_THROW(world().sendStrided(Payload{m->data(), 40, m}, transpose, peer, 8), std::logic_error);
-  world().barrier();
 }
 
 } // namespace
