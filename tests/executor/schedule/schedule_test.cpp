@@ -323,5 +323,44 @@ TEST(StageProgram, OnlyValuesAGradientCanReachAreReceivedAsLeavesThatNeedOne) {
   EXPECT_TRUE(gradient.at(written));
 }
 
+TEST(StageProgram, AValueReadOnlyForItsShapeCarriesNoGradientThere) {
+  // Note [shape-only receives]: stage 1 recomputes Shape(h) for its reshape,
+  // so it receives h, and reads no element of it; stage 2 adds h.
+  ir::Graph g;
+  auto value = [&](const char *name, ir::DType t, ir::ValueKind kind = ir::ValueKind::Intermediate) {
+    ir::Value v;
+    v.name = name, v.dtype = t, v.kind = kind;
+    return g.addValue(v);
+  };
+  auto node = [&](const char *op, std::vector<ir::ValueId> in, ir::ValueId out) {
+    ir::Node n;
+    n.name = std::string(op) + "_" + g.values[out].name, n.op_type = op;
+    n.inputs = std::move(in), n.outputs = {out};
+    g.addNode(n);
+  };
+  const ir::ValueId x = value("x", ir::DType::F32, ir::ValueKind::Input);
+  const ir::ValueId w = value("w", ir::DType::F32, ir::ValueKind::Parameter);
+  const ir::ValueId h = value("h", ir::DType::F32), shape = value("shape", ir::DType::I64);
+  const ir::ValueId r = value("r", ir::DType::F32), loss = value("loss", ir::DType::F32);
+  node("MatMul", {x, w}, h);      // stage 0
+  node("Shape", {h}, shape);      // stage 0, recomputed by stage 1
+  node("Reshape", {x, shape}, r); // stage 1
+  node("Add", {r, h}, loss);      // stage 2
+  g.loss = loss;
+  const std::vector<std::pair<int, int>> ranges = {{0, 2}, {2, 3}, {3, 4}};
+  auto transfer = [](const std::vector<Transfer> &ts, ir::ValueId v, int peer) {
+    for (const Transfer &t : ts)
+      if (t.value == v && t.peer_stage == peer) return t;
+    ADD_FAILURE() << "no transfer of value " << v << " with stage " << peer;
+    return Transfer{v, peer, true};
+  };
+  const StageProgram first = buildStageProgram(g, ranges, 0), reshape = buildStageProgram(g, ranges, 1),
+                     add = buildStageProgram(g, ranges, 2);
+  EXPECT_FALSE(transfer(reshape.recvs, h, 0).gradient) << "read for its shape alone";
+  EXPECT_TRUE(transfer(add.recvs, h, 0).gradient);
+  EXPECT_FALSE(transfer(first.sends, h, 1).gradient) << "both ends agree";
+  EXPECT_TRUE(transfer(first.sends, h, 2).gradient);
+}
+
 } // namespace
 } // namespace rannc::schedule
