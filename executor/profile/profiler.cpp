@@ -278,6 +278,7 @@ Expected<cost::CostTable> measureUnits(const ir::Graph &g, const std::vector<cos
     full.setAutocast(autocast);
     trimmed.setAutocast(autocast);
     for (auto &r : runners) r.setAutocast(autocast);
+    for (auto &r : runners) r.setDenseSends(false); // Note [dense sent values] in executor/runtime/stage.cpp
     // As rannc-exec does: the device's generator, CPU-made op outputs moved there.
     full.setDevice(device);
     trimmed.setDevice(device);

@@ -151,7 +151,14 @@ void StageRunner::forward(int mb, std::unordered_map<ir::ValueId, torch::Tensor>
 // datatype (tried 2026-11-29) needed the sender inside MPI to move the
 // bytes, where a dense buffer is pulled by the receiver alone: ZB-H1 fell
 // to 0.83x 1F1B's throughput on exec_bench's 2-stage pipeline.
+// The profiler's unit runners keep their views (setDenseSends(false)): a
+// unit's sent view is, inside a stage, a view the next unit reads, and its
+// kept bytes count the view's storage once either way. Densifying there too
+// moved the memory_split ranks that send views to 0.957-0.966x their plans
+// and the recomputing BERT's first rank to 0.897x (recompute_memory_bert_1f1b
+// holds 10%).
 void StageRunner::densifySent(std::unordered_map<ir::ValueId, torch::Tensor> &env) const {
+  if (!dense_sends_) return;
   for (const auto &snd : program_.sends)
     if (auto it = env.find(snd.value); it != env.end() && it->second.defined() && !it->second.is_contiguous())
       it->second = it->second.contiguous();

@@ -107,6 +107,10 @@ public:
   /// setKeepAll(true) keeps every value (the profiler's whole-graph run, which
   /// feeds each unit from it).
   void setKeepAll(bool on) { keep_all_ = on; }
+  /// Whether forward keeps each sent view as its dense copy (Note [dense
+  /// sent values]; on by default). The profiler turns it off: a unit's sent
+  /// view is, inside a stage, a view the next unit reads.
+  void setDenseSends(bool on) { dense_sends_ = on; }
   /// Called with each value forward drops, just before it goes (the
   /// profiler watches which of them autograd keeps alive).
   void onDrop(std::function<void(ir::ValueId, const torch::Tensor &)> f) { on_drop_ = std::move(f); }
@@ -158,6 +162,7 @@ private:
   std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> envs_;
   bool recompute_ = false;
   bool keep_all_ = false;
+  bool dense_sends_ = true;
   std::function<void(ir::ValueId, const torch::Tensor &)> on_drop_;
   /// Note [last use]: dying_[i], the values the node at program_.nodes[i] reads
   /// for the last time or makes for nobody, dropped after it runs.
