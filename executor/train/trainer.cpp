@@ -299,7 +299,7 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // ZB-H2 waits for its gradients alone, which the stage before takes
         // in without waiting for this one (Note [zero bubble H2]).
         if (pipeline::waitsForSendsBeforeBackward(kind, v)) transport->waitSends();
-        else if (!pipeline::interleaves(kind) || v == 1) transfers.awaitGradientSends();
+        else if (kind == pipeline::Schedule::ZBH2) transfers.awaitGradientSends();
         if (prog.computes_loss) {
           const auto [part, whole] = shares.share(mb);
           runner.backward(mb, std::move(send_grads[at]), part / (whole * double(K)) * update.lossScale());
