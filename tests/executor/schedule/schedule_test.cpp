@@ -274,21 +274,31 @@ TEST(StageProgram, TiedParameterIsListedByEveryStageThatReadsIt) {
   EXPECT_TRUE(buildStageProgram(*g, {{0, n}}, 0).shared_parameters.empty());
 }
 
-TEST(StageProgram, OnlyValuesAGradientCanReachAreReceivedAsLeavesThatNeedOne) {
-  // Note [gradient-free values]: a MoE router's expert counts, a float histc
-  // of integer ids, each op in a stage of its own.
+/// A hand-built graph: values and single-output nodes, named after their output.
+struct GraphBuilder {
   ir::Graph g;
-  auto value = [&](const char *name, ir::DType t, ir::ValueKind kind = ir::ValueKind::Intermediate) {
+  const char *domain = ""; ///< "aten" for ATen op names
+  ir::ValueId value(const char *name, ir::DType t, ir::ValueKind kind = ir::ValueKind::Intermediate) {
     ir::Value v;
     v.name = name, v.dtype = t, v.kind = kind;
     return g.addValue(v);
-  };
-  auto node = [&](const char *op, std::vector<ir::ValueId> in, ir::ValueId out) {
+  }
+  void node(const char *op, std::vector<ir::ValueId> in, ir::ValueId out) {
     ir::Node n;
-    n.name = std::string(op) + "_" + g.values[out].name, n.op_type = op, n.domain = "aten";
+    n.name = std::string(op) + "_" + g.values[out].name, n.op_type = op, n.domain = domain;
     n.inputs = std::move(in), n.outputs = {out};
     g.addNode(n);
-  };
+  }
+};
+
+TEST(StageProgram, OnlyValuesAGradientCanReachAreReceivedAsLeavesThatNeedOne) {
+  // Note [gradient-free values]: a MoE router's expert counts, a float histc
+  // of integer ids, each op in a stage of its own.
+  GraphBuilder b;
+  b.domain = "aten";
+  ir::Graph &g = b.g;
+  auto value = [&b](auto... a) { return b.value(a...); };
+  auto node = [&b](const char *op, std::vector<ir::ValueId> in, ir::ValueId out) { b.node(op, std::move(in), out); };
   const ir::ValueId x = value("x", ir::DType::F32, ir::ValueKind::Input);
   const ir::ValueId w = value("w", ir::DType::F32, ir::ValueKind::Parameter);
   const ir::ValueId h = value("h", ir::DType::F32), ids = value("ids", ir::DType::I64);
@@ -326,18 +336,10 @@ TEST(StageProgram, OnlyValuesAGradientCanReachAreReceivedAsLeavesThatNeedOne) {
 TEST(StageProgram, AValueReadOnlyForItsShapeCarriesNoGradientThere) {
   // Note [shape-only receives]: stage 1 recomputes Shape(h) for its reshape,
   // so it receives h, and reads no element of it; stage 2 adds h.
-  ir::Graph g;
-  auto value = [&](const char *name, ir::DType t, ir::ValueKind kind = ir::ValueKind::Intermediate) {
-    ir::Value v;
-    v.name = name, v.dtype = t, v.kind = kind;
-    return g.addValue(v);
-  };
-  auto node = [&](const char *op, std::vector<ir::ValueId> in, ir::ValueId out) {
-    ir::Node n;
-    n.name = std::string(op) + "_" + g.values[out].name, n.op_type = op;
-    n.inputs = std::move(in), n.outputs = {out};
-    g.addNode(n);
-  };
+  GraphBuilder b;
+  ir::Graph &g = b.g;
+  auto value = [&b](auto... a) { return b.value(a...); };
+  auto node = [&b](const char *op, std::vector<ir::ValueId> in, ir::ValueId out) { b.node(op, std::move(in), out); };
   const ir::ValueId x = value("x", ir::DType::F32, ir::ValueKind::Input);
   const ir::ValueId w = value("w", ir::DType::F32, ir::ValueKind::Parameter);
   const ir::ValueId h = value("h", ir::DType::F32), shape = value("shape", ir::DType::I64);
