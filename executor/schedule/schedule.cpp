@@ -6,6 +6,7 @@
 #include <set>
 
 #include "planner/ir/op_set.h"
+#include "planner/pipeline/gradient_waits.h"
 
 namespace rannc::schedule {
 
@@ -19,6 +20,7 @@ std::string toString(const Action &a) {
   case ActionKind::Backward: name = "backward"; break;
   case ActionKind::SendGradients: name = "send-grad"; break;
   case ActionKind::BackwardWeight: name = "backward-weight"; break;
+  case ActionKind::AwaitGradients: name = "await-grad"; break;
   case ActionKind::AllReduce: name = "all-reduce"; break;
   case ActionKind::OptimizerStep: name = "optimizer-step"; break;
   }
@@ -75,6 +77,33 @@ std::vector<Action> buildRank(pipeline::Schedule schedule, int rank, int ranks, 
   }
   finish(a);
   return a;
+}
+
+Expected<std::vector<Action>> awaitingGradients(const std::vector<std::vector<Action>> &lists, int rank,
+                                                const std::vector<std::vector<int>> &producers) {
+  const int ranks = static_cast<int>(lists.size());
+  auto isPass = [](const Action &a) {
+    return a.kind == ActionKind::Forward || a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight;
+  };
+  std::vector<std::vector<pipeline::Pass>> orders(lists.size());
+  for (int r = 0; r < ranks; ++r)
+    for (const Action &a : lists[r])
+      if (isPass(a))
+        orders[r].push_back({a.kind == ActionKind::Forward, a.microbatch, a.kind == ActionKind::BackwardWeight,
+                             a.stage < 0 ? 0 : a.stage / ranks});
+  auto waits = pipeline::awaitedGradients(orders, producers);
+  if (!waits) return waits.error();
+  std::vector<Action> out;
+  size_t pass = 0;
+  for (const Action &a : lists[static_cast<size_t>(rank)]) {
+    if (isPass(a)) {
+      for (const pipeline::SentGradient &g : (*waits)[static_cast<size_t>(rank)][pass])
+        out.push_back({ActionKind::AwaitGradients, g.microbatch, a.stage < 0 ? -1 : g.stage});
+      ++pass;
+    }
+    out.push_back(a);
+  }
+  return out;
 }
 
 std::vector<Action> accumulate(const std::vector<Action> &one_batch, int batches, int microbatches) {

@@ -21,6 +21,9 @@ enum class ActionKind {
   Backward,        ///< the whole backward, or under a split one (ZB-H1) its B: the inputs' gradients
   SendGradients,   ///< send the gradients of the received inputs back
   BackwardWeight,  ///< a split backward's W: the weight gradients (Note [zero bubble H1])
+  /// Wait until the gradients this stage sent for this micro-batch have been
+  /// taken in (Note [awaited gradient sends] in planner/pipeline/gradient_waits.h)
+  AwaitGradients,
   AllReduce,       ///< sum the gradients over the stage's replicas
   OptimizerStep,
 };
@@ -54,6 +57,14 @@ std::vector<Action> build(pipeline::Schedule schedule, int stage, int num_stages
 /// named in Action::stage), then one all-reduce and optimizer step. With one
 /// chunk per rank it is build(schedule, rank, ranks, microbatches).
 std::vector<Action> buildRank(pipeline::Schedule schedule, int rank, int ranks, int virtual_stages, int microbatches);
+
+/// `lists[rank]` (every pipeline rank's actions, from buildRank and
+/// accumulate, in rank order) with an AwaitGradients before a backward for
+/// each gradient send pipeline::awaitedGradients has the rank await there
+/// (Note [awaited gradient sends]). `producers[s]`: the stages stage s
+/// receives values from, to which its gradients go (empty: stage s - 1).
+Expected<std::vector<Action>> awaitingGradients(const std::vector<std::vector<Action>> &lists, int rank,
+                                                const std::vector<std::vector<int>> &producers = {});
 
 /// Gradient accumulation: `one_batch` (a schedule of `microbatches`
 /// micro-batches) run `batches` times back to back with a single all-reduce

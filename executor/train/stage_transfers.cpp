@@ -61,14 +61,13 @@ void StageTransfers::sendGradients(const runtime::StageRunner &runner, int mb) {
     torch::Tensor g = runner.inputGrad(mb, r.value);
     const int tag = tagFor(mb, kGradTag, r.peer_stage, s_.stage);
     send(g.defined() ? g : torch::empty({0}), r.value, r.peer_stage, false, tag);
-    if (std::find(unawaited_gradient_tags_.begin(), unawaited_gradient_tags_.end(), tag) == unawaited_gradient_tags_.end())
-      unawaited_gradient_tags_.push_back(tag);
   }
 }
 
-void StageTransfers::awaitGradientSends() {
-  for (int tag : unawaited_gradient_tags_) transport_.waitSendsTagged(tag); // scattered ones go through it too
-  unawaited_gradient_tags_.clear();
+void StageTransfers::awaitGradientSends(int mb) {
+  for (const auto &r : prog_.recvs) {
+    transport_.waitSendsTagged(tagFor(mb, kGradTag, r.peer_stage, s_.stage)); // scattered ones go through it too
+  }
 }
 
 void StageTransfers::shareWhole(std::vector<torch::Tensor> &values, const std::vector<bool> &scattered_values) {

@@ -39,9 +39,9 @@ public:
   std::vector<torch::Tensor> recvGradients(int mb);
   /// SendGradients: the gradients of the received values, back to their producers.
   void sendGradients(const runtime::StageRunner &runner, int mb);
-  /// Waits until every gradient sent so far has left (Note [zero bubble H2]
-  /// in planner/pipeline/schedule.h), the activations sent may stay in flight.
-  void awaitGradientSends();
+  /// Waits until the gradients sent for micro-batch `mb` have left (Note
+  /// [awaited gradient sends] in planner/pipeline/gradient_waits.h).
+  void awaitGradientSends(int mb);
 
 private:
   Link link(int peer_stage, bool producer, bool scattered) const;
@@ -59,7 +59,6 @@ private:
   std::vector<std::vector<schedule::SampleRange>> shards_; ///< every stage's replicas' samples of a micro-batch
   comm::Communicator *group_;                             ///< the tensor-parallel group, or null
   ScatterGather scatter_;
-  std::vector<int> unawaited_gradient_tags_; ///< of gradients sent since the last awaitGradientSends
   bool leader() const { return !group_ || group_->rank() == 0; }
   /// Whether what this rank sends to (`sending`) or receives from `peer_stage` goes scattered.
   bool scattered(int peer_stage, bool sending) const {

@@ -17,7 +17,8 @@ plan::TraceKind traceKindOf(schedule::ActionKind k) {
   case schedule::ActionKind::RecvGradients: return plan::TraceKind::RecvGradients;
   case schedule::ActionKind::Backward: return plan::TraceKind::Backward;
   case schedule::ActionKind::BackwardWeight: return plan::TraceKind::BackwardWeight;
-  case schedule::ActionKind::SendGradients: return plan::TraceKind::SendGradients;
+  case schedule::ActionKind::SendGradients:
+  case schedule::ActionKind::AwaitGradients: return plan::TraceKind::SendGradients; // its wait is the send's
   case schedule::ActionKind::AllReduce: return plan::TraceKind::AllReduce;
   case schedule::ActionKind::OptimizerStep: return plan::TraceKind::Optimizer;
   }

@@ -174,6 +174,18 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
   // Interleaved: this rank's passes over its chunks, each naming its stage (schedule::buildRank).
   auto actions = schedule::accumulate(
       v > 1 ? schedule::buildRank(kind, s.stage, ranks, v, M) : schedule::build(kind, s.stage, num_stages, M), int(K), M);
+  if (v > 1 || kind == pipeline::Schedule::ZBH2) { // Note [awaited gradient sends]: on every rank's list alike
+    std::vector<std::vector<schedule::Action>> lists;
+    for (int r = 0; r < ranks; ++r)
+      lists.push_back(schedule::accumulate(schedule::buildRank(kind, r, ranks, v, M), int(K), M));
+    std::vector<std::vector<int>> producers(static_cast<size_t>(num_stages));
+    for (int t = 0; t < num_stages; ++t)
+      for (const schedule::Transfer &in : schedule::buildStageProgram(s.graph, s.ranges, t).recvs)
+        if (producers[t].empty() || producers[t].back() != in.peer_stage) producers[t].push_back(in.peer_stage);
+    auto awaiting = schedule::awaitingGradients(lists, s.stage, producers);
+    if (!awaiting) return awaiting.error();
+    actions = std::move(*awaiting);
+  }
   auto chunkOf = [&](const schedule::Action &a) { return a.stage < 0 ? size_t(0) : size_t(a.stage / ranks); };
   // The replica all-reduce overlaps the step's last pass that makes weight
   // gradients: the last backward, or a split one's last W (Note [gradient buckets]).
@@ -296,10 +308,10 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         // backward; nor under ZB-H2, whose warm-up sends forwards the next
         // stage takes in only after its first backwards (Note [zero bubble
         // H2]): waiting would deadlock (the step's end waits for them).
-        // ZB-H2 waits for its gradients alone, which the stage before takes
-        // in without waiting for this one (Note [zero bubble H2]).
+        // Both wait for the gradients their lists say (AwaitGradients, Note
+        // [awaited gradient sends] in planner/pipeline/gradient_waits.h):
+        // under ZB-H2 all of them (Note [zero bubble H2]).
         if (pipeline::waitsForSendsBeforeBackward(kind, v)) transport->waitSends();
-        else if (kind == pipeline::Schedule::ZBH2) transfers.awaitGradientSends();
         if (prog.computes_loss) {
           const auto [part, whole] = shares.share(mb);
           runner.backward(mb, std::move(send_grads[at]), part / (whole * double(K)) * update.lossScale());
@@ -315,6 +327,9 @@ Status train(const TrainOptions &opts, comm::Communicator &comm, std::ostream &l
         break;
       case schedule::ActionKind::BackwardWeight:
         runner.backwardWeights(mb);
+        break;
+      case schedule::ActionKind::AwaitGradients:
+        transfers.awaitGradientSends(mb);
         break;
       case schedule::ActionKind::AllReduce:
         for (Chunk &c : chunks) c.update->reduce();

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <limits>
 
+#include "planner/pipeline/gradient_waits.h"
+
 namespace rannc::partition {
 
 // Note [partition cost model]
@@ -516,6 +518,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
   mem.param_bytes = c.param_bytes;
   mem.optimizer_bytes = p.optimizer_bytes_per_param_byte * c.param_bytes;
   mem.cut_in = cut_in - passing;
+  if (index > 0) c.sent_gradient_bytes = mem.cut_in * b;
   mem.samples = b;
   mem.inflight = c.inflight;
   mem.weight_queue = pipeline::weightQueuePeak(schedule, index, num_stages, microbatches);
@@ -544,7 +547,10 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
 // stays what evaluateStage says. Until 2026-11-29 the rank's figure was the
 // chunks' sum, which counts every chunk's working bytes and each chunk at its
 // own peak, which need not coincide: measured over planned 0.817-0.922 on the
-// memory_split case (docs/partitioner.md).
+// memory_split case (docs/partitioner.md). Beside them, the gradients each
+// chunk has sent and the rank has not yet awaited while the pass runs, each
+// the chunk's inputs' bytes (Note [awaited gradient sends] in
+// planner/pipeline/gradient_waits.h: the executor holds no more).
 double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int virtual_stages, int microbatches,
                   Schedule schedule) {
   std::vector<double> per_microbatch, transient;
@@ -559,12 +565,17 @@ double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int
     transient.push_back(m.working + (sc.recompute ? m.activations : 0.0));
   }
   std::vector<int> alive(static_cast<size_t>(virtual_stages), 0);
+  const std::vector<pipeline::Pass> order = pipeline::rankOrder(schedule, rank, ranks, virtual_stages, microbatches);
+  const std::vector<std::vector<int>> sent =
+      pipeline::inFlightGradients(schedule, rank, ranks, virtual_stages, microbatches);
   double peak = 0;
-  for (const pipeline::Pass &pass : pipeline::rankOrder(schedule, rank, ranks, virtual_stages, microbatches)) {
+  for (size_t at = 0; at < order.size(); ++at) {
+    const pipeline::Pass &pass = order[at];
     const size_t c = static_cast<size_t>(pass.chunk);
     if (pass.forward) ++alive[c];
     double held = transient[c];
-    for (size_t i = 0; i < alive.size(); ++i) held += alive[i] * per_microbatch[i];
+    for (size_t i = 0; i < alive.size(); ++i)
+      held += alive[i] * per_microbatch[i] + sent[at][i] * stages[i * ranks + rank].sent_gradient_bytes;
     peak = std::max(peak, held);
     if (!pass.forward) --alive[c];
   }

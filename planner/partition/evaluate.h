@@ -102,6 +102,7 @@ struct StageCost {
   double recompute_s = 0;       ///< the extra forward (with its collectives) when recomputing, else 0
   double recv_activations_s = 0; ///< receiving the stage inputs (0 for stage 0)
   double recv_gradients_s = 0;   ///< receiving the gradients of the outputs (0 for the last stage)
+  double sent_gradient_bytes = 0; ///< the gradients of its inputs it sends back, per micro-batch (0 for stage 0)
   double allreduce_s = 0;        ///< ring all-reduce of the gradients over the replicas (0 if 1 replica)
   bool recv_intra_node = true;   ///< link used for the stage's input transfers
   bool send_intra_node = true;   ///< link used for the stage's output transfers

@@ -126,38 +126,51 @@ bool runsToCompletion(Schedule kind, int stages, int mb, int batches = 1) {
   return true;
 }
 
-/// runsToCompletion for `ranks` pipeline ranks of `chunks` stages each
-/// (Note [interleaved 1F1B]): receives block until the stage before (its
-/// activations) or after (its gradients) has sent that micro-batch; every
-/// action names its stage, every stage's passes each run once.
-bool interleavedRunsToCompletion(int ranks, int chunks, int mb) {
-  const int stages = ranks * chunks;
-  std::vector<std::vector<Action>> lists;
-  for (int r = 0; r < ranks; ++r) lists.push_back(buildRank(Schedule::Interleaved1F1B, r, ranks, chunks, mb));
-  std::vector<size_t> pc(ranks, 0);
-  std::set<std::pair<int, int>> acts, grads, forwarded, backwarded; // (stage, micro-batch)
+/// Plays pipeline ranks' lists (an interleaved rank's passes each naming
+/// one of its stages) with blocking receives and the transport's rendezvous
+/// (Note [awaited gradient sends]): a receive blocks until the stage before
+/// (activations) or after (gradients) has sent that micro-batch, an
+/// AwaitGradients of stage s, micro-batch m until stage s - 1 has received
+/// m's gradients. Whether every list runs to its end with each stage's
+/// forward and backward of a micro-batch run once, in that order;
+/// `passes` counts them.
+bool runsWithRendezvous(const std::vector<std::vector<Action>> &lists, int *passes = nullptr) {
+  const int ranks = int(lists.size());
+  std::vector<size_t> pc(size_t(ranks), 0);
+  std::set<std::pair<int, int>> acts, grads, taken, forwarded, backwarded; // (stage, micro-batch)
   bool progress = true;
   while (progress) {
     progress = false;
     for (int r = 0; r < ranks; ++r)
       while (pc[r] < lists[r].size()) {
         const Action &a = lists[r][pc[r]];
-        const bool pass = a.kind != ActionKind::AllReduce && a.kind != ActionKind::OptimizerStep;
-        if (pass && (a.stage < 0 || a.stage % ranks != r)) return false; // not one of this rank's stages
-        const std::pair<int, int> at{a.stage, a.microbatch};
+        if (a.stage >= 0 && a.stage % ranks != r) return false; // not one of this rank's stages
+        const std::pair<int, int> at{a.stage < 0 ? r : a.stage, a.microbatch};
         if (a.kind == ActionKind::RecvActivations && !acts.count(at)) break;
         if (a.kind == ActionKind::RecvGradients && !grads.count(at)) break;
+        if (a.kind == ActionKind::AwaitGradients && !taken.count({at.first - 1, at.second})) break;
         if (a.kind == ActionKind::Forward && !forwarded.insert(at).second) return false;
         if (a.kind == ActionKind::Backward && (!forwarded.count(at) || !backwarded.insert(at).second)) return false;
-        if (a.kind == ActionKind::SendActivations) acts.insert({a.stage + 1, a.microbatch});
-        if (a.kind == ActionKind::SendGradients) grads.insert({a.stage - 1, a.microbatch});
+        if (a.kind == ActionKind::RecvGradients) taken.insert(at);
+        if (a.kind == ActionKind::SendActivations) acts.insert({at.first + 1, a.microbatch});
+        if (a.kind == ActionKind::SendGradients) grads.insert({at.first - 1, a.microbatch});
         ++pc[r];
         progress = true;
       }
   }
+  if (passes) *passes = int(forwarded.size() + backwarded.size());
   for (int r = 0; r < ranks; ++r)
     if (pc[r] != lists[r].size()) return false;
-  return int(forwarded.size()) == stages * mb && int(backwarded.size()) == stages * mb;
+  return true;
+}
+
+/// runsWithRendezvous on `ranks` pipeline ranks of `chunks` stages each
+/// (Note [interleaved 1F1B]): every stage's passes each run once.
+bool interleavedRunsToCompletion(int ranks, int chunks, int mb) {
+  std::vector<std::vector<Action>> lists;
+  for (int r = 0; r < ranks; ++r) lists.push_back(buildRank(Schedule::Interleaved1F1B, r, ranks, chunks, mb));
+  int passes = 0;
+  return runsWithRendezvous(lists, &passes) && passes == 2 * ranks * chunks * mb;
 }
 
 TEST(Interleaved, EachRankRunsItsChunksStagesWithTheirTransfersAndNeverDeadlocks) {
@@ -173,6 +186,57 @@ TEST(Interleaved, EachRankRunsItsChunksStagesWithTheirTransfersAndNeverDeadlocks
     for (int chunks = 2; chunks <= 3; ++chunks)
       for (int mb = ranks; mb <= 3 * ranks; mb += ranks)
         EXPECT_TRUE(interleavedRunsToCompletion(ranks, chunks, mb)) << ranks << " " << chunks << " " << mb;
+}
+
+/// Every rank's interleaved list for `batches` accumulated runs.
+std::vector<std::vector<Action>> interleavedLists(int ranks, int chunks, int mb, int batches) {
+  std::vector<std::vector<Action>> lists;
+  for (int r = 0; r < ranks; ++r)
+    lists.push_back(accumulate(buildRank(Schedule::Interleaved1F1B, r, ranks, chunks, mb), batches, mb));
+  return lists;
+}
+
+TEST(AwaitGradients, InterleavedWaitsNeverDeadlockAndAddNothingElse) {
+  // 2 ranks of 2 chunks, M = 2 (the replay of gradient_waits_test): each
+  // backward after a rank's first awaits the gradient its previous one sent.
+  auto two = awaitingGradients(interleavedLists(2, 2, 2, 1), 0);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(str(*two),
+            "forward(0)@0 send-act(0)@0 forward(1)@0 send-act(1)@0 recv-act(0)@2 forward(0)@2 send-act(0)@2 "
+            "recv-act(1)@2 forward(1)@2 send-act(1)@2 recv-grad(0)@2 backward(0)@2 send-grad(0)@2 "
+            "recv-grad(1)@2 await-grad(0)@2 backward(1)@2 send-grad(1)@2 recv-grad(0)@0 await-grad(1)@2 "
+            "backward(0)@0 recv-grad(1)@0 backward(1)@0 all-reduce optimizer-step\n");
+  for (int ranks = 2; ranks <= 4; ++ranks)
+    for (int chunks = 2; chunks <= 3; ++chunks)
+      for (int mb = ranks; mb <= 3 * ranks; mb += ranks)
+        for (int batches = 1; batches <= 2; ++batches) {
+          const auto lists = interleavedLists(ranks, chunks, mb, batches);
+          std::vector<std::vector<Action>> awaiting;
+          int waits = 0;
+          for (int r = 0; r < ranks; ++r) {
+            auto mine = awaitingGradients(lists, r);
+            ASSERT_TRUE(mine.ok());
+            std::vector<Action> rest;
+            for (const Action &a : *mine)
+              if (a.kind == ActionKind::AwaitGradients) ++waits;
+              else rest.push_back(a);
+            EXPECT_EQ(rest, lists[r]);
+            awaiting.push_back(std::move(*mine));
+          }
+          EXPECT_GT(waits, 0);
+          EXPECT_TRUE(runsWithRendezvous(awaiting)) << ranks << " ranks, " << chunks << " chunks, M " << mb;
+        }
+}
+
+TEST(AwaitGradients, AWaitThatClosesACycleIsCaught) {
+  // The control: stage 1 of 2 awaiting its micro-batch-0 gradients before
+  // the backward that sends them waits for stage 0, which waits for them.
+  std::vector<std::vector<Action>> lists = {build(Schedule::OneFOneB, 0, 2, 2), build(Schedule::OneFOneB, 1, 2, 2)};
+  EXPECT_TRUE(runsWithRendezvous(lists));
+  auto b0 = std::find(lists[1].begin(), lists[1].end(), Action{ActionKind::Backward, 0});
+  ASSERT_NE(b0, lists[1].end());
+  lists[1].insert(b0, Action{ActionKind::AwaitGradients, 0});
+  EXPECT_FALSE(runsWithRendezvous(lists));
 }
 
 TEST(Schedules, NeverDeadlock) {

@@ -240,7 +240,8 @@ TEST(Evaluate, StageHoldsNeitherValuesPassingOverNorTheirGradients) {
 // 10 B a micro-batch in each chunk and working bytes 100 (chunk 0) and 1
 // (chunk 1) its peak is chunk 0's backward with its two micro-batches,
 // 2 x 10 + 100 = 120, where the chunks' sum says 2 x 10 + 100 + 2 x 10 + 1.
-TEST(Evaluate, RankMemoryFollowsTheRanksOrder) {
+/// Four chunks of 7 B parameters, 10 B a micro-batch (2 in flight), 1 B working.
+std::vector<StageCost> equalChunks() {
   std::vector<StageCost> stages(4);
   for (StageCost &c : stages) {
     c.inflight = 2;
@@ -248,10 +249,27 @@ TEST(Evaluate, RankMemoryFollowsTheRanksOrder) {
     c.memory.activations = 20;
     c.memory.working = 1;
   }
+  return stages;
+}
+
+TEST(Evaluate, RankMemoryFollowsTheRanksOrder) {
+  std::vector<StageCost> stages = equalChunks();
   stages[0].memory.working = 100;
   EXPECT_DOUBLE_EQ(rankMemory(stages, 0, 2, 2, 2, Schedule::Interleaved1F1B), 2 * 7 + 120);
   EXPECT_LT(rankMemory(stages, 0, 2, 2, 2, Schedule::Interleaved1F1B),
             stages[0].memory.total() + stages[2].memory.total());
+}
+
+// Note [awaited gradient sends]: rank 1 of the same case runs F0@1 F1@1 F0@3
+// B0@3 F1@3 B1@3 B0@1 B1@1 and holds stage 3's micro-batch-0 gradient
+// through F1@3 (gradient_waits_test): with 50 B of it, that forward is its
+// peak, 1 + 2 x 10 (stage 1) + 10 (stage 3) + 50; without it the rank's
+// peak is 1 + 2 x 10 + 10.
+TEST(Evaluate, RankMemoryCountsTheGradientsItHasNotAwaited) {
+  std::vector<StageCost> stages = equalChunks();
+  EXPECT_DOUBLE_EQ(rankMemory(stages, 1, 2, 2, 2, Schedule::Interleaved1F1B), 2 * 7 + 1 + 2 * 10 + 10);
+  stages[3].sent_gradient_bytes = 50;
+  EXPECT_DOUBLE_EQ(rankMemory(stages, 1, 2, 2, 2, Schedule::Interleaved1F1B), 2 * 7 + 1 + 2 * 10 + 10 + 50);
 }
 
 TEST(SolveDP, InfeasibleProblemNamesTheSmallestStage) {
