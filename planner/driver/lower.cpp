@@ -267,6 +267,10 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     // Note [what a queued W keeps]: and the inputs the roots' W reads.
     const std::vector<std::vector<ir::ValueId>> reads = ir::weightGradientReads(g);
     std::vector<int> read_in(g.values.size(), -1); // the last unit of a root that read the value
+    std::vector<int> root_readers(g.values.size(), 0);
+    for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v)
+      if (roots[v] > 0)
+        for (ir::ValueId in : reads[v]) ++root_readers[in];
     std::vector<double> read_cut(n + 1, 0.0);
     std::vector<double> wgrad(n, 0.0), bwd(n, 0.0);
     for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v) {
@@ -279,13 +283,22 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
         if (o != ir::kNoValue && ir::isFloating(g.values[o].dtype) && !passedOn(o))
           p.blocks[u].wgrad_bytes_per_sample += perSample(g.values[o]);
       for (ir::ValueId in : reads[v]) { // at its first root reader, and across the cuts to its last
-        if (read_in[in] < 0) p.blocks[u].wgrad_bytes_per_sample += perSample(g.values[in]);
-        else
-          for (int i = read_in[in] + 1; i <= u; ++i) read_cut[i] += perSample(g.values[in]);
+        const ir::Value &val = g.values[in];
+        if (read_in[in] < 0) {
+          p.blocks[u].wgrad_bytes_per_sample += perSample(val);
+          // A float that an earlier unit made and this root alone reads: a
+          // stage beginning at this unit holds it once, as the input it
+          // received (cut[a]), not again for W (Note [what a queued W keeps]).
+          if (root_readers[in] == 1 && val.producer >= 0 && unit_of[val.producer] >= 0 &&
+              unit_of[val.producer] < u && ir::isFloating(val.dtype))
+            read_cut[u] -= perSample(val);
+        } else {
+          for (int i = read_in[in] + 1; i <= u; ++i) read_cut[i] += perSample(val);
+        }
         read_in[in] = u;
       }
     }
-    if (std::any_of(read_cut.begin(), read_cut.end(), [](double x) { return x > 0; }))
+    if (std::any_of(read_cut.begin(), read_cut.end(), [](double x) { return x != 0; }))
       p.wgrad_read_cut_bytes_per_sample = std::move(read_cut);
     for (int u = 0; u < n; ++u) {
       const double share = bwd[u] > 0 ? std::min(1.0, wgrad[u] / bwd[u]) : 0.0;

@@ -300,8 +300,21 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
 // The values the stage received stay too: their leaves hang off the graph W
 // runs (autograd's AccumulateGrad nodes hold them) until W has run, though
 // B has sent their gradients. So of the k micro-batches in flight the q
-// queued hold w = cut[a] + sum wgrad_bytes each (an input W reads that the
-// stage received counted twice), the others the whole cut[a] + K. B makes no weight
+// queued hold w = cut[a] + sum wgrad_bytes each, the others the whole
+// cut[a] + K. An input W reads that the stage receives is one tensor, held
+// once, in cut[a]: wgrad_read_cut_bytes_per_sample takes off a stage
+// beginning at cut a what one root of its first block alone reads and an
+// earlier unit made (until 2026-11-29 it counted twice: the 4-stage
+// memory_split plan beginning its last stage at block 1's fc2, whose input
+// is the 16,384 B GELU output a micro-batch, measured 0.928x its plan under
+// ZB-H1, 3 queued, and 0.886x under ZB-H2, 6 queued: 16,384 B too many per
+// queued micro-batch; 1.028x and 1.023x now). An input several roots read
+// (the q, k and v projections' LayerNorm output) stays counted twice when
+// received: taking it off left the stage beginning at block 1's q
+// projection at 1.064x (ZB-H1) and 1.070x (ZB-H2), where twice gives 1.021x
+// and 1.009x, so something of its size is held there that the model does
+// not name. An input a later block of the stage reads first counts twice
+// too. B makes no weight
 // gradient: its working bytes are the per-sample part of the blocks' working
 // lines, b work_u; W's are their fixed part, fixed_u, a parameter's gradient
 // made whole (Note [partition cost model]); each the largest block's. The

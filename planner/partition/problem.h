@@ -154,10 +154,12 @@ struct Problem {
   double unsavedCutAt(int i) const {
     return unsaved_cut_bytes_per_sample.empty() ? 0.0 : unsaved_cut_bytes_per_sample[static_cast<size_t>(i)];
   }
-  /// Empty (none), or blocks.size()+1 entries: [i] = the bytes per sample of
-  /// the inputs weight-gradient roots read (Block::wgrad_bytes_per_sample
-  /// counts each at its first reader) that a root after cut i reads too
-  /// (Note [what a queued W keeps] in evaluate.cpp).
+  /// Empty (none), or blocks.size()+1 entries: [i] = what a stage beginning
+  /// at cut i adds to its blocks' Block::wgrad_bytes_per_sample (which count
+  /// each input weight-gradient roots read at its first reader): the inputs
+  /// read before cut i that a root after it reads too, less those one root
+  /// of its first block alone reads and it receives, held once as its input
+  /// (Note [what a queued W keeps] in evaluate.cpp). May be negative.
   std::vector<double> wgrad_read_cut_bytes_per_sample;
   /// wgrad_read_cut_bytes_per_sample[i], 0 where it is empty.
   double wgradReadCutAt(int i) const {

@@ -94,6 +94,25 @@ Expected<proto::Plan> planMlp(const PlanOptions &o, bool with_analysis) {
   return planGraph(g, costs, quad(), o, std::string(64, 'a'), nullptr, with_analysis ? &a : nullptr);
 }
 
+// Note [what a queued W keeps]: mm2 alone reads a1 (512 floats a sample,
+// made in unit 0) for its weight gradient, which unit 1's W bytes count
+// beside h2's gradient (2,048 B each). A stage beginning at unit 1 receives
+// a1 and holds it once, as its input: the cut takes it off. Likewise a2 at
+// unit 2 (beside h3's 64 B gradient); x, a data input, crosses no cut.
+TEST(WeightGradientLowering, AReceivedInputOneRootReadsIsHeldOnce) {
+  const ir::Graph g = mlp();
+  PlanOptions o = options();
+  auto costs = cost::analyticCosts(g, cost::formUnits(g), quad().device, costBatchSizes(o));
+  auto p = lowerToProblem(g, costs, quad(), o);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  ASSERT_EQ(p->blocks.size(), 3u);
+  EXPECT_DOUBLE_EQ(p->blocks[1].wgrad_bytes_per_sample, 2048 + 2048);
+  EXPECT_DOUBLE_EQ(p->blocks[2].wgrad_bytes_per_sample, 64 + 2048);
+  EXPECT_DOUBLE_EQ(p->wgradReadCutAt(0), 0);
+  EXPECT_DOUBLE_EQ(p->wgradReadCutAt(1), -2048);
+  EXPECT_DOUBLE_EQ(p->wgradReadCutAt(2), -2048);
+}
+
 TEST(TensorParallelLowering, BlocksGetTheirSplitPartsAndCuts) {
   const ir::Graph g = mlp();
   ASSERT_EQ(g.verify(), "");
