@@ -24,8 +24,10 @@
    ratio of the medians, goal > 1. Beside it, each schedule's measured step
    against its own bound, the closed form of its order (pipelineTime, as
    `show` computes it) on the same run's median forward, B and W per stage
-   (its --trace) plus its all-reduce and optimizer step: goal >= 0.95.
-   --schedules-only runs this one alone.
+   (its --trace) plus the all-reduce and optimizer step of the rank that
+   reached its step last: goal >= 0.95. And what splitting the backward
+   costs: each stage's median B + W under a split schedule over its median
+   backward under 1F1B. --schedules-only runs this one alone.
 
   .venv/bin/python tools/bench/exec_bench.py [--build build] [--steps 12] [--schedules-only]
 """
@@ -97,25 +99,34 @@ def median(xs):
 def own_bound(a, work, name, plan_json, trace):
     """A schedule's own bound for one run: the closed form of its order
     (pipeline::pipelineTime, through `show`'s bubble fraction) with the run's
-    own median forward, B and W per stage, plus its own all-reduce and
-    optimizer step, from its --trace (steps 2.. as median_step)."""
+    own median forward, B and W per stage, plus its all-reduce and optimizer
+    step, from its --trace (steps 2.. as median_step). The step begins with
+    every rank agreeing on finite gradients (Note [one step over a rank's
+    chunks]), so a rank that drains early waits inside its optimizer event:
+    each step counts the rank that reached its step last, which hardly waits
+    (counting the longest, the bound took 1F1B's last stage's wait for the
+    first stage's drain twice, and 1F1B ran 3.5-5.7% under it). Returns the
+    bound and each stage's median (F, B, W)."""
     events = [e for e in json.load(open(trace))["traceEvents"]
               if e.get("ph") == "X" and e.get("args", {}).get("step", 0) >= 2]
     plan = json.load(open(plan_json))
     slots = {}  # stage -> kind -> durations (s)
-    after = {}  # rank -> all-reduce and optimizer seconds per step
+    after = {}  # step -> rank -> [its step's first start (us), all-reduce and optimizer seconds]
     for e in events:
         st, dur = e["args"]["stage"], e["dur"] * 1e-6
         kind = {"forward": "f", "backward": "w" if e["args"].get("what") == "weights" else "b"}.get(e["cat"])
         if kind:
             slots.setdefault(st, {}).setdefault(kind, []).append(dur)
         elif e["cat"] in ("all-reduce", "optimizer"):
-            after.setdefault(e["pid"], {}).setdefault(e["args"]["step"], 0.0)
-            after[e["pid"]][e["args"]["step"]] += dur
+            at = after.setdefault(e["args"]["step"], {}).setdefault(e["pid"], [e["ts"], 0.0])
+            at[0] = min(at[0], e["ts"])
+            at[1] += dur
     M = plan["microbatches"]
     busy = 0.0
+    medians = {}
     for i, stage in enumerate(plan["stages"]):
         f, b, w = (median(slots.get(i, {}).get(k, [])) for k in "fbw")
+        medians[i] = (f, b, w)
         stage["estimates"].update(fwd_time_s=f, bwd_time_s=b + w, weight_time_s=w)
         busy += M * (f + b + w)
     edited = os.path.join(work, f"{name}_measured.json")
@@ -123,7 +134,8 @@ def own_bound(a, work, name, plan_json, trace):
     shown = json.loads(run([a.plan_tool, "show", edited, "--json"]).stdout)
     ranks = len(plan["stages"]) // max(1, plan.get("virtual_stages", 1))  # an interleaved rank runs v stages
     pipe = busy / (ranks * (1 - shown["predicted_bubble_fraction"]))
-    return pipe + max(median(list(steps.values())) for steps in after.values())
+    last = [max(by_rank.values())[1] for by_rank in after.values()]  # the rank that started its step last
+    return pipe + median(last), medians
 
 
 def compare_schedules(a, work):
@@ -146,6 +158,7 @@ def compare_schedules(a, work):
         run([a.plan_tool, "convert", as_json, "-o", plans[name]])
     times = {name: [] for name in plans}
     bounds = {name: [] for name in plans}
+    slots = {name: [] for name in plans}  # each run's per-stage median (F, B, W)
     for k in range(a.rounds):
         for name, plan in plans.items():
             run_name = f"{name.lower()}_{k}"
@@ -153,7 +166,9 @@ def compare_schedules(a, work):
             times[name].append(exec_plan(a, work, run_name, plan, 2, ["--trace", trace])[0])
             plan_json = os.path.join(work, f"{run_name}_plan.json")
             run([a.plan_tool, "convert", plan, "-o", plan_json])
-            bounds[name].append(own_bound(a, work, run_name, plan_json, trace))
+            bound, medians = own_bound(a, work, run_name, plan_json, trace)
+            bounds[name].append(bound)
+            slots[name].append(medians)
     med = {name: sorted(t)[a.rounds // 2] for name, t in times.items()}
     ob = med["1F1B"]
     for name in plans:
@@ -163,6 +178,15 @@ def compare_schedules(a, work):
               f"{name} {', '.join(f'{t * 1e3:.1f}' for t in times[name])} ms, 1F1B "
               f"{', '.join(f'{t * 1e3:.1f}' for t in times['1F1B'])} ms) | {BATCH / med[name]:.1f} samples/s "
               f"| 1F1B {BATCH / ob:.1f} samples/s | {ob / med[name]:.3f}x | > 1x |")
+    for name in plans:  # what splitting the backward costs: B + W against 1F1B's whole backward, per stage
+        if name == "1F1B" or not any(w for run_slots in slots[name] for _, _, w in run_slots.values()):
+            continue
+        per_stage = []
+        for st in sorted(slots["1F1B"][0]):
+            whole = median([r[st][1] for r in slots["1F1B"]])
+            split = median([r[st][1] + r[st][2] for r in slots[name]])
+            per_stage.append(f"stage {st}: {split * 1e3:.1f} vs {whole * 1e3:.1f} ms, {split / whole:.3f}")
+        print(f"| {name}: B + W over 1F1B's backward, medians over the runs ({'; '.join(per_stage)}) | | | | |")
     for name in plans:  # each run against its own bound, then the median ratio
         ratios = [b / t for b, t in zip(bounds[name], times[name])]
         print(f"| {name}: measured step vs its own bound (closed form of its order on the run's own median F, B, "
