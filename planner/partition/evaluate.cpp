@@ -565,7 +565,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
 // the chunk's inputs' bytes (Note [awaited gradient sends] in
 // planner/pipeline/gradient_waits.h: the executor holds no more).
 double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int virtual_stages, int microbatches,
-                  Schedule schedule) {
+                  Schedule schedule, const std::vector<std::vector<int>> *sent) {
   std::vector<double> per_microbatch, transient;
   double fixed = 0, step = 0;
   for (int c = 0; c < virtual_stages; ++c) {
@@ -579,8 +579,11 @@ double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int
   }
   std::vector<int> alive(static_cast<size_t>(virtual_stages), 0);
   const std::vector<pipeline::Pass> order = pipeline::rankOrder(schedule, rank, ranks, virtual_stages, microbatches);
-  const std::vector<std::vector<int>> sent =
-      pipeline::inFlightGradients(schedule, rank, ranks, virtual_stages, microbatches);
+  std::vector<std::vector<int>> replayed;
+  if (!sent) {
+    replayed = pipeline::inFlightGradients(schedule, ranks, virtual_stages, microbatches)[static_cast<size_t>(rank)];
+    sent = &replayed;
+  }
   double peak = 0;
   for (size_t at = 0; at < order.size(); ++at) {
     const pipeline::Pass &pass = order[at];
@@ -588,7 +591,7 @@ double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int
     if (pass.forward) ++alive[c];
     double held = transient[c];
     for (size_t i = 0; i < alive.size(); ++i)
-      held += alive[i] * per_microbatch[i] + sent[at][i] * stages[i * ranks + rank].sent_gradient_bytes;
+      held += alive[i] * per_microbatch[i] + (*sent)[at][i] * stages[i * ranks + rank].sent_gradient_bytes;
     peak = std::max(peak, held);
     if (!pass.forward) --alive[c];
   }
@@ -677,6 +680,9 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
     ev.stages.push_back(c);
   }
   // Note [a rank's chunks' memory]: along the rank's order.
+  const std::vector<std::vector<std::vector<int>>> sent =
+      v > 1 ? pipeline::inFlightGradients(sol.schedule, ranks, v, sol.microbatches)
+            : std::vector<std::vector<std::vector<int>>>();
   for (int r = 0; r < ranks && v > 1; ++r) {
     double allreduce = 0; // its chunks' groups all-reduce one after the other
     std::string chunks;
@@ -684,7 +690,7 @@ Evaluation evaluate(const Problem &p, const Solution &sol) {
       allreduce += ev.stages[s].allreduce_s;
       chunks += (chunks.empty() ? "" : " + ") + formatBytes(ev.stages[s].memory.total());
     }
-    const double mem = rankMemory(ev.stages, r, ranks, v, sol.microbatches, sol.schedule);
+    const double mem = rankMemory(ev.stages, r, ranks, v, sol.microbatches, sol.schedule, &sent[r]);
     if (mem > ev.capacity_bytes)
       ev.violations.push_back("pipeline rank " + std::to_string(r) + " (stages " + std::to_string(r) + ", " +
                               std::to_string(r + ranks) + (v > 2 ? ", ..." : "") + ") needs " + formatBytes(mem) +

@@ -154,8 +154,9 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
 
 /// Under interleaved 1F1B, the peak of pipeline rank `rank` holding the chunks
 /// rank, rank + ranks, ... of `stages` (Note [a rank's chunks' memory]).
+/// `sent`: the rank's pipeline::inFlightGradients, replayed here when null.
 double rankMemory(const std::vector<StageCost> &stages, int rank, int ranks, int virtual_stages, int microbatches,
-                  Schedule schedule);
+                  Schedule schedule, const std::vector<std::vector<int>> *sent = nullptr);
 
 /// Evaluates `s` against `p`. Never fails: problems are listed in violations.
 Evaluation evaluate(const Problem &p, const Solution &s);

@@ -83,20 +83,23 @@ awaitedGradients(const std::vector<std::vector<Pass>> &orders, const std::vector
   return waits;
 }
 
-std::vector<std::vector<int>> inFlightGradients(Schedule s, int rank, int ranks, int virtual_stages,
-                                                int microbatches) {
+std::vector<std::vector<std::vector<int>>> inFlightGradients(Schedule s, int ranks, int virtual_stages,
+                                                             int microbatches) {
   std::vector<std::vector<Pass>> orders(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) orders[r] = rankOrder(s, r, ranks, virtual_stages, microbatches);
   auto waits = awaitedGradients(orders);
-  const std::vector<Pass> &mine = orders[static_cast<size_t>(rank)];
-  std::vector<std::vector<int>> held(mine.size(), std::vector<int>(static_cast<size_t>(virtual_stages), 0));
-  if (!waits) return held; // rankOrder's orders never deadlock (agreement_test replays them)
-  std::vector<int> now(static_cast<size_t>(virtual_stages), 0);
-  for (size_t i = 0; i < mine.size(); ++i) {
-    for (const SentGradient &g : (*waits)[static_cast<size_t>(rank)][i]) --now[static_cast<size_t>(g.stage / ranks)];
-    held[i] = now;
-    const Pass &p = mine[i];
-    if (!p.forward && !p.weight && p.chunk * ranks + rank > 0) ++now[static_cast<size_t>(p.chunk)];
+  std::vector<std::vector<std::vector<int>>> held(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<Pass> &mine = orders[static_cast<size_t>(r)];
+    held[r].assign(mine.size(), std::vector<int>(static_cast<size_t>(virtual_stages), 0));
+    if (!waits) continue; // rankOrder's orders never deadlock (agreement_test replays them)
+    std::vector<int> now(static_cast<size_t>(virtual_stages), 0);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      for (const SentGradient &g : (*waits)[static_cast<size_t>(r)][i]) --now[static_cast<size_t>(g.stage / ranks)];
+      held[r][i] = now;
+      const Pass &p = mine[i];
+      if (!p.forward && !p.weight && p.chunk * ranks + r > 0) ++now[static_cast<size_t>(p.chunk)];
+    }
   }
   return held;
 }

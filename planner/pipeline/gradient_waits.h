@@ -64,9 +64,11 @@ struct SentGradient {
 Expected<std::vector<std::vector<std::vector<SentGradient>>>>
 awaitedGradients(const std::vector<std::vector<Pass>> &orders, const std::vector<std::vector<int>> &producers = {});
 
-/// For each pass of rankOrder(s, rank, ranks, virtual_stages, microbatches),
-/// how many of each chunk's sent gradients are held unawaited while it runs
-/// (Note [awaited gradient sends]), producers being the stage before.
-std::vector<std::vector<int>> inFlightGradients(Schedule s, int rank, int ranks, int virtual_stages, int microbatches);
+/// For every pipeline rank r of `ranks`, for each pass of rankOrder(s, r,
+/// ranks, virtual_stages, microbatches): how many of each chunk's sent
+/// gradients are held unawaited while it runs (Note [awaited gradient
+/// sends]), producers being the stage before. One replay serves every rank.
+std::vector<std::vector<std::vector<int>>> inFlightGradients(Schedule s, int ranks, int virtual_stages,
+                                                             int microbatches);
 
 } // namespace rannc::pipeline

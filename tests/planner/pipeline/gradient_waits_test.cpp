@@ -44,7 +44,7 @@ TEST(AwaitedGradients, InterleavedTwoByTwoByHand) {
   for (int i : {0, 1, 2, 3, 4}) EXPECT_TRUE(r1[i].empty()) << i;
   // Rank 1 holds stage 3's micro-batch-0 gradient through F1@3, nothing else
   // of it between passes; stage 1's last one is awaited at the step's end.
-  const auto held = inFlightGradients(Schedule::Interleaved1F1B, 1, 2, 2, 2);
+  const auto held = inFlightGradients(Schedule::Interleaved1F1B, 2, 2, 2)[1];
   ASSERT_EQ(held.size(), 8u);
   for (size_t i = 0; i < held.size(); ++i)
     EXPECT_EQ(held[i], (std::vector<int>{0, i == 4 ? 1 : 0})) << i;
@@ -81,7 +81,7 @@ TEST(AwaitedGradients, InterleavedHoldsAtMostTheRanksGroupInFlight) {
     for (int chunks = 2; chunks <= 3; ++chunks)
       for (int mb = ranks; mb <= 3 * ranks; mb += ranks)
         for (int r = 0; r < ranks; ++r) {
-          const auto held = inFlightGradients(Schedule::Interleaved1F1B, r, ranks, chunks, mb);
+          const auto held = inFlightGradients(Schedule::Interleaved1F1B, ranks, chunks, mb)[r];
           int most = 0;
           for (const auto &at : held)
             for (int c = 0; c < chunks; ++c) {
@@ -96,7 +96,8 @@ TEST(AwaitedGradients, InterleavedHoldsAtMostTheRanksGroupInFlight) {
   // rank next to it, holds one.
   auto most = [](int rank, int chunk) {
     int n = 0;
-    for (const auto &at : inFlightGradients(Schedule::Interleaved1F1B, rank, 4, 2, 8)) n = std::max(n, at[chunk]);
+    const auto held = inFlightGradients(Schedule::Interleaved1F1B, 4, 2, 8);
+    for (const auto &at : held[rank]) n = std::max(n, at[chunk]);
     return n;
   };
   EXPECT_EQ(most(0, 1), 2);
