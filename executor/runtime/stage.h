@@ -175,11 +175,19 @@ private:
   // Note [split backward]
   bool split_ = false;
   std::unordered_map<ir::NodeId, std::vector<ir::ValueId>> root_params_; ///< per root node, its parameters
+  std::vector<ir::ValueId> b_params_; ///< those whose gradients B computes (Note [weight gradients in B])
   std::map<int, std::vector<std::pair<ir::NodeId, std::vector<torch::autograd::Edge>>>> root_edges_; ///< forward -> B
   std::vector<std::pair<ir::NodeId, std::vector<torch::autograd::Edge>>> *recording_ = nullptr;
   std::map<int, std::unordered_map<ir::ValueId, torch::Tensor>> input_grads_; ///< B's results
-  /// The W queue: per micro-batch whose B ran, each root's output edges and their gradients.
-  std::map<int, std::vector<std::tuple<ir::NodeId, torch::autograd::edge_list, std::vector<torch::Tensor>>>> wqueue_;
+  /// One engine pass of W: from `edges`, given `grads`, to `params` (the
+  /// gradient edges of parameters) only.
+  struct WeightPass {
+    torch::autograd::edge_list edges;
+    std::vector<torch::Tensor> grads;
+    torch::autograd::edge_list params;
+  };
+  /// The W queue: per micro-batch whose B ran, its passes (Note [one W pass]).
+  std::map<int, std::vector<WeightPass>> wqueue_;
 };
 
 /// Random data of `v`'s shape at `samples` samples: normal floats, zero

@@ -244,25 +244,11 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   p.cut_bytes_per_sample.assign(n + 1, 0.0);
   // Note [zero bubble H1]: a split backward's W in each unit, the weight
   // share of its weight-gradient roots' analytic backward applied to the
-  // unit's own, and the gradients of the roots' outputs B keeps for W. An
-  // Add passes its gradient on unchanged: where a root's output is read only
-  // by root Adds of its own shape (a MatMul's by its bias Add), its gradient
-  // is the Add's own tensor, counted once, there.
+  // unit's own, and the gradients of the roots' outputs B keeps for W (a
+  // bias Add's own W is B's, Note [weight gradients in B], so a MatMul keeps
+  // its output's gradient).
   {
     const std::vector<double> roots = ir::weightGradientRoots(g);
-    std::vector<std::vector<ir::NodeId>> readers(g.values.size());
-    for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v)
-      for (ir::ValueId in : g.nodes[v].inputs)
-        if (in != ir::kNoValue) readers[in].push_back(v);
-    auto passedOn = [&](ir::ValueId o) {
-      for (ir::NodeId r : readers[o]) {
-        const ir::Node &add = g.nodes[r];
-        if (add.op_type != "Add" || roots[r] <= 0 || add.outputs.empty() || add.outputs[0] == ir::kNoValue ||
-            !(g.values[add.outputs[0]].shape == g.values[o].shape))
-          return false;
-      }
-      return !readers[o].empty();
-    };
     const std::vector<cost::OpCost> ops = cost::estimateOpCosts(g, cluster.device, largest);
     // Note [what a queued W keeps]: and the inputs the roots' W reads.
     const std::vector<std::vector<ir::ValueId>> reads = ir::weightGradientReads(g);
@@ -280,7 +266,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
       if (roots[v] <= 0) continue;
       wgrad[u] += roots[v] * ops[v].bwd_time_s;
       for (ir::ValueId o : g.nodes[v].outputs)
-        if (o != ir::kNoValue && ir::isFloating(g.values[o].dtype) && !passedOn(o))
+        if (o != ir::kNoValue && ir::isFloating(g.values[o].dtype))
           p.blocks[u].wgrad_bytes_per_sample += perSample(g.values[o]);
       for (ir::ValueId in : reads[v]) { // at its first root reader, and across the cuts to its last
         const ir::Value &val = g.values[in];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 
 namespace rannc::ir {
 namespace {
@@ -34,7 +35,24 @@ bool gradientCarrying(const Graph &g, const Sides &s, ValueId v) {
 
 } // namespace
 
-std::vector<double> weightGradientRoots(const Graph &g) {
+bool weightGradientInB(const Node &node) {
+  static const std::set<std::string> in_b{"Add",
+                                          "Sub",
+                                          "Mul",
+                                          "Div",
+                                          "PRelu",
+                                          "LayerNormalization",
+                                          "RMSNormalization",
+                                          "BatchNormalization",
+                                          "InstanceNormalization",
+                                          "GroupNormalization"};
+  return in_b.count(node.op_type) > 0;
+}
+
+namespace {
+
+/// Per node: the weight share of every op that combines a weight with data.
+std::vector<double> weightDataShares(const Graph &g) {
   const Sides s = sides(g);
   std::vector<double> roots(g.nodes.size(), 0.0);
   for (NodeId n = 0; n < NodeId(g.nodes.size()); ++n) {
@@ -50,13 +68,22 @@ std::vector<double> weightGradientRoots(const Graph &g) {
   return roots;
 }
 
+} // namespace
+
+std::vector<double> weightGradientRoots(const Graph &g) {
+  std::vector<double> roots = weightDataShares(g);
+  for (NodeId n = 0; n < NodeId(g.nodes.size()); ++n)
+    if (weightGradientInB(g.nodes[n])) roots[n] = 0; // Note [weight gradients in B]
+  return roots;
+}
+
 std::vector<std::vector<ValueId>> weightGradientReads(const Graph &g) {
   const Sides s = sides(g);
   const std::vector<double> roots = weightGradientRoots(g);
   std::vector<std::vector<ValueId>> reads(g.nodes.size());
   for (NodeId n = 0; n < NodeId(g.nodes.size()); ++n) {
     const Node &node = g.nodes[n];
-    if (roots[n] <= 0 || node.op_type == "Add" || node.op_type == "Sub") continue;
+    if (roots[n] <= 0) continue;
     for (ValueId in : node.inputs)
       if (in != kNoValue && s.data[in] && std::find(reads[n].begin(), reads[n].end(), in) == reads[n].end())
         reads[n].push_back(in);
@@ -66,7 +93,7 @@ std::vector<std::vector<ValueId>> weightGradientReads(const Graph &g) {
 
 StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nodes) {
   const Sides s = sides(g);
-  const std::vector<double> share = weightGradientRoots(g);
+  const std::vector<double> share = weightDataShares(g);
   StageWeightRoots out;
   std::map<ValueId, NodeId> reader; // parameter -> the first root that reaches it
   const std::set<NodeId> in_stage(nodes.begin(), nodes.end());
@@ -97,8 +124,13 @@ StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nod
       }
     }
     std::sort(params.begin(), params.end());
-    out.roots.push_back({n, std::move(params)});
+    if (weightGradientInB(g.nodes[n]))
+      out.in_b.insert(out.in_b.end(), params.begin(), params.end());
+    else
+      out.roots.push_back({n, std::move(params)});
   }
+  std::sort(out.in_b.begin(), out.in_b.end());
+  out.in_b.erase(std::unique(out.in_b.begin(), out.in_b.end()), out.in_b.end());
   return out;
 }
 

@@ -10,6 +10,23 @@
 
 namespace rannc::ir {
 
+/// Note [weight gradients in B]
+/// A split backward defers to W only the weight gradients that are products
+/// as large as the inputs' (x W's, a convolution's) or that build a large
+/// dense tensor (an embedding's Gather). The other ops that combine a weight
+/// with data, elementwise ones (a bias Add, a scale Mul) and norms (their
+/// scale and shift), get their weights' gradients in B, from the backward B
+/// runs through them anyway. Split, a LayerNormalization's backward ran its
+/// kernel twice (0.97 ms against the whole backward's 0.47 a micro-batch on
+/// exec_bench's first stage, by LibTorch's profiler) and the bias sums read
+/// a gradient gone cold; moving them into B took B + W from 1.06-1.08x the
+/// whole backward to 1.04x (each run against its own forward,
+/// docs/partitioner.md).
+/// B hands those gradients (parameter-sized, a few KiB a micro-batch, not
+/// charged) to the micro-batch's W, which accumulates them with the rest, so
+/// every gradient still reaches .grad at W.
+bool weightGradientInB(const Node &node);
+
 /// Per node: > 0 when it is a weight-gradient root, an op that reads a
 /// floating value made from parameters alone (a parameter, or a weight-only
 /// op's output such as its Transpose) together with a value that depends on
@@ -21,20 +38,21 @@ std::vector<double> weightGradientRoots(const Graph &g);
 
 /// Per node: what a weight-gradient root's W reads besides its output's
 /// gradient, the data-side inputs autograd saved for it (x of x W, an
-/// embedding's token ids); none for an Add or Sub, whose weight gradient is
-/// the output's, nor for other nodes (Note [what a queued W keeps] in
-/// planner/partition/evaluate.cpp).
+/// embedding's token ids); none for other nodes (Note [what a queued W
+/// keeps] in planner/partition/evaluate.cpp).
 std::vector<std::vector<ValueId>> weightGradientReads(const Graph &g);
 
 /// The weight-gradient roots among `nodes` (a stage's), each with the
 /// parameters it reaches through its weight-side inputs (a parameter itself,
-/// or up a chain of weight-only ops), and `conflict`, why W cannot run root
+/// or up a chain of weight-only ops); `in_b`, those the ops whose gradients
+/// B computes reach (Note [weight gradients in B]); and `conflict`, why W cannot run root
 /// by root there: a parameter that two of them reach ("'E' is read by nodes
 /// 'a' and 'b'"), which a path through the data side could reach twice, or a
 /// weight-only value another stage makes (its gradient would find no root there).
 struct StageWeightRoots {
   std::vector<std::pair<NodeId, std::vector<ValueId>>> roots;
-  std::string conflict; ///< empty: none
+  std::vector<ValueId> in_b; ///< ascending
+  std::string conflict;      ///< empty: none
 };
 StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nodes);
 

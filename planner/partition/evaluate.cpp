@@ -290,7 +290,8 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
 // B it releases what autograd saved in every node of the micro-batch's graph
 // that W does not run (StageRunner::backward). What stays for W is, per
 // root, the gradient of its outputs and the data-side inputs its weight
-// gradient reads (x of x W, an embedding's ids; nothing for a bias Add):
+// gradient reads (x of x W, an embedding's ids; the roots are products and
+// lookups, Note [weight gradients in B] in planner/ir/weight_gradients.h):
 // Block::wgrad_bytes_per_sample counts both (planner/driver/lower.cpp,
 // ir::weightGradientReads). An input several roots read, as a GPT's q, k
 // and v projections read one, counts once: in its first reader's unit, and

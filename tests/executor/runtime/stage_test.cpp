@@ -1,5 +1,6 @@
-// StageRunner's buffers (Note [buffers] in planner/ir/ir.h) and the initial
-// weights of weightless models (Note [initial weights]). Expected values are
+// StageRunner's buffers (Note [buffers] in planner/ir/ir.h), the initial
+// weights of weightless models (Note [initial weights]) and the split
+// backward against the whole one (Note [one W pass]). Expected values are
 // computed here with LibTorch from the same inputs, following the ONNX
 // BatchNormalization formula; nothing is typed in.
 #include <gtest/gtest.h>
@@ -121,6 +122,84 @@ TEST(InitialWeights, DependOnSeedAndNameOnlyAndFollowTheRoles) {
   EXPECT_TRUE(torch::equal(a.at(bn.bias), torch::zeros({3})));
   EXPECT_TRUE(torch::equal(a.at(bn.mean), torch::zeros({3})));
   EXPECT_TRUE(torch::equal(a.at(bn.var), torch::ones({3})));
+}
+
+
+/// x [B,8] -> MatMul w1 -> Add b1 -> Relu -> MatMul w2 -> Add b2 -> mean(z*z):
+/// two weight-gradient roots, mm1 below mm2's data side, and two bias Adds
+/// whose gradients B computes (Note [weight gradients in B]).
+struct MlpGraph {
+  ir::Graph g;
+  ir::ValueId x, w1, b1, w2, b2;
+
+  MlpGraph() {
+    g.opset = 17;
+    auto value = [&](const char *name, ir::Shape s, ValueKind k) {
+      ir::ValueId id = g.addValue({name, DType::F32, std::move(s), true, k});
+      if (k == ValueKind::Input) g.inputs.push_back(id);
+      if (k == ValueKind::Parameter) g.parameters.push_back(id);
+      return id;
+    };
+    auto mid = [&](const char *name) { return value(name, {}, ValueKind::Intermediate); };
+    x = value("x", {Dim::batch(), Dim::fixed(8)}, ValueKind::Input);
+    w1 = value("w1", {Dim::fixed(8), Dim::fixed(16)}, ValueKind::Parameter);
+    b1 = value("b1", {Dim::fixed(16)}, ValueKind::Parameter);
+    w2 = value("w2", {Dim::fixed(16), Dim::fixed(8)}, ValueKind::Parameter);
+    b2 = value("b2", {Dim::fixed(8)}, ValueKind::Parameter);
+    ir::ValueId h = mid("h"), hb = mid("hb"), r = mid("r"), z = mid("z"), zb = mid("zb"), sq = mid("sq");
+    g.addNode({"mm1", "MatMul", "", {x, w1}, {h}, {}});
+    g.addNode({"add1", "Add", "", {h, b1}, {hb}, {}});
+    g.addNode({"relu", "Relu", "", {hb}, {r}, {}});
+    g.addNode({"mm2", "MatMul", "", {r, w2}, {z}, {}});
+    g.addNode({"add2", "Add", "", {z, b2}, {zb}, {}});
+    g.addNode({"sq", "Mul", "", {zb, zb}, {sq}, {}});
+    g.loss = mid("loss");
+    ir::Node mean_node{"loss", "ReduceMean", "", {sq}, {g.loss}, {}};
+    mean_node.attrs["keepdims"] = int64_t(0);
+    g.addNode(mean_node);
+  }
+
+  StageRunner runner(const std::map<ir::ValueId, torch::Tensor> &init) const {
+    auto prog = schedule::buildStageProgram(g, {{0, int(g.nodes.size())}}, 0);
+    std::map<ir::ValueId, torch::Tensor> params;
+    for (const auto &[v, t] : init) params[v] = t.clone().set_requires_grad(true);
+    return StageRunner(g, prog, params, {});
+  }
+};
+
+// Note [one W pass]: the two roots' W and B's bias gradients run as one
+// engine pass on a graph cut below each root. Had a cut been missed, w1
+// would also take, through mm2's data side, a second share of the gradient;
+// the split grads equal the whole backward's bit for bit.
+TEST(SplitBackward, WeightGradientsEqualTheWholeBackwards) {
+  MlpGraph mlp;
+  torch::manual_seed(3);
+  std::map<ir::ValueId, torch::Tensor> init{{mlp.w1, torch::randn({8, 16})},
+                                            {mlp.b1, torch::randn({16})},
+                                            {mlp.w2, torch::randn({16, 8})},
+                                            {mlp.b2, torch::randn({8})}};
+  std::vector<torch::Tensor> xs{torch::randn({5, 8}), torch::randn({3, 8}), torch::randn({4, 8})};
+  StageRunner whole = mlp.runner(init), split = mlp.runner(init);
+  split.setSplitBackward(true);
+  ASSERT_TRUE(split.splitsBackward());
+  for (int mb = 0; mb < 3; ++mb) {
+    whole.forward(mb, {{mlp.x, xs[mb]}});
+    split.forward(mb, {{mlp.x, xs[mb]}});
+  }
+  for (int mb : {2, 0, 1}) {
+    whole.backward(mb, {}, 1.0 / 3);
+    split.backward(mb, {}, 1.0 / 3);
+    split.release(mb);
+  }
+  for (const auto &p : split.parameters()) EXPECT_FALSE(p.grad().defined()) << "B alone reaches no weight";
+  for (int mb : {2, 0, 1}) split.backwardWeights(mb); // B's order: the same sums as the whole backward's
+  const std::vector<torch::Tensor> want = whole.parameters(), got = split.parameters();
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(got[i].grad().defined());
+    EXPECT_TRUE(torch::equal(got[i].grad(), want[i].grad())) << i << got[i].grad() << want[i].grad();
+  }
 }
 
 } // namespace
