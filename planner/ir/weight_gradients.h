@@ -30,8 +30,10 @@ bool weightGradientInB(const Node &node);
 /// Per node: > 0 when it is a weight-gradient root, an op that reads a
 /// floating value made from parameters alone (a parameter, or a weight-only
 /// op's output such as its Transpose) together with a value that depends on
-/// the data (of any type: an embedding's token ids); then the share of its gradient-carrying float inputs made from
-/// parameters alone, the part of its backward that W runs (1/2 for x W).
+/// the data (of any type: an embedding's token ids), and whose weight
+/// gradients B does not compute (weightGradientInB); then the share of its
+/// gradient-carrying float inputs made from parameters alone, the part of
+/// its backward that W runs (1/2 for x W).
 /// A split backward's B stops at these ops' outputs, and W goes from their
 /// gradients to the parameters, through nothing that depends on the data.
 std::vector<double> weightGradientRoots(const Graph &g);
