@@ -510,8 +510,6 @@ void StageRunner::setSplitBackward(bool on) {
   if (!found.conflict.empty()) // `check` refuses such plans (Note [split backward])
     throw std::runtime_error("a split backward (zb-h1, zb-h2) needs each parameter read by one op of its stage, but " +
                              found.conflict);
-  std::unordered_set<ir::ValueId> received;
-  for (const auto &r : program_.recvs) received.insert(r.value);
   for (const auto &[n, params] : found.roots) {
     std::vector<ir::ValueId> &mine = root_params_[n];
     for (ir::ValueId v : params)
