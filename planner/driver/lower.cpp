@@ -284,6 +284,15 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
         read_in[in] = u;
       }
     }
+    // And the parameter gradients B makes for W (Note [weight gradients in B]), each in its first reader's unit.
+    const std::vector<std::vector<ir::ValueId>> in_b = ir::weightGradientsInB(g);
+    std::vector<char> counted(g.values.size(), 0);
+    for (ir::NodeId v = 0; v < ir::NodeId(g.nodes.size()); ++v)
+      for (ir::ValueId param : in_b[v])
+        if (unit_of[v] >= 0 && !counted[param]) {
+          counted[param] = 1;
+          p.blocks[unit_of[v]].wgrad_param_bytes += double(ir::numelAt(g.values[param].shape, 1)) * 4;
+        }
     if (std::any_of(read_cut.begin(), read_cut.end(), [](double x) { return x != 0; }))
       p.wgrad_read_cut_bytes_per_sample = std::move(read_cut);
     for (int u = 0; u < n; ++u) {

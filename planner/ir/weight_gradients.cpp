@@ -91,6 +91,40 @@ std::vector<std::vector<ValueId>> weightGradientReads(const Graph &g) {
   return reads;
 }
 
+namespace {
+
+/// The parameters node n reaches through its weight-side inputs, up the
+/// chain of weight-only ops above them, ascending. `enter(v)` says whether to
+/// go on above the weight-only intermediate v (false: stop there).
+template <class Enter> std::vector<ValueId> parametersAbove(const Graph &g, const Sides &s, NodeId n, Enter enter) {
+  std::vector<ValueId> params;
+  std::set<ValueId> seen;
+  std::vector<ValueId> todo(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end());
+  while (!todo.empty()) {
+    const ValueId v = todo.back();
+    todo.pop_back();
+    if (v == kNoValue || !s.weight[v] || !seen.insert(v).second) continue;
+    const Value &val = g.values[v];
+    if (val.kind == ValueKind::Parameter)
+      params.push_back(v);
+    else if (val.kind == ValueKind::Intermediate && enter(v))
+      for (ValueId in : g.nodes[val.producer].inputs) todo.push_back(in);
+  }
+  std::sort(params.begin(), params.end());
+  return params;
+}
+
+} // namespace
+
+std::vector<std::vector<ValueId>> weightGradientsInB(const Graph &g) {
+  const Sides s = sides(g);
+  const std::vector<double> share = weightDataShares(g);
+  std::vector<std::vector<ValueId>> out(g.nodes.size());
+  for (NodeId n = 0; n < NodeId(g.nodes.size()); ++n)
+    if (share[n] > 0 && weightGradientInB(g.nodes[n])) out[n] = parametersAbove(g, s, n, [](ValueId) { return true; });
+  return out;
+}
+
 StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nodes) {
   const Sides s = sides(g);
   const std::vector<double> share = weightDataShares(g);
@@ -99,31 +133,19 @@ StageWeightRoots stageWeightRoots(const Graph &g, const std::vector<NodeId> &nod
   const std::set<NodeId> in_stage(nodes.begin(), nodes.end());
   for (NodeId n : nodes) {
     if (share[n] <= 0) continue;
-    std::vector<ValueId> params;
-    std::set<ValueId> seen;
-    std::vector<ValueId> todo(g.nodes[n].inputs.begin(), g.nodes[n].inputs.end());
-    while (!todo.empty()) { // up the weight-only chain above the root's inputs
-      const ValueId v = todo.back();
-      todo.pop_back();
-      if (v == kNoValue || !s.weight[v] || !seen.insert(v).second) continue;
-      const Value &val = g.values[v];
-      if (val.kind == ValueKind::Parameter) {
-        params.push_back(v);
-        auto [it, fresh] = reader.emplace(v, n);
-        if (!fresh && it->second != n && out.conflict.empty())
-          out.conflict = "'" + val.name + "' is read by nodes '" + g.nodes[it->second].name + "' and '" +
-                         g.nodes[n].name + "'";
-      } else if (val.kind == ValueKind::Intermediate) {
-        if (!in_stage.count(val.producer)) { // its gradient would go back to a stage with no root for it
-          if (out.conflict.empty())
-            out.conflict = "weight-only value '" + val.name + "' that node '" + g.nodes[n].name +
-                           "' reads comes from another stage";
-          continue;
-        }
-        for (ValueId in : g.nodes[val.producer].inputs) todo.push_back(in);
-      }
+    std::vector<ValueId> params = parametersAbove(g, s, n, [&](ValueId v) {
+      if (in_stage.count(g.values[v].producer)) return true;
+      if (out.conflict.empty()) // its gradient would go back to a stage with no root for it
+        out.conflict = "weight-only value '" + g.values[v].name + "' that node '" + g.nodes[n].name +
+                       "' reads comes from another stage";
+      return false;
+    });
+    for (ValueId v : params) {
+      auto [it, fresh] = reader.emplace(v, n);
+      if (!fresh && it->second != n && out.conflict.empty())
+        out.conflict = "'" + g.values[v].name + "' is read by nodes '" + g.nodes[it->second].name + "' and '" +
+                       g.nodes[n].name + "'";
     }
-    std::sort(params.begin(), params.end());
     if (weightGradientInB(g.nodes[n]))
       out.in_b.insert(out.in_b.end(), params.begin(), params.end());
     else

@@ -22,10 +22,16 @@ namespace rannc::ir {
 /// a gradient gone cold; moving them into B took B + W from 1.06-1.08x the
 /// whole backward to 1.04x (each run against its own forward,
 /// docs/partitioner.md).
-/// B hands those gradients (parameter-sized, a few KiB a micro-batch, not
-/// charged) to the micro-batch's W, which accumulates them with the rest, so
-/// every gradient still reaches .grad at W.
+/// B hands those gradients (parameter-sized) to the micro-batch's W, which
+/// accumulates them with the rest, so every gradient still reaches .grad at
+/// W; a queued micro-batch holds them until then (Block::wgrad_param_bytes).
 bool weightGradientInB(const Node &node);
+
+/// Per node: the parameters whose gradients B computes there (Note [weight
+/// gradients in B]), those an op weightGradientInB names reaches through its
+/// weight-side inputs; empty for other nodes. stageWeightRoots's `in_b` is
+/// their union over a stage's nodes.
+std::vector<std::vector<ValueId>> weightGradientsInB(const Graph &g);
 
 /// Per node: > 0 when it is a weight-gradient root, an op that reads a
 /// floating value made from parameters alone (a parameter, or a weight-only

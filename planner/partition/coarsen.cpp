@@ -148,6 +148,7 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       blk.wgrad.fixed_s += u.wgrad.fixed_s;
       blk.wgrad.per_sample_s += u.wgrad.per_sample_s;
       blk.wgrad_bytes_per_sample += u.wgrad_bytes_per_sample;
+      blk.wgrad_param_bytes += u.wgrad_param_bytes;
       blk.param_bytes += u.param_bytes;
       blk.buffer_bytes += u.buffer_bytes;
       blk.lowp_weight_bytes += u.lowp_weight_bytes;

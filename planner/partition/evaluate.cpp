@@ -262,8 +262,8 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   // split backward]), so the same formula holds with or without recomputation.
   // A queued micro-batch holds its received inputs too, which W's graph
   // holds (Note [what a queued W keeps]).
-  if (in.wgrad_per_sample > 0) {
-    const double held = b * (in.wgrad_per_sample + in.cut_in);
+  if (in.wgrad_per_sample > 0 || in.wgrad_fixed > 0) {
+    const double held = b * (in.wgrad_per_sample + in.cut_in) + in.wgrad_fixed;
     m.weight_queue = std::max(queued * held, (queued + 1) * held - b * (in.cut_in + in.act_per_sample) +
                                                  std::max(0.0, in.weight_working - in.working));
   }
@@ -301,8 +301,10 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
 // The values the stage received stay too: their leaves hang off the graph W
 // runs (autograd's AccumulateGrad nodes hold them) until W has run, though
 // B has sent their gradients. So of the k micro-batches in flight the q
-// queued hold w = cut[a] + sum wgrad_bytes each, the others the whole
-// cut[a] + K. An input W reads that the stage receives is one tensor, held
+// queued hold b w + P each, w = cut[a] + sum wgrad_bytes, where P, the sum of
+// Block::wgrad_param_bytes, is the parameter-sized gradients B made for W
+// (Note [weight gradients in B] in planner/ir/weight_gradients.h), and the
+// others b (cut[a] + K). An input W reads that the stage receives is one tensor, held
 // once, in cut[a]: wgrad_read_cut_bytes_per_sample takes off a stage
 // beginning at cut a what one root of its first block alone reads and an
 // earlier unit made (until 2026-11-29 it counted twice: the 4-stage
@@ -319,11 +321,11 @@ double stageWorking(const Problem &p, int a, int e, double b, int degree) {
 // gradient: its working bytes are the per-sample part of the blocks' working
 // lines, b work_u; W's are their fixed part, fixed_u, a parameter's gradient
 // made whole (Note [partition cost model]); each the largest block's. The
-// peak is a B's, (k - q) b (cut[a] + K) + q b w + working_B, or a W's, once
-// the micro-batch whose B has just run has joined the queue,
-// (k - q - 1) b (cut[a] + K) + (q + 1) b w + working_W:
+// peak is a B's, (k - q) b (cut[a] + K) + q (b w + P) + working_B, or a W's,
+// once the micro-batch whose B has just run has joined the queue,
+// (k - q - 1) b (cut[a] + K) + (q + 1) (b w + P) + working_W:
 //   activations  = (k - q) b (cut[a] + K),  working = working_B,
-//   weight_queue = max(q b w, (q + 1) b w - b (cut[a] + K) + max(0, working_W - working_B)).
+//   weight_queue = max(q (b w + P), (q + 1) (b w + P) - b (cut[a] + K) + max(0, working_W - working_B)).
 // Until 2026-11-29 every queued micro-batch was charged
 // whole and the graph kept whole: on the memory_split case the
 // attention-only stage (its q, k, v projections first) kept 6,144 of the
@@ -475,7 +477,10 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
     c.fwd_s += blk.fwd.at(b) - keep * blk.tp.fwd.at(b);
     c.bwd_s += blk.bwd.at(b) - keep * blk.tp.bwd.at(b);
     c.wgrad_s += blk.wgradAt(b, t); // Note [split backward of a tensor-parallel stage]
-    if (pipeline::splitsBackward(schedule)) mem.wgrad_per_sample += blk.wgrad_bytes_per_sample;
+    if (pipeline::splitsBackward(schedule)) {
+      mem.wgrad_per_sample += blk.wgrad_bytes_per_sample;
+      mem.wgrad_fixed += blk.wgrad_param_bytes;
+    }
     c.param_bytes += blk.param_bytes - keep * blk.tp.param_bytes;
     whole_params += blk.param_bytes;
     mem.model_buffers += blk.buffer_bytes;

@@ -53,6 +53,7 @@ struct StageMemoryInputs {
   double inflight = 0;            ///< k
   double weight_queue = 0;        ///< micro-batches whose B ran and W has not while a B runs (Note [zero bubble H1])
   double wgrad_per_sample = 0;    ///< what each of them holds for its W, per sample
+  double wgrad_fixed = 0;         ///< and at any batch size: the parameter gradients B made for it
   /// Split backward: `working` is B's (the per-sample part of the working
   /// lines) and this W's, their fixed part, the weight gradients being made
   /// (Note [what a queued W keeps]).

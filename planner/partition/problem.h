@@ -45,6 +45,10 @@ struct Block {
   /// The gradients a split backward's B keeps for W, per sample: those of the
   /// outputs of the block's ops that read weights (ir::weightGradientRoots).
   double wgrad_bytes_per_sample = 0;
+  /// And at any batch size: the gradients of the parameters whose ops'
+  /// weight gradients B computes (a bias, a norm's scale), which B hands the
+  /// micro-batch's W (Note [weight gradients in B] in planner/ir/weight_gradients.h).
+  double wgrad_param_bytes = 0;
   /// Synchronised BatchNorm statistics (Note [batch statistics] in
   /// planner/plan/batch_statistics.cpp): the bytes a stage's replicas
   /// all-reduce in one forward (the backward the same) and in how many

@@ -46,7 +46,7 @@ protected:
     // 1/t) split.
     f0_.assign(n_ + 1, 0), f1_ = g0_ = g1_ = params_ = bufs_ = f0_;
     tf0_ = tf1_ = tg0_ = tg1_ = tparams_ = tlowp_ = coll_ = ncoll_ = sync_ = nsync_ = f0_;
-    w0_ = w1_ = tw0_ = tw1_ = wbytes_ = f0_;
+    w0_ = w1_ = tw0_ = tw1_ = wbytes_ = wparams_ = f0_;
     for (int i = 0; i < n_; ++i) {
       const Block &b = p.blocks[i];
       w0_[i + 1] = w0_[i] + b.wgrad.fixed_s;
@@ -55,6 +55,7 @@ protected:
       tw0_[i + 1] = tw0_[i] + wsplit.fixed_s;
       tw1_[i + 1] = tw1_[i] + wsplit.per_sample_s;
       wbytes_[i + 1] = wbytes_[i] + b.wgrad_bytes_per_sample;
+      wparams_[i + 1] = wparams_[i] + b.wgrad_param_bytes;
       f0_[i + 1] = f0_[i] + b.fwd.fixed_s;
       f1_[i + 1] = f1_[i] + b.fwd.per_sample_s;
       g0_[i + 1] = g0_[i] + b.bwd.fixed_s;
@@ -250,6 +251,7 @@ protected:
       in.weight_working = rangeMax(wwork_[ti], a, e);
       in.weight_queue = std::max(0, weight_queue);
       in.wgrad_per_sample = wbytes_[e] - wbytes_[a] + p_.wgradReadCutAt(a); // Note [what a queued W keeps]
+      in.wgrad_fixed = wparams_[e] - wparams_[a];
     }
     if (T_[ti] == 1) in.working -= in.samples * passOver(a, e); // nor their gradients
     // weight_queue < 0: the stage index is open (a bound pass): the least
@@ -415,7 +417,7 @@ protected:
   std::vector<double> tf0_, tf1_, tg0_, tg1_, tparams_, tlowp_, coll_, ncoll_; // tensor-parallel parts
   std::vector<double> sync_, nsync_; // synchronised batch statistics: bytes and all-reduces a pass
   std::vector<double> pass_; // Note [values passing over]: [(n+1) a + e], empty when nothing passes over
-  std::vector<double> w0_, w1_, wbytes_; // a split backward's W: time (fixed, per sample) and queued bytes a sample
+  std::vector<double> w0_, w1_, wbytes_, wparams_; // a split backward's W: time (fixed, per sample), queued bytes a sample and a micro-batch
   std::vector<double> tw0_, tw1_;        // of W's time, the part a tensor-parallel degree divides
   std::vector<std::vector<double>> act_;  ///< per degree: of act_i - fr_i at that degree
   std::vector<std::vector<double>> kept_; ///< per degree: act_[k] - X_k (Note [unsaved values])

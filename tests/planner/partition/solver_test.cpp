@@ -722,12 +722,14 @@ std::optional<SolveResult> expectMatchesExhaustive(const Problem &p, const std::
   return std::move(*dp);
 }
 
-/// Each block's W a random share of its backward, and a random W queue (Note [split backward DP]).
+/// Each block's W a random share of its backward, and a random W queue, per sample and per micro-batch (Note
+/// [split backward DP]).
 void drawWeightGradients(Problem &p, std::mt19937 &rng) {
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   for (Block &b : p.blocks) {
     b.wgrad = {b.bwd.fixed_s * uni(0, 1), b.bwd.per_sample_s * uni(0, 1)};
     b.wgrad_bytes_per_sample = std::floor(uni(0, 30));
+    b.wgrad_param_bytes = std::floor(uni(0, 20));
   }
 }
 
