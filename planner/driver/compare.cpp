@@ -31,21 +31,19 @@ int64_t number(const plan::TraceEvent &e, const char *key, int64_t otherwise) {
 } // namespace
 
 Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &what) {
-  std::map<int, int> stage_of; // rank -> stage
+  // rank -> the stages its actions name: one, or an interleaved rank's chunks (Note [interleaved 1F1B])
+  std::map<int, std::set<int>> stages_of;
   std::set<int64_t> steps;
   for (const plan::TraceEvent &e : trace.events) {
     if (e.counter) continue;
     const int64_t stage = number(e, "stage", -1);
     if (stage < 0) return Error{what + ": event '" + e.name + "' of rank " + std::to_string(e.pid) + " has no stage"};
-    auto [it, fresh] = stage_of.emplace(e.pid, int(stage));
-    if (!fresh && it->second != stage)
-      return Error{what + ": rank " + std::to_string(e.pid) + " runs stages " + std::to_string(it->second) + " and " +
-                   std::to_string(stage)};
+    stages_of[e.pid].insert(int(stage));
     steps.insert(number(e, "step", 0));
   }
   if (steps.empty()) return Error{what + ": no actions (a trace of rannc-exec --trace with at least one step)"};
   MeasuredRun run;
-  run.ranks = int(stage_of.size());
+  run.ranks = int(stages_of.size());
   run.steps_in_trace = int64_t(steps.size());
   run.first_step = steps.size() > 1 ? *std::next(steps.begin()) : *steps.begin(); // Note [measured figures]
   run.last_step = *steps.rbegin();
@@ -53,9 +51,9 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
 
   // Per step: its span over all ranks.
   std::map<int64_t, std::pair<double, double>> span;
-  // Per (rank, step): seconds by category; per rank: each forward's and backward's duration.
+  // Per (rank, step): seconds by category; per stage: each forward's and backward's duration.
   std::map<std::pair<int, int64_t>, std::map<std::string, double>> by_kind;
-  std::map<int, std::vector<double>> forwards, backwards;
+  std::map<int64_t, std::vector<double>> forwards, backwards;
   std::map<int, int64_t> peak;
   std::map<std::pair<int, int64_t>, double> compute_cpu; // (rank, step) -> CPU seconds of its compute
   double cpu_sum = 0, wall_sum = 0; // of the compute actions that carry their CPU time (Note [load-normalised step])
@@ -80,8 +78,8 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
         wall_sum += e.duration_s;
       }
     }
-    if (e.category == "forward") forwards[e.pid].push_back(e.duration_s);
-    if (e.category == "backward") backwards[e.pid].push_back(e.duration_s);
+    if (e.category == "forward") forwards[number(e, "stage", -1)].push_back(e.duration_s);
+    if (e.category == "backward") backwards[number(e, "stage", -1)].push_back(e.duration_s);
   }
   std::vector<double> spans;
   for (const auto &[step, s] : span) spans.push_back(s.second - s.first);
@@ -89,19 +87,19 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
   run.cpu_share = wall_sum > 0 ? cpu_sum / wall_sum : 0;
 
   std::map<int, MeasuredStage> stages;
-  for (const auto &[rank, stage] : stage_of) {
-    MeasuredStage &m = stages[stage];
-    m.stage = stage;
-    m.ranks++;
-    m.peak_bytes = std::max(m.peak_bytes, peak.count(rank) ? peak.at(rank) : 0);
-  }
+  for (const auto &[rank, ran] : stages_of)
+    for (int stage : ran) {
+      MeasuredStage &m = stages[stage];
+      m.stage = stage;
+      m.ranks++;
+      m.peak_bytes = std::max(m.peak_bytes, peak.count(rank) ? peak.at(rank) : 0);
+    }
+  // Forwards and backwards are the stage's own; the per-step figures are its
+  // ranks', which an interleaved rank's chunks share.
   for (auto &[stage, m] : stages) {
-    std::vector<double> fwd, bwd;
     std::map<std::string, std::vector<double>> per_step;
-    for (const auto &[rank, s] : stage_of) {
-      if (s != stage) continue;
-      fwd.insert(fwd.end(), forwards[rank].begin(), forwards[rank].end());
-      bwd.insert(bwd.end(), backwards[rank].begin(), backwards[rank].end());
+    for (const auto &[rank, ran] : stages_of) {
+      if (!ran.count(stage)) continue;
       for (int64_t step = run.first_step; step <= run.last_step; ++step) {
         auto it = by_kind.find({rank, step});
         if (it == by_kind.end()) continue;
@@ -111,8 +109,8 @@ Expected<MeasuredRun> measureTrace(const plan::Trace &trace, const std::string &
         if (auto c = compute_cpu.find({rank, step}); c != compute_cpu.end()) per_step["compute cpu"].push_back(c->second);
       }
     }
-    m.forward_s = median(fwd);
-    m.backward_s = median(bwd);
+    m.forward_s = median(forwards[stage]);
+    m.backward_s = median(backwards[stage]);
     m.allreduce_s = median(per_step["all-reduce"]);
     m.optimizer_s = median(per_step["optimizer"]);
     m.recv_s = median(per_step["recv"]);
@@ -136,11 +134,6 @@ std::string cell(double v, bool bytes, bool known) {
 
 Expected<MeasuredRun> measurePlanRun(const proto::Plan &plan, const std::string &plan_path,
                                      const std::string &trace_path) {
-  // Note [interleaved 1F1B]: a rank runs several stages, whose all-reduce,
-  // sends and peak memory it shares; the per-stage rows below assume one.
-  if (plan::virtualStages(plan) > 1)
-    return Error{plan_path + ": an interleaved-1f1b plan (" + std::to_string(plan::virtualStages(plan)) +
-                 " chunks a rank): compare takes runs of one stage a rank only, for now"};
   auto text = readFile(trace_path);
   if (!text) return text.error();
   auto trace = plan::readChromeTrace(*text, trace_path);
@@ -160,22 +153,51 @@ Expected<MeasuredRun> measurePlanRun(const proto::Plan &plan, const std::string 
   return run;
 }
 
+// Note [comparing an interleaved run]
+// An interleaved rank runs v stages, its chunks (Note [interleaved 1F1B]):
+// each chunk's forwards and backwards are its own, and the trace names each
+// action's chunk, but the rank's all-reduce time, busy time and peak memory
+// are one figure for all of them. So compare gives a forward and a backward
+// row per stage and the rest per rank group, labelled by its stages ("0+2"),
+// against the sums of the chunks' estimates and the plan's per-rank peak
+// (Estimates::rank_peak_memory_bytes, Note [a rank's chunks' memory] in
+// planner/partition/evaluate.cpp). With one stage a rank both are the stage's.
 std::vector<CompareRow> compareRows(const proto::Plan &plan, const MeasuredRun &run) {
   std::vector<CompareRow> rows;
+  const int v = plan::virtualStages(plan), p = plan.stages_size() / std::max(1, v);
+  // The rows of a rank group: `first`'s measured figures, the stages' summed estimates.
+  auto rankRows = [&](const MeasuredStage &first, const std::string &label) {
+    double allreduce = 0, busy = 0;
+    bool replicated = false;
+    for (int s = first.stage; s < plan.stages_size(); s += v > 1 ? p : plan.stages_size()) {
+      allreduce += plan.stages(s).estimates().allreduce_time_s();
+      busy += plan::stageBusyTime(plan, s);
+      replicated |= plan::stageReplicas(plan.stages(s)) > 1;
+    }
+    // Without replicas the all-reduce is a no-op (the shared-parameter sum aside).
+    if (allreduce > 0 || replicated) rows.push_back({label, "all-reduce", allreduce, first.allreduce_s, false});
+    // show's busy (M x (forward + backward) + all-reduce) against the measured
+    // compute: not the receives, which include waiting for the peer.
+    rows.push_back({label, "busy per step", busy, first.compute_s, false});
+    if (run.cpu_share > 0) rows.push_back({label, "busy per step, CPU time", busy, first.compute_cpu_s, false});
+    const auto &est = plan.stages(first.stage).estimates();
+    const int64_t peak = est.rank_peak_memory_bytes() > 0 ? est.rank_peak_memory_bytes() : est.peak_memory_bytes();
+    rows.push_back({label, "peak memory", double(peak), double(first.peak_bytes), true});
+  };
   for (const MeasuredStage &m : run.stages) {
     const auto &est = plan.stages(m.stage).estimates();
     const std::string s = std::to_string(m.stage);
     rows.push_back({s, "forward per micro-batch", est.fwd_time_s(), m.forward_s, false});
     rows.push_back({s, "backward per micro-batch", est.bwd_time_s(), m.backward_s, false});
-    // Without replicas the all-reduce is a no-op (the shared-parameter sum aside).
-    if (est.allreduce_time_s() > 0 || plan::stageReplicas(plan.stages(m.stage)) > 1)
-      rows.push_back({s, "all-reduce", est.allreduce_time_s(), m.allreduce_s, false});
-    // show's busy (M x (forward + backward) + all-reduce) against the measured
-    // compute: not the receives, which include waiting for the peer.
-    rows.push_back({s, "busy per step", plan::stageBusyTime(plan, m.stage), m.compute_s, false});
-    if (run.cpu_share > 0) rows.push_back({s, "busy per step, CPU time", plan::stageBusyTime(plan, m.stage), m.compute_cpu_s, false});
-    rows.push_back({s, "peak memory", double(est.peak_memory_bytes()), double(m.peak_bytes), true});
+    if (v == 1) rankRows(m, s);
   }
+  if (v > 1) // Note [comparing an interleaved run]
+    for (const MeasuredStage &m : run.stages) {
+      if (m.stage >= p) continue;
+      std::string label = std::to_string(m.stage);
+      for (int s = m.stage + p; s < plan.stages_size(); s += p) label += "+" + std::to_string(s);
+      rankRows(m, label);
+    }
   rows.push_back({"all", "step time", plan.estimates().step_time_s(), run.step_s, false});
   if (run.cpu_share > 0) // Note [load-normalised step]
     rows.push_back({"all", "step time on own cores", plan.estimates().step_time_s(), run.step_s * run.cpu_share, false});
@@ -230,17 +252,23 @@ Status runCompare(const CompareOptions &opts, std::ostream &out, std::ostream &l
       << " micro-batch(es); measured steps " << run->first_step << ".." << run->last_step;
   if (run->steps_in_trace > 1) out << " (the first left out as warm-up)";
   out << "\n\n";
-  out << std::left << std::setw(7) << "stage" << std::setw(26) << "" << std::right << std::setw(12) << "predicted"
+  size_t width = 7; // "stage", or a rank group's label ("0+4+8+12")
+  for (const CompareRow &r : rows) width = std::max(width, r.stage.size() + 2);
+  const int w = static_cast<int>(width);
+  out << std::left << std::setw(w) << "stage" << std::setw(26) << "" << std::right << std::setw(12) << "predicted"
       << std::setw(12) << "measured" << std::setw(8) << "ratio"
       << "\n";
   for (const CompareRow &r : rows) {
     const double q = r.ratio();
-    out << std::left << std::setw(7) << r.stage << std::setw(26) << r.what << std::right << std::setw(12)
+    out << std::left << std::setw(w) << r.stage << std::setw(26) << r.what << std::right << std::setw(12)
         << cell(r.predicted, r.bytes, r.predicted > 0) << std::setw(12) << cell(r.measured, r.bytes, true)
         << std::setw(8) << (q > 0 ? plan::formatFixed(q, 2) : "-") << "\n";
   }
   out << "(ratio: predicted / measured; times are medians over the stage's ranks and the measured steps; "
          "a receive includes waiting for its peer)\n";
+  if (plan::virtualStages(*plan) > 1)
+    out << "(a row of several stages is their ranks': an interleaved rank runs them all, and shares its all-reduce, "
+           "busy time and peak memory between them)\n";
   if (run->cpu_share > 0)
     out << "(the ranks computed " << plan::formatFixed(run->cpu_share * 100, 0)
         << "% of their wall time: the rest, other processes held their cores; \"on own cores\" is the step "

@@ -14,7 +14,10 @@
 namespace rannc::planner {
 
 /// What a measured trace says of one stage: medians over its ranks and the
-/// steps kept (Note [measured figures]).
+/// steps kept (Note [measured figures]). Forwards and backwards are the
+/// stage's own actions; the per-step figures and the peak are its ranks',
+/// which an interleaved rank's chunks share (Note [comparing an interleaved
+/// run] in compare.cpp).
 struct MeasuredStage {
   int stage = 0;
   int ranks = 0;
