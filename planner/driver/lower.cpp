@@ -73,10 +73,11 @@ partition::Affine upperFit(const std::vector<int64_t> &bs, const std::vector<dou
   return {fixed, slope};
 }
 
-/// Per unit, the sum of `size(v)` over the distinct values of `kind` its ops read.
+/// Per unit, the sum (or with `largest`, the largest) of `size(v)` over the
+/// distinct values of `kind` its ops read.
 template <typename SizeFn>
 std::vector<int64_t> perUnitSum(const ir::Graph &g, const std::vector<cost::Unit> &units, ir::ValueKind kind,
-                                SizeFn size) {
+                                SizeFn size, bool largest = false) {
   std::vector<int> unit_of = cost::unitOfNode(g, units);
   std::vector<int64_t> sums(units.size(), 0);
   std::vector<int> counted_in(g.values.size(), -1); // the last unit that counted the value
@@ -84,7 +85,8 @@ std::vector<int64_t> perUnitSum(const ir::Graph &g, const std::vector<cost::Unit
     for (ir::ValueId in : g.nodes[n].inputs)
       if (in != ir::kNoValue && g.values[in].kind == kind && counted_in[in] != unit_of[n]) {
         counted_in[in] = unit_of[n];
-        sums[unit_of[n]] += size(g.values[in]);
+        int64_t &at = sums[unit_of[n]];
+        at = largest ? std::max(at, size(g.values[in])) : at + size(g.values[in]);
       }
   return sums;
 }
@@ -137,10 +139,20 @@ Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, con
   for (size_t i = 0; i < p.tied.size(); ++i) // Note [tied parameters]: a sharded one's bytes divide
     if (tied_values[i] < ir::ValueId(a->values.size()) && a->values[tied_values[i]].axis >= 0)
       p.tied[i].split_bytes = p.tied[i].bytes;
-  const std::vector<int64_t> split_params = perUnitSum(g, units, ir::ValueKind::Parameter, [&](const ir::Value &val) {
+  auto isSplit = [&](const ir::Value &val) {
     const ir::ValueId id = ir::ValueId(&val - g.values.data());
-    return id < ir::ValueId(a->values.size()) && a->values[id].axis >= 0 ? ir::numelAt(val.shape, 1) : int64_t{0};
+    return id < ir::ValueId(a->values.size()) && a->values[id].axis >= 0;
+  };
+  const std::vector<int64_t> split_params = perUnitSum(g, units, ir::ValueKind::Parameter, [&](const ir::Value &val) {
+    return isSplit(val) ? ir::numelAt(val.shape, 1) : int64_t{0};
   });
+  // An unsharded Adam step's temporaries (Note [partition cost model]): the largest of each kind.
+  const auto largest_of = [&](bool split) {
+    return perUnitSum(g, units, ir::ValueKind::Parameter, [&](const ir::Value &val) {
+      return isSplit(val) == split ? ir::numelAt(val.shape, 1) * 4 : int64_t{0};
+    }, /*largest=*/true);
+  };
+  const std::vector<int64_t> largest_kept = largest_of(false), largest_split = largest_of(true);
   for (int u = 0; u < n; ++u) {
     partition::Block &b = p.blocks[u];
     partition::Block::Split &t = b.tp;
@@ -148,6 +160,8 @@ Status lowerTensorParallel(const ir::Graph &g, const cost::CostTable &costs, con
     t.fwd = {0, b.fwd.per_sample_s * f};
     t.bwd = {0, b.bwd.per_sample_s * w};
     t.param_bytes = std::min(b.param_bytes, double(split_params[u]) * 4); // float32 parameters
+    b.largest_param_bytes = double(largest_kept[u]);
+    t.largest_param_bytes = double(largest_split[u]);
     t.lowp_weight_bytes = b.lowp_weight_bytes * share(t.param_bytes, b.param_bytes);
     t.activation_bytes_per_sample = std::max(0.0, std::min(b.activation_bytes_per_sample * o,
                                                            b.activation_bytes_per_sample - made[u]));
@@ -214,6 +228,9 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
   partition::Problem p;
   p.batch_size = opts.batch_size;
   std::vector<int64_t> param_counts = unitParameterCounts(g, units);
+  const std::vector<int64_t> largest_params = perUnitSum(g, units, ir::ValueKind::Parameter, [](const ir::Value &v) {
+    return ir::numelAt(v.shape, 1) * 4; // float32 parameters
+  }, /*largest=*/true);
   std::vector<int64_t> buffer_bytes = unitBufferBytes(g, units);
   const int64_t largest = costs.batch_sizes.back();
   for (int u = 0; u < n; ++u) {
@@ -227,6 +244,7 @@ Expected<partition::Problem> lowerToProblem(const ir::Graph &g, const cost::Cost
     blk.fwd = fit(costs.batch_sizes, fwd);
     blk.bwd = fit(costs.batch_sizes, bwd);
     blk.param_bytes = double(param_counts[u]) * 4; // float32 parameters
+    blk.largest_param_bytes = double(largest_params[u]); // lowerTensorParallel keeps the unsplit ones
     blk.buffer_bytes = double(buffer_bytes[u]);
     if (opts.precision != cost::Precision::FP32) // Note [autocast dtypes]
       blk.lowp_weight_bytes = double(cost::lowPrecisionWeightBytes(g, units[u].op_begin, units[u].op_end));

@@ -150,6 +150,8 @@ Expected<Coarsening> coarsen(const Problem &units, const CoarsenOptions &opts) {
       blk.wgrad_bytes_per_sample += u.wgrad_bytes_per_sample;
       blk.wgrad_param_bytes += u.wgrad_param_bytes;
       blk.param_bytes += u.param_bytes;
+      blk.largest_param_bytes = std::max(blk.largest_param_bytes, u.largest_param_bytes);
+      blk.tp.largest_param_bytes = std::max(blk.tp.largest_param_bytes, u.tp.largest_param_bytes);
       blk.buffer_bytes += u.buffer_bytes;
       blk.lowp_weight_bytes += u.lowp_weight_bytes;
       blk.activation_bytes_per_sample += u.activation_bytes_per_sample;

@@ -77,9 +77,15 @@ namespace rannc::partition {
 //                                          sqrt(1 - beta2^t)) are two tensors of
 //                                          the block it updates at once, one
 //                                          bucket's 1/r (bucket: rannc-exec's
-//                                          25 MiB default), where an unsharded
-//                                          step updates one parameter at a time;
-//                                          it runs after the backward, so the
+//                                          25 MiB default);
+//               = 2 max_i P_i              an unsharded one updates one
+//                                          parameter at a time, the largest
+//                                          on the device (Block::largestParamAt;
+//                                          uncharged until 2026-11-30: a last
+//                                          stage of a GPT's 25,600 B lm_head
+//                                          and its loss measured 1.105x its
+//                                          plan under 1F1B);
+//                                          either runs after the backward, so the
 //                                          peak holds the larger of it and
 //                                          activations + stash + working
 //                                          (measured: GPT 1 x 2 fused, 456,080
@@ -251,9 +257,13 @@ StageMemory stageMemory(const StageMemoryInputs &in, bool recompute, bool zero) 
   m.working = in.working;
   m.buffers = in.model_buffers;
   m.lowp_weights = in.lowp_weights;
-  // Note [partition cost model]: a sharded Adam step's two temporaries.
-  if (zero && in.optimizer_bytes >= 2 * in.param_bytes && in.replicas > 1)
+  // Note [partition cost model]: an Adam step's two temporaries, of a sharded
+  // bucket or of the largest parameter.
+  const bool adam = in.param_bytes > 0 && in.optimizer_bytes >= 2 * in.param_bytes;
+  if (adam && zero && in.replicas > 1)
     m.step = 2 * std::min(in.param_bytes, kGradientBucketBytes) / in.replicas;
+  else if (adam)
+    m.step = 2 * in.largest_param;
   // Note [zero bubble H1]: the queue beside a B's working bytes, or one
   // micro-batch more right after it, when no backward works and the one
   // just done has let go of what its W does not read (Note [what a queued
@@ -482,6 +492,7 @@ StageCost evaluateStage(const Problem &p, const Stage &stage, int index, int num
       mem.wgrad_fixed += blk.wgrad_param_bytes;
     }
     c.param_bytes += blk.param_bytes - keep * blk.tp.param_bytes;
+    mem.largest_param = std::max(mem.largest_param, blk.largestParamAt(t));
     whole_params += blk.param_bytes;
     mem.model_buffers += blk.buffer_bytes;
     mem.lowp_weights += blk.lowp_weight_bytes - keep * blk.tp.lowp_weight_bytes;

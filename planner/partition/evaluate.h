@@ -43,6 +43,7 @@ inline constexpr double kGradientBucketBytes = 25 << 20;
 /// The sums over a stage's blocks and the rest that its memory depends on.
 struct StageMemoryInputs {
   double param_bytes = 0;
+  double largest_param = 0;       ///< the largest parameter tensor on one device (Block::largestParamAt)
   double optimizer_bytes = 0;     ///< the whole state, before any sharding
   double model_buffers = 0;
   double lowp_weights = 0;

@@ -9,6 +9,7 @@
 // integer byte counts below 2^53 stay exact), samples.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -33,6 +34,10 @@ struct Block {
   Affine fwd;                              ///< forward time
   Affine bwd;                              ///< backward time, without recomputation
   double param_bytes = 0;                  ///< trainable parameters the block owns
+  /// Its largest parameter tensor that tensor parallelism does not split (of
+  /// those it splits: tp.largest_param_bytes); an unsharded Adam step's
+  /// temporaries are two of the largest (Note [partition cost model]).
+  double largest_param_bytes = 0;
   double buffer_bytes = 0;                 ///< model buffers (BatchNorm statistics): no gradient, no optimizer state
   double lowp_weight_bytes = 0;            ///< bf16/fp16 weight copies autocast keeps (Note [autocast dtypes])
   double activation_bytes_per_sample = 0;  ///< kept from forward until backward, the block measured alone
@@ -62,6 +67,7 @@ struct Block {
   struct Split {
     Affine fwd, bwd;                         ///< compute of the split ops
     double param_bytes = 0;                  ///< sharded parameters (axis >= 0)
+    double largest_param_bytes = 0;          ///< the largest of them, whole
     double lowp_weight_bytes = 0;            ///< their low-precision copies
     double activation_bytes_per_sample = 0;  ///< saved values cut along an axis (never unsaved ones)
     double working_bytes_per_sample = 0;
@@ -71,6 +77,8 @@ struct Block {
     double collectives = 0;
   } tp;
 
+  /// The largest parameter tensor on one device of a `degree`-way group.
+  double largestParamAt(int degree) const { return std::max(largest_param_bytes, tp.largest_param_bytes / degree); }
   /// The block's working bytes at `samples` per micro-batch.
   double workingAt(double samples) const { return working_fixed_bytes + working_bytes_per_sample * samples; }
   /// The same on one device of a `degree`-way tensor-parallel group.

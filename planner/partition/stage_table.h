@@ -105,6 +105,12 @@ protected:
         work_[ti].push_back(sparse(std::move(work)));
         keyed_work_[ti].push_back(sparse(std::move(keyed)));
       }
+    lparam_.resize(T_.size()); // an unsharded Adam step's temporaries (Note [partition cost model])
+    for (size_t ti = 0; ti < T_.size(); ++ti) {
+      std::vector<double> largest;
+      for (int u = 0; u < n_; ++u) largest.push_back(p.blocks[u].largestParamAt(T_[ti]));
+      lparam_[ti] = sparse(std::move(largest));
+    }
     if (split_) { // Note [what a queued W keeps]: B's part of each working line, and W's
       bwork_.resize(T_.size()), wwork_.resize(T_.size());
       for (size_t ti = 0; ti < T_.size(); ++ti) {
@@ -237,6 +243,7 @@ protected:
   int memoryChoice(int a, int e, size_t ri, size_t ti, int inflight, int weight_queue = 0) const {
     StageMemoryInputs in;
     in.param_bytes = stageParams(a, e, ti);
+    in.largest_param = rangeMax(lparam_[ti], a, e);
     in.optimizer_bytes = p_.optimizer_bytes_per_param_byte * in.param_bytes;
     in.model_buffers = bufs_[e] - bufs_[a] - keep(ti) * (tlowp_[e] - tlowp_[a]);
     // K (Note [unsaved values]), with what the stage keeps for receiving views contiguous (Note [received layout])
@@ -425,6 +432,7 @@ protected:
   std::vector<std::vector<std::vector<std::vector<double>>>> keyed_work_; // the same of w_u + b kept_[u+1]
   std::vector<std::vector<std::vector<std::vector<double>>>> bwork_; // split backward: of w_u - fixed_u (B's)
   std::vector<std::vector<std::vector<double>>> wwork_;             // and of fixed_u (W's), per degree
+  std::vector<std::vector<std::vector<double>>> lparam_;            // of Block::largestParamAt, per degree
   std::vector<std::vector<std::vector<Seat>>> seats_; // [ti][ri][d], see Seat
 };
 
